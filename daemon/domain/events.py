@@ -1,0 +1,374 @@
+"""Every fact admitd records, one frozen dataclass per stored event type.
+
+Three families, in the order of the flow: observations (what the cluster or the simulator said), decisions (what
+the admission cycle chose) and actuations (what was done about a decision). Each class has a stable dotted `TYPE`
+and a `VERSION`; changing a payload's shape means a new VERSION plus an upcaster in `daemon.domain.upcasts`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from daemon.domain.model import (
+    Admission,
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    Milli,
+    Millis,
+    Namespace,
+    PendingReason,
+    PriorityClass,
+    ResourceFlavor,
+    Workload,
+)
+
+# --- observations -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceFlavorObserved:
+    TYPE: ClassVar[str] = "resourceflavor.observed"
+    VERSION: ClassVar[int] = 1
+    flavor: ResourceFlavor
+
+    @property
+    def subject(self) -> str:
+        return f"resourceflavor/{self.flavor.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceFlavorDeleted:
+    TYPE: ClassVar[str] = "resourceflavor.deleted"
+    VERSION: ClassVar[int] = 1
+    name: str
+
+    @property
+    def subject(self) -> str:
+        return f"resourceflavor/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterQueueObserved:
+    TYPE: ClassVar[str] = "clusterqueue.observed"
+    VERSION: ClassVar[int] = 1
+    cluster_queue: ClusterQueue
+
+    @property
+    def subject(self) -> str:
+        return f"clusterqueue/{self.cluster_queue.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterQueueDeleted:
+    TYPE: ClassVar[str] = "clusterqueue.deleted"
+    VERSION: ClassVar[int] = 1
+    name: str
+
+    @property
+    def subject(self) -> str:
+        return f"clusterqueue/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CohortObserved:
+    TYPE: ClassVar[str] = "cohort.observed"
+    VERSION: ClassVar[int] = 1
+    cohort: Cohort
+
+    @property
+    def subject(self) -> str:
+        return f"cohort/{self.cohort.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CohortDeleted:
+    TYPE: ClassVar[str] = "cohort.deleted"
+    VERSION: ClassVar[int] = 1
+    name: str
+
+    @property
+    def subject(self) -> str:
+        return f"cohort/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalQueueObserved:
+    TYPE: ClassVar[str] = "localqueue.observed"
+    VERSION: ClassVar[int] = 1
+    local_queue: LocalQueue
+
+    @property
+    def subject(self) -> str:
+        return f"localqueue/{self.local_queue.namespace}/{self.local_queue.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalQueueDeleted:
+    TYPE: ClassVar[str] = "localqueue.deleted"
+    VERSION: ClassVar[int] = 1
+    namespace: str
+    name: str
+
+    @property
+    def subject(self) -> str:
+        return f"localqueue/{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PriorityClassObserved:
+    TYPE: ClassVar[str] = "priorityclass.observed"
+    VERSION: ClassVar[int] = 1
+    priority_class: PriorityClass
+
+    @property
+    def subject(self) -> str:
+        return f"{self.priority_class.kind.lower()}/{self.priority_class.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NamespaceObserved:
+    TYPE: ClassVar[str] = "namespace.observed"
+    VERSION: ClassVar[int] = 1
+    namespace: Namespace
+
+    @property
+    def subject(self) -> str:
+        return f"namespace/{self.namespace.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObjectRejected:
+    """A manifest that was valid YAML but wrong. Recorded so the audit trail says why it had no effect."""
+
+    TYPE: ClassVar[str] = "object.rejected"
+    VERSION: ClassVar[int] = 1
+    kind: str
+    name: str
+    namespace: str | None = None
+    errors: tuple[str, ...]
+
+    @property
+    def subject(self) -> str:
+        ns = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind.lower()}/{ns}{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobObserved:
+    """A managed job was seen (created or changed while pending). Carries its workload, already typed."""
+
+    TYPE: ClassVar[str] = "job.observed"
+    VERSION: ClassVar[int] = 1
+    workload: Workload
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.workload.namespace}/{self.workload.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobFinished:
+    TYPE: ClassVar[str] = "job.finished"
+    VERSION: ClassVar[int] = 1
+    job: str  # namespace/name
+    at: Millis
+    succeeded: bool = True
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.job}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobDeleted:
+    TYPE: ClassVar[str] = "job.deleted"
+    VERSION: ClassVar[int] = 1
+    job: str
+    at: Millis
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.job}"
+
+
+# --- decisions ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Borrowed:
+    """`amount` of (`flavor`, `resource`) above the ClusterQueue's nominal quota, lent by `cohort`'s tree."""
+
+    flavor: str
+    resource: str
+    amount: Milli
+    cohort: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Freed:
+    flavor: str
+    resource: str
+    amount: Milli
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadAdmitted:
+    TYPE: ClassVar[str] = "workload.admitted"
+    VERSION: ClassVar[int] = 1
+    workload: str  # namespace/name
+    at: Millis
+    admission: Admission
+    borrowed: tuple[Borrowed, ...] = ()
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.workload}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadPreempted:
+    """`workload` must stop (so that `preemptor` fits, or its queue drains). It holds its quota until
+    `WorkloadEvicted` says its pods are gone."""
+
+    TYPE: ClassVar[str] = "workload.preempted"
+    VERSION: ClassVar[int] = 1
+    workload: str
+    at: Millis
+    cluster_queue: str  # the victim's
+    preemptor: str | None  # None when the queue itself drains it (stopPolicy HoldAndDrain)
+    preemptor_cluster_queue: str | None
+    reason: str  # InClusterQueue | InCohortReclamation | InCohortReclaimWhileBorrowing | InCohortFairSharing
+    # | ClusterQueueStopped | LocalQueueStopped
+    policy: str  # the policy value that allowed it, e.g. "withinClusterQueue=LowerPriority"
+    freed: tuple[Freed, ...] = ()
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.workload}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadPending:
+    """The workload is not admitted, and why. Written only when the reason changes."""
+
+    TYPE: ClassVar[str] = "workload.pending"
+    VERSION: ClassVar[int] = 1
+    workload: str
+    at: Millis
+    cluster_queue: str | None
+    reason: PendingReason
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.workload}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadEvicted:
+    """An admitted workload stopped running (preempted, or its queue drained) and released its quota."""
+
+    TYPE: ClassVar[str] = "workload.evicted"
+    VERSION: ClassVar[int] = 1
+    workload: str
+    at: Millis
+    reason: str  # Preempted | ClusterQueueStopped | LocalQueueStopped
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.workload}"
+
+
+# --- actuations ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobUnsuspended:
+    TYPE: ClassVar[str] = "job.unsuspended"
+    VERSION: ClassVar[int] = 1
+    job: str
+    at: Millis
+    node_selector: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.job}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSuspended:
+    TYPE: ClassVar[str] = "job.suspended"
+    VERSION: ClassVar[int] = 1
+    job: str
+    at: Millis
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.job}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActuationFailed:
+    TYPE: ClassVar[str] = "actuation.failed"
+    VERSION: ClassVar[int] = 1
+    job: str
+    at: Millis
+    error: str
+    permanent: bool
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.job}"
+
+
+Event = (
+    ResourceFlavorObserved
+    | ResourceFlavorDeleted
+    | ClusterQueueObserved
+    | ClusterQueueDeleted
+    | CohortObserved
+    | CohortDeleted
+    | LocalQueueObserved
+    | LocalQueueDeleted
+    | PriorityClassObserved
+    | NamespaceObserved
+    | ObjectRejected
+    | JobObserved
+    | JobFinished
+    | JobDeleted
+    | WorkloadAdmitted
+    | WorkloadPreempted
+    | WorkloadPending
+    | WorkloadEvicted
+    | JobUnsuspended
+    | JobSuspended
+    | ActuationFailed
+)
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    ResourceFlavorObserved,
+    ResourceFlavorDeleted,
+    ClusterQueueObserved,
+    ClusterQueueDeleted,
+    CohortObserved,
+    CohortDeleted,
+    LocalQueueObserved,
+    LocalQueueDeleted,
+    PriorityClassObserved,
+    NamespaceObserved,
+    ObjectRejected,
+    JobObserved,
+    JobFinished,
+    JobDeleted,
+    WorkloadAdmitted,
+    WorkloadPreempted,
+    WorkloadPending,
+    WorkloadEvicted,
+    JobUnsuspended,
+    JobSuspended,
+    ActuationFailed,
+)
+"""Every current event class; the codec's registry is built from this tuple."""
+
+DECISION_TYPES: tuple[type[Event], ...] = (WorkloadAdmitted, WorkloadPreempted, WorkloadPending)

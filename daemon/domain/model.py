@@ -1,0 +1,255 @@
+"""The typed objects the admission engine reasons about: queues, flavors, workloads and decisions.
+
+Pure values only. Raw Kubernetes dicts are turned into these at the border (`daemon.manifests`); the fold keeps
+them in state; the cycle reads them. Quantities are exact integers of milli-units, times are integer milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+Milli = int
+"""A resource quantity in milli-units (``1`` CPU is ``1000``, ``64Gi`` is ``64 * 2**30 * 1000``)."""
+
+Millis = int
+"""A point in time or a duration, in integer milliseconds."""
+
+FlavorResource = tuple[str, str]
+"""``(flavor, resource)``: the unit of quota accounting."""
+
+
+class QueueingStrategy(StrEnum):
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+    STRICT_FIFO = "StrictFIFO"
+
+
+class PreemptionPolicy(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+    ANY = "Any"
+
+
+class StopPolicy(StrEnum):
+    NONE = "None"
+    HOLD = "Hold"
+    HOLD_AND_DRAIN = "HoldAndDrain"
+
+
+class FungibilityPolicy(StrEnum):
+    MAY_STOP_SEARCH = "MayStopSearch"
+    TRY_NEXT_FLAVOR = "TryNextFlavor"
+
+
+class FungibilityPreference(StrEnum):
+    BORROWING_OVER_PREEMPTION = "BorrowingOverPreemption"
+    PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Toleration:
+    key: str = ""  # empty with operator Exists tolerates everything
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty matches every effect
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LabelRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LabelSelector:
+    """A Kubernetes label selector. The empty selector matches everything."""
+
+    match_labels: Mapping[str, str] = field(default_factory=dict)
+    match_expressions: tuple[LabelRequirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceFlavor:
+    name: str
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    node_taints: tuple[Taint, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceQuota:
+    name: str
+    nominal: Milli
+    borrowing_limit: Milli | None = None  # None: unlimited
+    lending_limit: Milli | None = None  # None: everything above nominal usage may be lent
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlavorQuotas:
+    name: str
+    resources: tuple[ResourceQuota, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceGroup:
+    covered_resources: tuple[str, ...]
+    flavors: tuple[FlavorQuotas, ...]  # in the order the ClusterQueue tries them
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preemption:
+    within_cluster_queue: PreemptionPolicy = PreemptionPolicy.NEVER
+    reclaim_within_cohort: PreemptionPolicy = PreemptionPolicy.NEVER
+    borrow_within_cohort: PreemptionPolicy = PreemptionPolicy.NEVER  # Never | LowerPriority
+    borrow_max_priority_threshold: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlavorFungibility:
+    when_can_borrow: FungibilityPolicy = FungibilityPolicy.MAY_STOP_SEARCH
+    when_can_preempt: FungibilityPolicy = FungibilityPolicy.TRY_NEXT_FLAVOR
+    preference: FungibilityPreference = FungibilityPreference.BORROWING_OVER_PREEMPTION
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterQueue:
+    name: str
+    cohort: str | None = None
+    namespace_selector: LabelSelector | None = None  # None selects no namespace; LabelSelector() selects all
+    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    preemption: Preemption = field(default_factory=Preemption)
+    flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
+    stop_policy: StopPolicy = StopPolicy.NONE
+    fair_sharing_weight: Milli = 1000  # Kueue's default weight 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cohort:
+    name: str
+    parent: str | None = None
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    fair_sharing_weight: Milli = 1000  # Kueue's default weight 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalQueue:
+    namespace: str
+    name: str
+    cluster_queue: str
+    stop_policy: StopPolicy = StopPolicy.NONE
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PriorityClass:
+    """A kueue.x-k8s.io WorkloadPriorityClass or a scheduling.k8s.io PriorityClass."""
+
+    name: str
+    value: int
+    kind: str = "WorkloadPriorityClass"  # WorkloadPriorityClass | PriorityClass
+    global_default: bool = False  # scheduling.k8s.io globalDefault
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Namespace:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodSet:
+    """A group of identical pods admitted together. `requests` is per pod, already including overhead."""
+
+    name: str
+    count: int
+    requests: Mapping[str, Milli]
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """What the engine admits: one job (of any kind) as its pod sets. Admitted whole or not at all."""
+
+    namespace: str
+    name: str
+    kind: str = "Job"  # Job | PyTorchJob | RayJob | JobSet ...
+    uid: str
+    created_at: Millis
+    queue_name: str | None
+    priority_class: str | None = None  # from the label kueue.x-k8s.io/priority-class
+    pod_priority_class: str | None = None  # from spec.template.spec.priorityClassName
+    pod_sets: tuple[PodSet, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodSetAssignment:
+    name: str
+    count: int
+    flavors: Mapping[str, str]  # resource -> flavor
+    usage: Mapping[str, Milli]  # resource -> total over the pod set (count * per-pod request)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Admission:
+    cluster_queue: str
+    pod_sets: tuple[PodSetAssignment, ...]
+
+    def usage(self) -> dict[FlavorResource, Milli]:
+        """Total quota this admission holds, per (flavor, resource)."""
+        total: dict[FlavorResource, Milli] = {}
+        for ps in self.pod_sets:
+            for resource, amount in ps.usage.items():
+                fr = (ps.flavors[resource], resource)
+                total[fr] = total.get(fr, 0) + amount
+        return total
+
+
+class PendingReasonKind(StrEnum):
+    """Why a workload is not admitted. The values are stable: they are stored in the log and shown to users."""
+
+    LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
+    CLUSTER_QUEUE_NOT_FOUND = "ClusterQueueNotFound"
+    NAMESPACE_NOT_SELECTED = "NamespaceNotSelected"
+    QUEUE_STOPPED = "QueueStopped"
+    NO_MATCHING_FLAVOR = "NoMatchingFlavor"  # taints, node selectors or uncovered resources rule out every flavor
+    EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"  # larger than the queue could ever hold
+    WAITING_FOR_QUOTA = "WaitingForQuota"
+    WAITING_FOR_PREEMPTED_WORKLOADS = "WaitingForPreemptedWorkloads"
+    BLOCKED_BY_HEAD = "BlockedByHead"  # StrictFIFO: an earlier workload that does not fit blocks the queue
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shortage:
+    """In `flavor`, `resource` is short: the workload needs `requested`, only `available` is free now."""
+
+    flavor: str
+    resource: str
+    requested: Milli
+    available: Milli
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingReason:
+    kind: PendingReasonKind
+    message: str
+    shortages: tuple[Shortage, ...] = ()
+    blocked_by: str | None = None  # workload key, for BlockedByHead / WaitingForPreemptedWorkloads

@@ -1,0 +1,411 @@
+"""The replay fold: `state.apply(event)` for every event in log order gives the queues at that point.
+
+`State` is the private mutable working state the fold keeps for speed (STYLE: "State and speed"); only events change
+it, and the admission cycle sees it through `view()`, read-only. `to_snapshot`/`from_snapshot` turn it into a plain
+value and back; a snapshot is only an accelerator and must give the same state as a replay from scratch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import assert_never
+
+from sortedcontainers import SortedKeyList
+
+from daemon.domain.events import (
+    ActuationFailed,
+    ClusterQueueDeleted,
+    ClusterQueueObserved,
+    CohortDeleted,
+    CohortObserved,
+    Event,
+    JobDeleted,
+    JobFinished,
+    JobObserved,
+    JobSuspended,
+    JobUnsuspended,
+    LocalQueueDeleted,
+    LocalQueueObserved,
+    NamespaceObserved,
+    ObjectRejected,
+    PriorityClassObserved,
+    ResourceFlavorDeleted,
+    ResourceFlavorObserved,
+    WorkloadAdmitted,
+    WorkloadEvicted,
+    WorkloadPending,
+    WorkloadPreempted,
+)
+from daemon.domain.model import (
+    Admission,
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    Millis,
+    Namespace,
+    PendingReason,
+    PriorityClass,
+    ResourceFlavor,
+    Workload,
+)
+from daemon.domain.view import AdmittedWorkload, ClusterView, PendingWorkload
+
+STATE_VERSION = 1
+"""Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
+
+
+class Phase(StrEnum):
+    PENDING = "pending"
+    ADMITTED = "admitted"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadRecord:
+    """Everything the fold knows about one live (not finished, not deleted) workload."""
+
+    workload: Workload
+    priority: int
+    phase: Phase
+    queue_order_at: Millis
+    last_reason: PendingReason | None = None
+    admission: Admission | None = None
+    admitted_at: Millis | None = None
+    evicting: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateSnapshot:
+    """The state as a plain value: what a snapshot row stores and what `State.fingerprint` compares."""
+
+    seq: int
+    flavors: tuple[ResourceFlavor, ...]
+    cluster_queues: tuple[ClusterQueue, ...]
+    cohorts: tuple[Cohort, ...]
+    local_queues: tuple[LocalQueue, ...]
+    namespaces: tuple[Namespace, ...]
+    priority_classes: tuple[PriorityClass, ...]
+    workloads: tuple[WorkloadRecord, ...]
+    finished: tuple[tuple[str, Millis], ...]
+    generations: tuple[tuple[str, int], ...]
+    config_generation: int
+    counter: int
+
+
+def _queue_key(p: PendingWorkload) -> tuple[int, int, str]:
+    return (-p.priority, p.queue_order_at, p.workload.key)
+
+
+class _Generations(Mapping[str, int]):
+    """Per quota tree: the last counter value at which something there may have let a waiter fit.
+
+    A configuration change (queues, cohorts, flavors, namespaces) may regroup trees, so it counts for all of them.
+    """
+
+    __slots__ = ("_config", "_trees")
+
+    def __init__(self, trees: dict[str, int], config: list[int]) -> None:
+        self._trees = trees
+        self._config = config
+
+    def __getitem__(self, tree: str) -> int:
+        return max(self._trees.get(tree, 0), self._config[0])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._trees)
+
+    def __len__(self) -> int:
+        return len(self._trees)
+
+
+class State:
+    """The fold's working state. Mutated only by `apply`; read by the cycle through `view()`."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.flavors: dict[str, ResourceFlavor] = {}
+        self.cluster_queues: dict[str, ClusterQueue] = {}
+        self.cohorts: dict[str, Cohort] = {}
+        self.local_queues: dict[str, LocalQueue] = {}
+        self.namespaces: dict[str, Namespace] = {}
+        self.priority_classes: dict[tuple[str, str], PriorityClass] = {}
+        self.workloads: dict[str, WorkloadRecord] = {}
+        self.finished: dict[str, Millis] = {}
+        # Derived indexes, rebuilt from the above by _reindex(); never stored.
+        self._pending_by_cq: dict[str, SortedKeyList] = {}
+        self._pending_entry: dict[str, tuple[str | None, PendingWorkload]] = {}
+        self._pending_unrouted: dict[str, PendingWorkload] = {}
+        self._admitted: dict[str, AdmittedWorkload] = {}
+        self._admitted_by_cq: dict[str, dict[str, AdmittedWorkload]] = {}
+        self._tree_generation: dict[str, int] = {}
+        self._config_generation = [0]
+        self._counter = 0
+
+    # --- the fold ----------------------------------------------------------------------------------------------
+
+    def apply(self, event: Event, seq: int | None = None) -> None:
+        """Apply one event. `seq` is recorded for snapshots; the fold's outcome never depends on it."""
+        if seq is not None:
+            self.seq = seq
+        match event:
+            case ResourceFlavorObserved(flavor=flavor):
+                self.flavors[flavor.name] = flavor
+                self._config_changed()
+            case ResourceFlavorDeleted(name=name):
+                self.flavors.pop(name, None)
+                self._config_changed()
+            case ClusterQueueObserved(cluster_queue=cq):
+                self.cluster_queues[cq.name] = cq
+                self._config_changed(reroute=True)
+            case ClusterQueueDeleted(name=name):
+                self.cluster_queues.pop(name, None)
+                self._config_changed(reroute=True)
+            case CohortObserved(cohort=cohort):
+                self.cohorts[cohort.name] = cohort
+                self._config_changed()
+            case CohortDeleted(name=name):
+                self.cohorts.pop(name, None)
+                self._config_changed()
+            case LocalQueueObserved(local_queue=lq):
+                self.local_queues[lq.key] = lq
+                self._config_changed(reroute=True)
+            case LocalQueueDeleted(namespace=ns, name=name):
+                self.local_queues.pop(f"{ns}/{name}", None)
+                self._config_changed(reroute=True)
+            case PriorityClassObserved(priority_class=pc):
+                # Kueue: a changed value does not re-prioritise existing workloads, only new ones.
+                self.priority_classes[(pc.kind, pc.name)] = pc
+            case NamespaceObserved(namespace=ns_obj):
+                self.namespaces[ns_obj.name] = ns_obj
+                self._config_changed()
+            case JobObserved(workload=wl):
+                self._observe_job(wl)
+            case JobFinished(job=key, at=at) | JobDeleted(job=key, at=at):
+                self._remove_workload(key)
+                if isinstance(event, JobFinished):
+                    self.finished[key] = at
+            case WorkloadAdmitted(workload=key, at=at, admission=admission):
+                self._admit(key, at, admission)
+            case WorkloadPreempted(workload=key):
+                rec = self.workloads.get(key)
+                if rec is not None and rec.phase is Phase.ADMITTED and not rec.evicting:
+                    self._set(replace(rec, evicting=True))
+                    self._bump_tree_of(rec)
+            case WorkloadEvicted(workload=key):
+                rec = self.workloads.get(key)
+                if rec is not None and rec.phase is Phase.ADMITTED:
+                    self._bump_tree_of(rec)
+                    self._set(
+                        replace(rec, phase=Phase.PENDING, admission=None, admitted_at=None, evicting=False, last_reason=None)
+                    )
+            case WorkloadPending(workload=key, reason=reason):
+                rec = self.workloads.get(key)
+                if rec is not None and rec.phase is Phase.PENDING:
+                    self._set(replace(rec, last_reason=reason))
+            case JobUnsuspended() | JobSuspended() | ActuationFailed() | ObjectRejected():
+                pass  # audit facts: they change nothing the cycle reads
+            case _:
+                assert_never(event)
+
+    def _observe_job(self, wl: Workload) -> None:
+        if wl.key in self.finished:
+            return  # a finished job seen again (e.g. a relist) does not run again
+        rec = self.workloads.get(wl.key)
+        if rec is None:
+            self._set(
+                WorkloadRecord(
+                    workload=wl, priority=self._resolve_priority(wl), phase=Phase.PENDING, queue_order_at=wl.created_at
+                )
+            )
+        elif rec.phase is Phase.PENDING:
+            # While pending, the spec may change (e.g. its queue label); the priority stays as first resolved.
+            self._set(replace(rec, workload=wl))
+        # An admitted workload's spec is frozen until it finishes or is evicted, as in Kueue.
+
+    def _resolve_priority(self, wl: Workload) -> int:
+        if wl.priority_class is not None:
+            for kind in ("WorkloadPriorityClass", "PriorityClass"):
+                pc = self.priority_classes.get((kind, wl.priority_class))
+                if pc is not None:
+                    return pc.value
+        if wl.pod_priority_class is not None:
+            pc = self.priority_classes.get(("PriorityClass", wl.pod_priority_class))
+            if pc is not None:
+                return pc.value
+        defaults = sorted(
+            (pc for (kind, _), pc in self.priority_classes.items() if kind == "PriorityClass" and pc.global_default),
+            key=lambda pc: pc.name,
+        )
+        return defaults[0].value if defaults else 0
+
+    def _admit(self, key: str, at: Millis, admission: Admission) -> None:
+        rec = self.workloads.get(key)
+        if rec is None or rec.phase is not Phase.PENDING:
+            return
+        self._set(replace(rec, phase=Phase.ADMITTED, admission=admission, admitted_at=at, last_reason=None))
+        self._bump_tree(self.tree_of_cq(admission.cluster_queue))
+
+    def _remove_workload(self, key: str) -> None:
+        rec = self.workloads.pop(key, None)
+        if rec is None:
+            return
+        self._unindex(key)
+        if rec.phase is Phase.ADMITTED:
+            self._bump_tree_of(rec)
+
+    # --- indexes -----------------------------------------------------------------------------------------------
+
+    def _set(self, rec: WorkloadRecord) -> None:
+        key = rec.workload.key
+        self._unindex(key)
+        self.workloads[key] = rec
+        self._index(rec)
+
+    def _index(self, rec: WorkloadRecord) -> None:
+        key = rec.workload.key
+        if rec.phase is Phase.ADMITTED:
+            assert rec.admission is not None and rec.admitted_at is not None
+            aw = AdmittedWorkload(
+                workload=rec.workload,
+                priority=rec.priority,
+                admission=rec.admission,
+                admitted_at=rec.admitted_at,
+                queue_order_at=rec.queue_order_at,
+                evicting=rec.evicting,
+            )
+            self._admitted[key] = aw
+            self._admitted_by_cq.setdefault(rec.admission.cluster_queue, {})[key] = aw
+            return
+        lq_key = f"{rec.workload.namespace}/{rec.workload.queue_name}" if rec.workload.queue_name else ""
+        pw = PendingWorkload(
+            workload=rec.workload,
+            priority=rec.priority,
+            local_queue=lq_key,
+            queue_order_at=rec.queue_order_at,
+            last_reason=rec.last_reason,
+        )
+        cq = self._route(lq_key)
+        if cq is None:
+            self._pending_unrouted[key] = pw
+        else:
+            bucket = self._pending_by_cq.get(cq)
+            if bucket is None:
+                bucket = self._pending_by_cq[cq] = SortedKeyList(key=_queue_key)
+            bucket.add(pw)
+        self._pending_entry[key] = (cq, pw)
+
+    def _unindex(self, key: str) -> None:
+        aw = self._admitted.pop(key, None)
+        if aw is not None:
+            by_cq = self._admitted_by_cq.get(aw.admission.cluster_queue)
+            if by_cq is not None:
+                by_cq.pop(key, None)
+                if not by_cq:
+                    del self._admitted_by_cq[aw.admission.cluster_queue]
+        entry = self._pending_entry.pop(key, None)
+        if entry is not None:
+            cq, pw = entry
+            if cq is None:
+                self._pending_unrouted.pop(key, None)
+            else:
+                bucket = self._pending_by_cq[cq]
+                bucket.remove(pw)
+                if not bucket:
+                    del self._pending_by_cq[cq]
+
+    def _route(self, lq_key: str) -> str | None:
+        lq = self.local_queues.get(lq_key)
+        if lq is None or lq.cluster_queue not in self.cluster_queues:
+            return None
+        return lq.cluster_queue
+
+    def _reindex_pending(self) -> None:
+        self._pending_by_cq.clear()
+        self._pending_unrouted.clear()
+        self._pending_entry.clear()
+        for rec in self.workloads.values():
+            if rec.phase is Phase.PENDING:
+                self._index(rec)
+
+    # --- generations -------------------------------------------------------------------------------------------
+
+    def tree_of_cq(self, cq_name: str) -> str:
+        """The quota tree a ClusterQueue belongs to: its root cohort's name, or `cq:<name>` without a cohort."""
+        cq = self.cluster_queues.get(cq_name)
+        if cq is None or cq.cohort is None:
+            return f"cq:{cq_name}"
+        name = cq.cohort
+        seen = {name}
+        while True:
+            parent = self.cohorts.get(name)
+            if parent is None or parent.parent is None or parent.parent in seen:
+                return name
+            name = parent.parent
+            seen.add(name)
+
+    def _bump_tree(self, tree: str) -> None:
+        self._counter += 1
+        self._tree_generation[tree] = self._counter
+
+    def _bump_tree_of(self, rec: WorkloadRecord) -> None:
+        if rec.admission is not None:
+            self._bump_tree(self.tree_of_cq(rec.admission.cluster_queue))
+
+    def _config_changed(self, *, reroute: bool = False) -> None:
+        self._counter += 1
+        self._config_generation[0] = self._counter
+        if reroute:
+            self._reindex_pending()
+
+    # --- reading -----------------------------------------------------------------------------------------------
+
+    def view(self) -> ClusterView:
+        """A read-only view over the live state (no copies). Valid until the next `apply`."""
+        return ClusterView(
+            flavors=self.flavors,
+            cluster_queues=self.cluster_queues,
+            cohorts=self.cohorts,
+            local_queues=self.local_queues,
+            namespaces=self.namespaces,
+            admitted=self._admitted,
+            admitted_by_cq=self._admitted_by_cq,
+            pending_by_cq=self._pending_by_cq,
+            pending_unrouted=self._pending_unrouted,
+            generation=_Generations(self._tree_generation, self._config_generation),
+        )
+
+    def to_snapshot(self) -> StateSnapshot:
+        return StateSnapshot(
+            seq=self.seq,
+            flavors=tuple(self.flavors[k] for k in sorted(self.flavors)),
+            cluster_queues=tuple(self.cluster_queues[k] for k in sorted(self.cluster_queues)),
+            cohorts=tuple(self.cohorts[k] for k in sorted(self.cohorts)),
+            local_queues=tuple(self.local_queues[k] for k in sorted(self.local_queues)),
+            namespaces=tuple(self.namespaces[k] for k in sorted(self.namespaces)),
+            priority_classes=tuple(self.priority_classes[k] for k in sorted(self.priority_classes)),
+            workloads=tuple(self.workloads[k] for k in sorted(self.workloads)),
+            finished=tuple(sorted(self.finished.items())),
+            generations=tuple(sorted(self._tree_generation.items())),
+            config_generation=self._config_generation[0],
+            counter=self._counter,
+        )
+
+    @classmethod
+    def from_snapshot(cls, snap: StateSnapshot) -> State:
+        state = cls()
+        state.seq = snap.seq
+        state.flavors = {f.name: f for f in snap.flavors}
+        state.cluster_queues = {c.name: c for c in snap.cluster_queues}
+        state.cohorts = {c.name: c for c in snap.cohorts}
+        state.local_queues = {q.key: q for q in snap.local_queues}
+        state.namespaces = {n.name: n for n in snap.namespaces}
+        state.priority_classes = {(p.kind, p.name): p for p in snap.priority_classes}
+        state.finished = dict(snap.finished)
+        state._tree_generation = dict(snap.generations)
+        state._config_generation = [snap.config_generation]
+        state._counter = snap.counter
+        for rec in snap.workloads:
+            state.workloads[rec.workload.key] = rec
+            state._index(rec)
+        return state

@@ -1,0 +1,25 @@
+"""Pure upcasters: old stored payloads (plain dicts) lifted to the next version of their type.
+
+`UPCASTERS[(type, v)]` turns a version-`v` payload into version `v + 1`. The codec chains them until the payload
+reaches the class's current VERSION. Rows are never rewritten; old logs are upgraded on every read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Payload = dict[str, Any]
+
+
+def _job_observed_v0_to_v1(payload: Payload) -> Payload:
+    # Version 0 was never released by admitd; it exists so the chain is exercised by a golden fixture from day one:
+    # it stored the workload flat ({"job": {...}}) instead of under "workload".
+    upgraded = dict(payload)
+    upgraded["workload"] = upgraded.pop("job")
+    return upgraded
+
+
+UPCASTERS: Mapping[tuple[str, int], Callable[[Payload], Payload]] = {
+    ("job.observed", 0): _job_observed_v0_to_v1,
+}

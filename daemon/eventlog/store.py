@@ -1,0 +1,356 @@
+"""The SQLite event log: one writer with group commit (aiosqlite), and read-only readers that never block it.
+
+Durability: WAL with `synchronous=FULL`, so every committed batch is fsynced before its appenders are told it is
+done. A power loss can cost only the batch being written at that moment, which nobody was told about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiosqlite
+
+from daemon.domain.events import Event
+from daemon.eventlog import codec
+from daemon.eventlog.codec import GENESIS_HASH, StoredEvent
+from daemon.eventlog.errors import (
+    AppendFailed,
+    ChainBroken,
+    CorruptDatabase,
+    DatabaseUnavailable,
+    EventLogError,
+    NotAnEventLog,
+)
+from daemon.eventlog.migrate import check_identity, migrate
+
+Clock = Callable[[], int]
+"""Milliseconds since the epoch (a virtual clock in simulations)."""
+
+_INSERT = (
+    "INSERT INTO events (seq, recorded_at, type, version, subject, payload, cause, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_COLUMNS = "seq, recorded_at, type, version, subject, payload, cause, hash"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def default_db_path() -> Path:
+    """`$STATE_DIRECTORY/admitd.db` under systemd (StateDirectory=), else `./admitd.db`."""
+    state_dir = os.environ.get("STATE_DIRECTORY")
+    if state_dir:
+        return Path(state_dir.split(":")[0]) / "admitd.db"
+    return Path("admitd.db")
+
+
+def _classify(path: Path, e: sqlite3.Error) -> EventLogError:
+    text = str(e)
+    if "file is not a database" in text:
+        return NotAnEventLog(path, "not a SQLite database")
+    if "malformed" in text or "corrupt" in text:
+        return CorruptDatabase(path, text)
+    return DatabaseUnavailable(path, text)
+
+
+def _check_readable_file(path: Path) -> None:
+    if not path.exists():
+        raise DatabaseUnavailable(path, "no such file")
+    if not path.is_file():
+        raise DatabaseUnavailable(path, "not a regular file")
+    if not os.access(path, os.R_OK):
+        raise DatabaseUnavailable(path, "permission denied")
+
+
+def _bytes(value: bytes | str) -> bytes:
+    # A row edited by hand (e.g. with SQL replace()) may come back as TEXT: read it as the bytes it now holds.
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _row(r: tuple[int, int, str, int, str, bytes | str, int | None, bytes | str]) -> StoredEvent:
+    return StoredEvent(
+        seq=r[0],
+        recorded_at=r[1],
+        type=r[2],
+        version=r[3],
+        subject=r[4],
+        payload=_bytes(r[5]),
+        cause=r[6],
+        hash=_bytes(r[7]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TypeStats:
+    type: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogStats:
+    path: str
+    events: int
+    file_bytes: int
+    first_seq: int | None
+    last_seq: int | None
+    first_recorded_at: int | None
+    last_recorded_at: int | None
+    by_type: tuple[TypeStats, ...]
+    snapshots: int
+    schema_version: int
+
+
+class LogReader:
+    """Read-only access (CLI, metrics, offline replay). Opens with `mode=ro`; WAL keeps it off the writer's path."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        _check_readable_file(self.path)
+        try:
+            self._conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            self.schema_version = check_identity(self._conn, self.path, allow_empty=False)
+            if self.schema_version < 1:
+                raise NotAnEventLog(self.path, "no events table")
+        except sqlite3.Error as e:
+            raise _classify(self.path, e) from e
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _query(self, sql: str, params: Sequence[object] = ()) -> sqlite3.Cursor:
+        try:
+            return self._conn.execute(sql, params)
+        except sqlite3.Error as e:
+            raise _classify(self.path, e) from e
+
+    def last_seq(self) -> int:
+        return int(self._query("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+
+    def iter_events(self, since: int = 0, *, chunk: int = 5000) -> Iterator[StoredEvent]:
+        """Events with seq > since, in order. Reads in chunks so memory stays flat on large logs."""
+        last = since
+        while True:
+            rows = self._query(
+                f"SELECT {_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (last, chunk)
+            ).fetchall()
+            if not rows:
+                return
+            for r in rows:
+                yield _row(r)
+            last = rows[-1][0]
+
+    def events_for(self, subject: str) -> list[StoredEvent]:
+        rows = self._query(f"SELECT {_COLUMNS} FROM events WHERE subject = ? ORDER BY seq", (subject,)).fetchall()
+        return [_row(r) for r in rows]
+
+    def event_hash(self, seq: int) -> bytes | None:
+        row = self._query("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def verify(self) -> int:
+        """Walk the hash chain; return the number of events, or raise ChainBroken at the first bad seq."""
+        previous = GENESIS_HASH
+        expected_seq = 1
+        count = 0
+        for ev in self.iter_events():
+            if ev.seq != expected_seq:
+                raise ChainBroken(self.path, expected_seq, f"row missing (next stored row is seq {ev.seq})")
+            digest = codec.chain_hash(
+                previous,
+                codec.row_bytes(ev.seq, ev.recorded_at, ev.type, ev.version, ev.subject, ev.cause, ev.payload),
+            )
+            if digest != ev.hash:
+                raise ChainBroken(self.path, ev.seq, "stored hash does not match the row's contents")
+            previous = ev.hash
+            expected_seq += 1
+            count += 1
+        # AUTOINCREMENT remembers the highest seq ever written, so a cut-off tail shows as well.
+        row = self._query("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+        if row is not None and int(row[0]) >= expected_seq:
+            raise ChainBroken(self.path, expected_seq, f"rows {expected_seq}..{row[0]} at the end are missing")
+        return count
+
+    def latest_snapshot(self, state_version: int) -> tuple[int, bytes] | None:
+        """The newest snapshot of this shape whose event is still the one it was taken at."""
+        rows = self._query(
+            "SELECT s.seq, s.body FROM snapshots s JOIN events e ON e.seq = s.seq "
+            "WHERE s.state_version = ? AND s.event_hash = e.hash ORDER BY s.seq DESC LIMIT 1",
+            (state_version,),
+        ).fetchall()
+        return None if not rows else (int(rows[0][0]), bytes(rows[0][1]))
+
+    def stats(self) -> LogStats:
+        first_seq, last_seq, first_at, last_at, n = self._query(
+            "SELECT min(seq), max(seq), min(recorded_at), max(recorded_at), count(*) FROM events"
+        ).fetchone()
+        by_type = tuple(
+            TypeStats(t, c)
+            for t, c in self._query("SELECT type, count(*) FROM events GROUP BY type ORDER BY type").fetchall()
+        )
+        snaps = self._query("SELECT count(*) FROM snapshots").fetchone()[0]
+        size = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
+        return LogStats(
+            path=str(self.path),
+            events=n,
+            file_bytes=size,
+            first_seq=first_seq,
+            last_seq=last_seq,
+            first_recorded_at=first_at,
+            last_recorded_at=last_at,
+            by_type=by_type,
+            snapshots=snaps,
+            schema_version=self.schema_version,
+        )
+
+
+@dataclass(slots=True)
+class _Request:
+    items: Sequence[tuple[Event, int | None]]
+    done: asyncio.Future[list[StoredEvent]]
+
+
+class EventStore:
+    """The single writer. `append` returns only once the batch holding its events is committed and fsynced.
+
+    Appends that arrive while a batch is being written are grouped into the next one (group commit), up to
+    `max_batch` events, so a burst costs one fsync instead of one per event.
+    """
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, max_batch: int) -> None:
+        self.path = path
+        self._conn = conn
+        self._clock = clock
+        self._max_batch = max_batch
+        self._queue: asyncio.Queue[_Request] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+
+    @classmethod
+    async def open(cls, path: Path | str, *, clock: Clock = wall_clock_ms, max_batch: int = 1000) -> EventStore:
+        path = Path(path)
+        if path.exists() and not path.is_file():
+            raise DatabaseUnavailable(path, "not a regular file")
+        if not path.parent.exists():
+            raise DatabaseUnavailable(path, f"directory {path.parent} does not exist")
+        try:
+            # Identity and migrations on a plain connection first: nothing is written to a foreign file.
+            with contextlib.closing(sqlite3.connect(path)) as setup:
+                migrate(setup, path)
+                setup.execute("PRAGMA journal_mode=WAL").fetchone()
+            conn = await aiosqlite.connect(path, isolation_level=None)
+            await conn.execute("PRAGMA synchronous=FULL")
+            await conn.execute("PRAGMA busy_timeout=5000")
+        except sqlite3.Error as e:
+            raise _classify(path, e) from e
+        store = cls(conn, path, clock, max_batch)
+        store._writer = asyncio.create_task(store._write_loop(), name="eventlog-writer")
+        return store
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+            self._writer = None
+        await self._conn.close()
+
+    async def __aenter__(self) -> EventStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def append(self, events: Sequence[Event], *, cause: int | None = None) -> list[StoredEvent]:
+        """Append events (all caused by `cause`) and wait until they are durable."""
+        return await self.append_caused([(e, cause) for e in events])
+
+    async def append_caused(self, items: Sequence[tuple[Event, int | None]]) -> list[StoredEvent]:
+        if not items:
+            return []
+        if self._failure is not None:
+            raise AppendFailed(f"{self.path}: the writer stopped earlier: {self._failure}") from self._failure
+        done: asyncio.Future[list[StoredEvent]] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Request(items, done))
+        return await done
+
+    async def write_snapshot(self, seq: int, state_version: int, body: bytes) -> None:
+        async with self._conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            raise AppendFailed(f"{self.path}: cannot snapshot at seq {seq}: no such event")
+        await self._conn.execute(
+            "INSERT OR REPLACE INTO snapshots (seq, event_hash, state_version, created_at, body) VALUES (?, ?, ?, ?, ?)",
+            (seq, row[0], state_version, self._clock(), body),
+        )
+
+    async def _write_loop(self) -> None:
+        while True:
+            first = await self._queue.get()
+            batch = [first]
+            size = len(first.items)
+            while size < self._max_batch and not self._queue.empty():
+                nxt = self._queue.get_nowait()
+                batch.append(nxt)
+                size += len(nxt.items)
+            try:
+                stored = await self._write_batch(batch)
+            except BaseException as e:
+                failure = e if isinstance(e, sqlite3.Error | EventLogError) else None
+                for req in batch:
+                    if not req.done.done():
+                        req.done.set_exception(AppendFailed(f"{self.path}: batch not written: {e}"))
+                if isinstance(e, asyncio.CancelledError):
+                    raise
+                if failure is None:
+                    self._failure = e
+                    raise
+                continue
+            offset = 0
+            for req in batch:
+                n = len(req.items)
+                if not req.done.done():
+                    req.done.set_result(stored[offset : offset + n])
+                offset += n
+
+    async def _write_batch(self, batch: list[_Request]) -> list[StoredEvent]:
+        conn = self._conn
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Read the tail inside the write lock: the chain stays whole even if another writer appended.
+            async with conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1") as cur:
+                tail = await cur.fetchone()
+            seq, previous = (0, GENESIS_HASH) if tail is None else (int(tail[0]), bytes(tail[1]))
+            now = self._clock()
+            rows: list[tuple[int, int, str, int, str, bytes, int | None, bytes]] = []
+            stored: list[StoredEvent] = []
+            for req in batch:
+                for event, cause in req.items:
+                    seq += 1
+                    payload = codec.encode_payload(event)
+                    digest = codec.chain_hash(
+                        previous, codec.row_bytes(seq, now, event.TYPE, event.VERSION, event.subject, cause, payload)
+                    )
+                    row = (seq, now, event.TYPE, event.VERSION, event.subject, payload, cause, digest)
+                    rows.append(row)
+                    stored.append(_row(row))
+                    previous = digest
+            await conn.executemany(_INSERT, rows)
+            await conn.commit()
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                await conn.rollback()
+            raise
+        return stored

@@ -1,0 +1,1 @@
+"""Observability: structured logging and (later) every Prometheus metric, defined here and nowhere else."""

@@ -1,0 +1,124 @@
+"""Sample events of every stored type, shared by the golden fixtures and the fold's property tests."""
+
+from __future__ import annotations
+
+from daemon.domain import events as ev
+from daemon.domain.model import (
+    Admission,
+    ClusterQueue,
+    Cohort,
+    FlavorQuotas,
+    LabelSelector,
+    LocalQueue,
+    Namespace,
+    PendingReason,
+    PendingReasonKind,
+    PodSet,
+    PodSetAssignment,
+    PriorityClass,
+    ResourceFlavor,
+    ResourceGroup,
+    ResourceQuota,
+    Shortage,
+    Taint,
+    Toleration,
+    Workload,
+)
+
+
+def workload(name: str = "train-a", *, ns: str = "research", queue: str | None = "research-queue", gpus: int = 4,
+             created_at: int = 1_000, priority_class: str | None = None) -> Workload:
+    return Workload(
+        namespace=ns,
+        name=name,
+        uid=f"uid-{ns}-{name}",
+        created_at=created_at,
+        queue_name=queue,
+        priority_class=priority_class,
+        pod_sets=(PodSet(name="main", count=2, requests={"nvidia.com/gpu": gpus * 1000 // 2, "cpu": 4000}),),
+    )
+
+
+def admission(cq: str = "team-research", flavor: str = "h100-flavor", gpus: int = 4) -> Admission:
+    return Admission(
+        cluster_queue=cq,
+        pod_sets=(
+            PodSetAssignment(
+                name="main",
+                count=2,
+                flavors={"nvidia.com/gpu": flavor, "cpu": flavor},
+                usage={"nvidia.com/gpu": gpus * 1000, "cpu": 8000},
+            ),
+        ),
+    )
+
+
+GROUP = ResourceGroup(
+    covered_resources=("nvidia.com/gpu", "cpu"),
+    flavors=(
+        FlavorQuotas(
+            name="h100-flavor",
+            resources=(
+                ResourceQuota(name="nvidia.com/gpu", nominal=8000, borrowing_limit=4000),
+                ResourceQuota(name="cpu", nominal=64000, lending_limit=32000),
+            ),
+        ),
+    ),
+)
+
+
+def one_of_each() -> list[ev.Event]:
+    """One event of every current type, with every optional field filled, in an order the fold accepts."""
+    reason = PendingReason(
+        kind=PendingReasonKind.WAITING_FOR_QUOTA,
+        message="insufficient unused quota for nvidia.com/gpu in flavor h100-flavor, 4 more needed",
+        shortages=(Shortage(flavor="h100-flavor", resource="nvidia.com/gpu", requested=4000, available=0),),
+    )
+    return [
+        ev.ResourceFlavorObserved(
+            flavor=ResourceFlavor(
+                name="h100-flavor",
+                node_labels={"gpu-type": "h100"},
+                node_taints=(Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule"),),
+                tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),),
+            )
+        ),
+        ev.CohortObserved(cohort=Cohort(name="all-teams", resource_groups=(GROUP,))),
+        ev.ClusterQueueObserved(
+            cluster_queue=ClusterQueue(name="team-research", cohort="all-teams", namespace_selector=LabelSelector(),
+                                       resource_groups=(GROUP,))
+        ),
+        ev.LocalQueueObserved(local_queue=LocalQueue(namespace="research", name="research-queue",
+                                                     cluster_queue="team-research")),
+        ev.PriorityClassObserved(priority_class=PriorityClass(name="high", value=1000)),
+        ev.NamespaceObserved(namespace=Namespace(name="research", labels={"team": "research"})),
+        ev.ObjectRejected(kind="ClusterQueue", name="broken", errors=("spec.resourceGroups[0]: bad",)),
+        ev.JobObserved(workload=workload(priority_class="high")),
+        ev.WorkloadPending(workload="research/train-a", at=1_001, cluster_queue="team-research", reason=reason),
+        ev.WorkloadAdmitted(
+            workload="research/train-a",
+            at=1_002,
+            admission=admission(),
+            borrowed=(ev.Borrowed(flavor="h100-flavor", resource="nvidia.com/gpu", amount=0, cohort="all-teams"),),
+        ),
+        ev.JobUnsuspended(job="research/train-a", at=1_003, node_selector=(("gpu-type", "h100"),)),
+        ev.ActuationFailed(job="research/train-a", at=1_004, error="409 Conflict", permanent=False),
+        ev.WorkloadPreempted(
+            workload="research/train-a",
+            at=1_005,
+            cluster_queue="team-research",
+            preemptor="research/train-b",
+            preemptor_cluster_queue="team-research",
+            reason="InClusterQueue",
+            policy="withinClusterQueue=LowerPriority",
+            freed=(ev.Freed(flavor="h100-flavor", resource="nvidia.com/gpu", amount=4000),),
+        ),
+        ev.JobSuspended(job="research/train-a", at=1_006),
+        ev.WorkloadEvicted(workload="research/train-a", at=1_007, reason="Preempted"),
+        ev.JobFinished(job="research/train-a", at=1_008, succeeded=True),
+        ev.JobDeleted(job="research/train-a", at=1_009),
+        ev.LocalQueueDeleted(namespace="research", name="research-queue"),
+        ev.ClusterQueueDeleted(name="team-research"),
+        ev.CohortDeleted(name="all-teams"),
+        ev.ResourceFlavorDeleted(name="h100-flavor"),
+    ]
