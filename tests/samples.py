@@ -26,8 +26,15 @@ from daemon.domain.model import (
 )
 
 
-def workload(name: str = "train-a", *, ns: str = "research", queue: str | None = "research-queue", gpus: int = 4,
-             created_at: int = 1_000, priority_class: str | None = None) -> Workload:
+def workload(
+    name: str = "train-a",
+    *,
+    ns: str = "research",
+    queue: str | None = "research-queue",
+    gpus: int = 4,
+    created_at: int = 1_000,
+    priority_class: str | None = None,
+) -> Workload:
     return Workload(
         namespace=ns,
         name=name,
@@ -85,11 +92,13 @@ def one_of_each() -> list[ev.Event]:
         ),
         ev.CohortObserved(cohort=Cohort(name="all-teams", resource_groups=(GROUP,))),
         ev.ClusterQueueObserved(
-            cluster_queue=ClusterQueue(name="team-research", cohort="all-teams", namespace_selector=LabelSelector(),
-                                       resource_groups=(GROUP,))
+            cluster_queue=ClusterQueue(
+                name="team-research", cohort="all-teams", namespace_selector=LabelSelector(), resource_groups=(GROUP,)
+            )
         ),
-        ev.LocalQueueObserved(local_queue=LocalQueue(namespace="research", name="research-queue",
-                                                     cluster_queue="team-research")),
+        ev.LocalQueueObserved(
+            local_queue=LocalQueue(namespace="research", name="research-queue", cluster_queue="team-research")
+        ),
         ev.PriorityClassObserved(priority_class=PriorityClass(name="high", value=1000)),
         ev.NamespaceObserved(namespace=Namespace(name="research", labels={"team": "research"})),
         ev.ObjectRejected(kind="ClusterQueue", name="broken", errors=("spec.resourceGroups[0]: bad",)),

@@ -197,7 +197,9 @@ class State:
                 if rec is not None and rec.phase is Phase.ADMITTED:
                     self._bump_tree_of(rec)
                     self._set(
-                        replace(rec, phase=Phase.PENDING, admission=None, admitted_at=None, evicting=False, last_reason=None)
+                        replace(
+                            rec, phase=Phase.PENDING, admission=None, admitted_at=None, evicting=False, last_reason=None
+                        )
                     )
             case WorkloadPending(workload=key, reason=reason):
                 rec = self.workloads.get(key)
@@ -243,7 +245,17 @@ class State:
         rec = self.workloads.get(key)
         if rec is None or rec.phase is not Phase.PENDING:
             return
-        self._set(replace(rec, phase=Phase.ADMITTED, admission=admission, admitted_at=at, last_reason=None))
+        # Built directly rather than with dataclasses.replace: this runs once per admission on every replay.
+        self._set(
+            WorkloadRecord(
+                workload=rec.workload,
+                priority=rec.priority,
+                phase=Phase.ADMITTED,
+                queue_order_at=rec.queue_order_at,
+                admission=admission,
+                admitted_at=at,
+            )
+        )
         self._bump_tree(self.tree_of_cq(admission.cluster_queue))
 
     def _remove_workload(self, key: str) -> None:

@@ -73,7 +73,9 @@ def decode(type_: str, version: int, payload: bytes, *, seq: int) -> Event:
         raise UnknownEvent(seq, type_, version, f"payload does not decode: {e}") from e
 
 
-def row_bytes(seq: int, recorded_at: int, type_: str, version: int, subject: str, cause: int | None, payload: bytes) -> bytes:
+def row_bytes(
+    seq: int, recorded_at: int, type_: str, version: int, subject: str, cause: int | None, payload: bytes
+) -> bytes:
     """The bytes a row's hash covers: every column but the hash itself."""
     return _encoder.encode([seq, recorded_at, type_, version, subject, cause]) + b"\n" + payload
 

@@ -1,14 +1,14 @@
 """Errors of the event log. Every one names the database file and says what is wrong with it.
 
-    EventLogError
-    ├── DatabaseUnavailable      missing, unreadable or unopenable file            (permanent; exit 2)
-    ├── NotAnEventLog            a SQLite file, but not one admitd wrote           (permanent; exit 2)
-    ├── CorruptDatabase          SQLite says the file is damaged                   (permanent; exit 2)
-    ├── SchemaTooNew             written by a newer admitd                         (permanent; exit 2)
-    ├── MigrationFailed          a migration did not apply; nothing was changed    (permanent; exit 2)
-    ├── UnknownEvent             a stored (type, version) this build cannot read   (permanent; names the seq)
-    ├── AppendFailed             a batch was not written; none of it is durable    (temporary: retry)
-    └── ChainBroken              `log verify` found a row whose hash does not fit  (names the first bad seq)
+EventLogError
+├── DatabaseUnavailable      missing, unreadable or unopenable file            (permanent; exit 2)
+├── NotAnEventLog            a SQLite file, but not one admitd wrote           (permanent; exit 2)
+├── CorruptDatabase          SQLite says the file is damaged                   (permanent; exit 2)
+├── SchemaTooNew             written by a newer admitd                         (permanent; exit 2)
+├── MigrationFailed          a migration did not apply; nothing was changed    (permanent; exit 2)
+├── UnknownEvent             a stored (type, version) this build cannot read   (permanent; names the seq)
+├── AppendFailed             a batch was not written; none of it is durable    (temporary: retry)
+└── ChainBroken              `log verify` found a row whose hash does not fit  (names the first bad seq)
 """
 
 from __future__ import annotations

@@ -32,12 +32,13 @@ def replay(reader: LogReader, *, use_snapshots: bool = True, upto: int | None = 
             try:
                 state = decode_snapshot(found[1])
                 since = found[0]
-            except msgspec.MSGSpecError:
+            except msgspec.MsgspecError:
                 state, since = State(), 0  # an unreadable snapshot costs time, never correctness
-    for stored in reader.iter_events(since):
-        if upto is not None and stored.seq > upto:
+    decode, apply = codec.decode, state.apply
+    for seq, type_, version, payload in reader.iter_payloads(since):
+        if upto is not None and seq > upto:
             break
-        state.apply(codec.decode(stored.type, stored.version, stored.payload, seq=stored.seq), stored.seq)
+        apply(decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=seq), seq)
     return state
 
 

@@ -33,10 +33,8 @@ from daemon.eventlog.migrate import check_identity, migrate
 Clock = Callable[[], int]
 """Milliseconds since the epoch (a virtual clock in simulations)."""
 
-_INSERT = (
-    "INSERT INTO events (seq, recorded_at, type, version, subject, payload, cause, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
 _COLUMNS = "seq, recorded_at, type, version, subject, payload, cause, hash"
+_INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 def wall_clock_ms() -> int:
@@ -152,6 +150,18 @@ class LogReader:
                 yield _row(r)
             last = rows[-1][0]
 
+    def iter_payloads(self, since: int = 0, *, chunk: int = 20000) -> Iterator[tuple[int, str, int, bytes]]:
+        """`(seq, type, version, payload)` for seq > since: the lean read replay uses (no hash, no row objects)."""
+        last = since
+        while True:
+            rows = self._query(
+                "SELECT seq, type, version, payload FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (last, chunk)
+            ).fetchall()
+            if not rows:
+                return
+            yield from rows
+            last = rows[-1][0]
+
     def events_for(self, subject: str) -> list[StoredEvent]:
         rows = self._query(f"SELECT {_COLUMNS} FROM events WHERE subject = ? ORDER BY seq", (subject,)).fetchall()
         return [_row(r) for r in rows]
@@ -219,14 +229,22 @@ class LogReader:
 @dataclass(slots=True)
 class _Request:
     items: Sequence[tuple[Event, int | None]]
-    done: asyncio.Future[list[StoredEvent]]
+    done: asyncio.Future[list[int]]
+
+
+@dataclass(slots=True)
+class _Prepared:
+    requests: list[_Request]
+    rows: list[tuple[int, int, str, int, str, bytes, int | None, bytes]]
+    first_seq: int  # the seq this batch starts at; the log must end at first_seq - 1 when it commits
 
 
 class EventStore:
     """The single writer. `append` returns only once the batch holding its events is committed and fsynced.
 
     Appends that arrive while a batch is being written are grouped into the next one (group commit), up to
-    `max_batch` events, so a burst costs one fsync instead of one per event.
+    `max_batch` events, so a burst costs one fsync instead of one per event. Two tasks form a pipeline: one
+    encodes and chains the next batch while the other commits the previous one in SQLite's thread.
     """
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, max_batch: int) -> None:
@@ -235,8 +253,11 @@ class EventStore:
         self._clock = clock
         self._max_batch = max_batch
         self._queue: asyncio.Queue[_Request] = asyncio.Queue()
-        self._writer: asyncio.Task[None] | None = None
+        self._prepared: asyncio.Queue[_Prepared] = asyncio.Queue(maxsize=2)
+        self._tasks: list[asyncio.Task[None]] = []
         self._failure: BaseException | None = None
+        self._seq = 0
+        self._tail_hash = GENESIS_HASH
 
     @classmethod
     async def open(cls, path: Path | str, *, clock: Clock = wall_clock_ms, max_batch: int = 1000) -> EventStore:
@@ -253,18 +274,27 @@ class EventStore:
             conn = await aiosqlite.connect(path, isolation_level=None)
             await conn.execute("PRAGMA synchronous=FULL")
             await conn.execute("PRAGMA busy_timeout=5000")
+            await conn.execute("PRAGMA cache_size=-65536")  # 64 MiB: the subject index stays in memory
+            async with conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1") as cur:
+                tail = await cur.fetchone()
         except sqlite3.Error as e:
             raise _classify(path, e) from e
         store = cls(conn, path, clock, max_batch)
-        store._writer = asyncio.create_task(store._write_loop(), name="eventlog-writer")
+        if tail is not None:
+            store._seq, store._tail_hash = int(tail[0]), _bytes(tail[1])
+        store._tasks = [
+            asyncio.create_task(store._prepare_loop(), name="eventlog-prepare"),
+            asyncio.create_task(store._commit_loop(), name="eventlog-commit"),
+        ]
         return store
 
     async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._writer
-            self._writer = None
+                await task
+        self._tasks = []
         await self._conn.close()
 
     async def __aenter__(self) -> EventStore:
@@ -273,16 +303,21 @@ class EventStore:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def append(self, events: Sequence[Event], *, cause: int | None = None) -> list[StoredEvent]:
-        """Append events (all caused by `cause`) and wait until they are durable."""
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last event handed to the writer (committed, or about to be)."""
+        return self._seq
+
+    async def append(self, events: Sequence[Event], *, cause: int | None = None) -> list[int]:
+        """Append events (all caused by `cause`); return their seqs once they are durable."""
         return await self.append_caused([(e, cause) for e in events])
 
-    async def append_caused(self, items: Sequence[tuple[Event, int | None]]) -> list[StoredEvent]:
+    async def append_caused(self, items: Sequence[tuple[Event, int | None]]) -> list[int]:
         if not items:
             return []
         if self._failure is not None:
             raise AppendFailed(f"{self.path}: the writer stopped earlier: {self._failure}") from self._failure
-        done: asyncio.Future[list[StoredEvent]] = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
         await self._queue.put(_Request(items, done))
         return await done
 
@@ -292,11 +327,12 @@ class EventStore:
         if row is None:
             raise AppendFailed(f"{self.path}: cannot snapshot at seq {seq}: no such event")
         await self._conn.execute(
-            "INSERT OR REPLACE INTO snapshots (seq, event_hash, state_version, created_at, body) VALUES (?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO snapshots (seq, event_hash, state_version, created_at, body) "
+            "VALUES (?, ?, ?, ?, ?)",
             (seq, row[0], state_version, self._clock(), body),
         )
 
-    async def _write_loop(self) -> None:
+    async def _prepare_loop(self) -> None:
         while True:
             first = await self._queue.get()
             batch = [first]
@@ -305,52 +341,63 @@ class EventStore:
                 nxt = self._queue.get_nowait()
                 batch.append(nxt)
                 size += len(nxt.items)
+            first_seq = self._seq + 1
+            seq, previous, now = self._seq, self._tail_hash, self._clock()
+            rows: list[tuple[int, int, str, int, str, bytes, int | None, bytes]] = []
             try:
-                stored = await self._write_batch(batch)
-            except BaseException as e:
-                failure = e if isinstance(e, sqlite3.Error | EventLogError) else None
                 for req in batch:
-                    if not req.done.done():
-                        req.done.set_exception(AppendFailed(f"{self.path}: batch not written: {e}"))
-                if isinstance(e, asyncio.CancelledError):
+                    for event, cause in req.items:
+                        seq += 1
+                        payload = codec.encode_payload(event)
+                        subject = event.subject
+                        previous = codec.chain_hash(
+                            previous, codec.row_bytes(seq, now, event.TYPE, event.VERSION, subject, cause, payload)
+                        )
+                        rows.append((seq, now, event.TYPE, event.VERSION, subject, payload, cause, previous))
+            except Exception as e:  # an event that cannot be encoded fails its batch, not the writer
+                for req in batch:
+                    req.done.set_exception(AppendFailed(f"{self.path}: batch not written: {e}"))
+                continue
+            self._seq, self._tail_hash = seq, previous
+            await self._prepared.put(_Prepared(batch, rows, first_seq))
+
+    async def _commit_loop(self) -> None:
+        conn = self._conn
+        while True:
+            prepared = await self._prepared.get()
+            try:
+                await conn.execute("BEGIN IMMEDIATE")
+                try:
+                    # Under the write lock: the log must end where this writer thinks it does. Another process
+                    # writing the same file would otherwise fork the chain.
+                    async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
+                        row = await cur.fetchone()
+                    last = 0 if row is None else int(row[0])
+                    if last != prepared.first_seq - 1:
+                        raise AppendFailed(
+                            f"{self.path}: the log ends at seq {last}, expected {prepared.first_seq - 1}: "
+                            "another process is writing this file"
+                        )
+                    await conn.executemany(_INSERT, prepared.rows)
+                    await conn.commit()
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        await conn.rollback()
                     raise
-                if failure is None:
-                    self._failure = e
-                    raise
+            except (sqlite3.Error, EventLogError) as e:
+                # Later prepared batches chained onto this one: fail them too and stop taking appends.
+                self._failure = e
+                failed = [prepared]
+                while not self._prepared.empty():
+                    failed.append(self._prepared.get_nowait())
+                for p in failed:
+                    for req in p.requests:
+                        if not req.done.done():
+                            req.done.set_exception(AppendFailed(f"{self.path}: batch not written: {e}"))
                 continue
             offset = 0
-            for req in batch:
+            for req in prepared.requests:
                 n = len(req.items)
                 if not req.done.done():
-                    req.done.set_result(stored[offset : offset + n])
+                    req.done.set_result([r[0] for r in prepared.rows[offset : offset + n]])
                 offset += n
-
-    async def _write_batch(self, batch: list[_Request]) -> list[StoredEvent]:
-        conn = self._conn
-        await conn.execute("BEGIN IMMEDIATE")
-        try:
-            # Read the tail inside the write lock: the chain stays whole even if another writer appended.
-            async with conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1") as cur:
-                tail = await cur.fetchone()
-            seq, previous = (0, GENESIS_HASH) if tail is None else (int(tail[0]), bytes(tail[1]))
-            now = self._clock()
-            rows: list[tuple[int, int, str, int, str, bytes, int | None, bytes]] = []
-            stored: list[StoredEvent] = []
-            for req in batch:
-                for event, cause in req.items:
-                    seq += 1
-                    payload = codec.encode_payload(event)
-                    digest = codec.chain_hash(
-                        previous, codec.row_bytes(seq, now, event.TYPE, event.VERSION, event.subject, cause, payload)
-                    )
-                    row = (seq, now, event.TYPE, event.VERSION, event.subject, payload, cause, digest)
-                    rows.append(row)
-                    stored.append(_row(row))
-                    previous = digest
-            await conn.executemany(_INSERT, rows)
-            await conn.commit()
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                await conn.rollback()
-            raise
-        return stored

@@ -29,7 +29,7 @@ def _parse_name(path: Path) -> tuple[str, int]:
 def test_every_golden_payload_still_decodes(path: Path) -> None:
     type_, version = _parse_name(path)
     event = codec.decode(type_, version, path.read_bytes().strip(), seq=1)
-    assert event.TYPE == type_
+    assert type_ == event.TYPE
 
 
 def test_every_current_type_and_version_has_a_golden_fixture() -> None:

@@ -43,8 +43,13 @@ def _job_events() -> st.SearchStrategy[ev.Event]:
         ),
         st.tuples(job, at).map(
             lambda t: ev.WorkloadPreempted(
-                workload=f"ns/{t[0]}", at=t[1], cluster_queue="cq-a", preemptor=None, preemptor_cluster_queue=None,
-                reason="ClusterQueueStopped", policy="stopPolicy=HoldAndDrain",
+                workload=f"ns/{t[0]}",
+                at=t[1],
+                cluster_queue="cq-a",
+                preemptor=None,
+                preemptor_cluster_queue=None,
+                reason="ClusterQueueStopped",
+                policy="stopPolicy=HoldAndDrain",
             )
         ),
         st.tuples(job, at).map(lambda t: ev.WorkloadEvicted(workload=f"ns/{t[0]}", at=t[1], reason="Preempted")),
@@ -144,8 +149,15 @@ def test_an_evicted_workload_returns_to_its_queue_at_its_original_position() -> 
             ev.JobObserved(workload=workload("first", ns="ns", queue="q1", created_at=1)),
             ev.JobObserved(workload=workload("second", ns="ns", queue="q1", created_at=2)),
             ev.WorkloadAdmitted(workload="ns/first", at=3, admission=admission(cq="cq-a")),
-            ev.WorkloadPreempted(workload="ns/first", at=4, cluster_queue="cq-a", preemptor="ns/x",
-                                 preemptor_cluster_queue="cq-a", reason="InClusterQueue", policy="p"),
+            ev.WorkloadPreempted(
+                workload="ns/first",
+                at=4,
+                cluster_queue="cq-a",
+                preemptor="ns/x",
+                preemptor_cluster_queue="cq-a",
+                reason="InClusterQueue",
+                policy="p",
+            ),
         ]
     )
     assert state.view().admitted["ns/first"].evicting is True
