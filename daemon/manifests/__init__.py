@@ -1,0 +1,31 @@
+"""The border between raw manifests (dicts from YAML files or the Kubernetes API) and the typed domain objects of
+`daemon.domain.model`: Kueue and core objects via `parse_object`/`load_documents`, jobs via a `JobAdapter`.
+"""
+
+from __future__ import annotations
+
+from daemon.manifests.errors import ManifestError
+from daemon.manifests.jobs import (
+    PRIORITY_CLASS_LABEL,
+    QUEUE_NAME_LABEL,
+    BatchJobAdapter,
+    JobAdapter,
+    adapter_for,
+    register_adapter,
+)
+from daemon.manifests.loader import Parsed, ParsedObject, load_documents, parse_documents, parse_object
+
+__all__ = [
+    "PRIORITY_CLASS_LABEL",
+    "QUEUE_NAME_LABEL",
+    "BatchJobAdapter",
+    "JobAdapter",
+    "ManifestError",
+    "Parsed",
+    "ParsedObject",
+    "adapter_for",
+    "load_documents",
+    "parse_documents",
+    "parse_object",
+    "register_adapter",
+]

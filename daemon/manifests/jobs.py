@@ -1,0 +1,267 @@
+"""Job adapters: each turns one job kind's raw object into a `Workload`, and a registry finds the adapter for an
+(apiVersion, kind), so PyTorchJob, RayJob or JobSet plug in by registering an adapter, without touching the engine.
+
+Per-pod requests follow Kubernetes' `resourcehelper.PodRequests`, as Kueue's `totalRequestsFromPodSets` uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Protocol
+
+from daemon.domain.model import Millis, PodSet, Workload
+from daemon.domain.quantity import format_quantity, resource_milli
+from daemon.manifests.core import read_tolerations
+from daemon.manifests.fields import INT32_MAX, Reader, at, describe, index, key, qualified_name
+
+__all__ = [
+    "PRIORITY_CLASS_LABEL",
+    "QUEUE_NAME_LABEL",
+    "BatchJobAdapter",
+    "JobAdapter",
+    "adapter_for",
+    "pod_requests",
+    "register_adapter",
+    "registered_adapters",
+]
+
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+
+# PodLevelResources (KEP-2837): only these may be set at pod level, and then they replace the container sum.
+_POD_LEVEL_RESOURCES = ("cpu", "memory")
+_POD_LEVEL_PREFIX = "hugepages-"
+
+Requests = dict[str, Fraction]
+
+
+class JobAdapter(Protocol):
+    """Turns one job kind into a Workload. Implementations are stateless and safe to share."""
+
+    @property
+    def api_version(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    def to_workload(self, obj: Mapping[str, object], *, created_at: Millis, uid: str) -> Workload:
+        """The job as the engine admits it. Raises `ManifestError` naming the field when the job is malformed."""
+        ...
+
+    def is_managed(self, obj: Mapping[str, object]) -> bool:
+        """Whether admitd queues this job: it carries the `kueue.x-k8s.io/queue-name` label."""
+        ...
+
+
+_registry: dict[tuple[str, str], JobAdapter] = {}
+
+
+def register_adapter(adapter: JobAdapter) -> None:
+    """Make `adapter_for` find `adapter` for its (apiVersion, kind); a later registration replaces an earlier one."""
+    _registry[(adapter.api_version, adapter.kind)] = adapter
+
+
+def adapter_for(api_version: str, kind: str) -> JobAdapter | None:
+    return _registry.get((api_version, kind))
+
+
+def registered_adapters() -> tuple[JobAdapter, ...]:
+    return tuple(_registry.values())
+
+
+def _labels(obj: Mapping[str, object]) -> Mapping[str, object]:
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _label(obj: Mapping[str, object], name: str) -> str | None:
+    value = _labels(obj).get(name)
+    return value if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchJobAdapter:
+    """batch/v1 Job: one PodSet "main" of `min(parallelism, completions)` pods (Kueue's `podsCount`)."""
+
+    api_version: str = "batch/v1"
+    kind: str = "Job"
+
+    def is_managed(self, obj: Mapping[str, object]) -> bool:
+        return _label(obj, QUEUE_NAME_LABEL) is not None
+
+    def to_workload(self, obj: Mapping[str, object], *, created_at: Millis, uid: str) -> Workload:
+        r = Reader(kind=self.kind)
+        workload = self.read(r, obj, created_at=created_at, uid=uid)
+        if r.errors:
+            raise r.errors[0]
+        assert workload is not None  # read returns None only with errors recorded
+        return workload
+
+    def read(self, r: Reader, obj: Mapping[str, object], *, created_at: Millis, uid: str) -> Workload | None:
+        """Like `to_workload`, but records every problem in `r` instead of raising the first."""
+        meta = r.mapping(obj.get("metadata"), "metadata") or {}
+        name = r.string(meta.get("name"), "metadata.name", required=True)
+        namespace = r.string(meta.get("namespace"), "metadata.namespace") or "default"
+        r.name, r.namespace = name or "", namespace
+        labels = r.string_map(meta.get("labels"), "metadata.labels")
+        spec = r.mapping(obj.get("spec"), "spec", required=True)
+        if spec is None:
+            return None
+        parallelism = r.integer(spec.get("parallelism"), "spec.parallelism", minimum=0, maximum=INT32_MAX)
+        completions = r.integer(spec.get("completions"), "spec.completions", minimum=0, maximum=INT32_MAX)
+        # The apiserver defaults parallelism to 1; a Job never runs more pods at once than it has completions left.
+        count = 1 if parallelism is None else parallelism
+        if completions is not None and completions < count:
+            count = completions
+        template = r.mapping(spec.get("template"), "spec.template", required=True)
+        pod = r.mapping(template.get("spec"), "spec.template.spec", required=True) if template is not None else None
+        if pod is None:
+            return None
+        requests = pod_requests(r, pod, "spec.template.spec")
+        node_selector = r.string_map(pod.get("nodeSelector"), "spec.template.spec.nodeSelector")
+        tolerations = read_tolerations(r, pod.get("tolerations"), "spec.template.spec.tolerations")
+        pod_priority_class = r.string(pod.get("priorityClassName"), "spec.template.spec.priorityClassName") or None
+        if r.errors or name is None:
+            return None
+        return Workload(
+            namespace=namespace,
+            name=name,
+            kind=self.kind,
+            uid=uid,
+            created_at=created_at,
+            queue_name=labels.get(QUEUE_NAME_LABEL) or None,
+            priority_class=labels.get(PRIORITY_CLASS_LABEL) or None,
+            pod_priority_class=pod_priority_class,
+            pod_sets=(
+                PodSet(
+                    name="main",
+                    count=count,
+                    requests=requests,
+                    node_selector=node_selector,
+                    tolerations=tolerations,
+                ),
+            ),
+        )
+
+
+def pod_requests(r: Reader, pod: Mapping[str, object], path: str) -> dict[str, int]:
+    """Per-pod requests in milli-units, as `resourcehelper.PodRequests` (k8s.io/component-helpers) computes them
+    for Kueue, after Kueue's `UseLimitsAsMissingRequestsInPod`:
+
+    - a container's request for a resource is its limit when only the limit is set (the apiserver defaults it so);
+    - the regular containers are summed; sidecars (init containers with ``restartPolicy: Always``) are added too;
+    - init containers run one at a time, each next to the sidecars started before it, so the pod needs at least
+      ``max_i(init_i + sidecars before i)`` (for a sidecar, ``sidecars up to and including i``);
+    - pod-level ``resources.requests`` (cpu, memory, hugepages-*) replace the container total for that resource;
+    - ``overhead`` (RuntimeClass) is added last.
+
+    Sums are exact; each total is then rounded up once, CPU to milli-cores and all else to whole units, as Kueue's
+    `ResourceValue` does. Zero totals are dropped: Kueue's flavor assigner skips zero requests, so a zero request
+    for a resource no ClusterQueue covers does not make a job inadmissible.
+    """
+    total: Requests = {}
+    containers_path = at(path, "containers")
+    containers = r.sequence(pod.get("containers"), containers_path, required=True, min_items=1) or []
+    for i, c in enumerate(containers):
+        _add(total, _container_requests(r, c, index(containers_path, i)))
+
+    sidecars: Requests = {}
+    init_peak: Requests = {}
+    init_path = at(path, "initContainers")
+    for i, c in enumerate(r.sequence(pod.get("initContainers"), init_path) or ()):
+        p = index(init_path, i)
+        own = _container_requests(r, c, p)
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
+            _add(total, own)
+            _add(sidecars, own)
+            in_use = dict(sidecars)
+        else:
+            in_use = dict(own)
+            _add(in_use, sidecars)
+        _max(init_peak, in_use)
+    _max(total, init_peak)
+
+    pod_resources = r.mapping(pod.get("resources"), at(path, "resources"))
+    if pod_resources is not None:
+        level = _requests_with_limits(r, pod_resources, at(path, "resources"), "pod")
+        for name, amount in level.items():
+            if name in _POD_LEVEL_RESOURCES or name.startswith(_POD_LEVEL_PREFIX):
+                total[name] = amount
+
+    overhead = _resource_list(r, pod.get("overhead"), at(path, "overhead"), "pod overhead: ")
+    _add(total, overhead)
+
+    out: dict[str, int] = {}
+    for name in sorted(total):
+        milli = resource_milli(total[name], name)
+        if milli:
+            out[name] = milli
+    return out
+
+
+def _container_requests(r: Reader, c: object, path: str) -> Requests:
+    m = r.mapping(c, path, required=True)
+    if m is None:
+        return {}
+    cname = m.get("name")
+    who = f'container "{cname}"' if isinstance(cname, str) and cname else f"container #{path.rsplit('[', 1)[-1][:-1]}"
+    resources = r.mapping(m.get("resources"), at(path, "resources"))
+    if resources is None:
+        return {}
+    return _requests_with_limits(r, resources, at(path, "resources"), who)
+
+
+def _requests_with_limits(r: Reader, resources: Mapping[str, object], path: str, who: str) -> Requests:
+    requests = _resource_list(r, resources.get("requests"), at(path, "requests"), f"{who}: ")
+    limits = _resource_list(r, resources.get("limits"), at(path, "limits"), f"{who}: ")
+    for name, limit in limits.items():
+        request = requests.setdefault(name, limit)
+        if request > limit:
+            # The apiserver rejects such a pod template, and Kueue's ValidateResources the Workload.
+            r.error(
+                key(at(path, "requests"), name),
+                f"{who}: request {_show(request, name)} must not exceed limit {_show(limit, name)}",
+            )
+    return requests
+
+
+def _resource_list(r: Reader, value: object, path: str, context: str) -> Requests:
+    m = r.mapping(value, path)
+    out: Requests = {}
+    if m is None:
+        return out
+    for name, raw in m.items():
+        p = key(path, name)
+        problem = qualified_name(name)
+        if problem:
+            r.error(p, f"{context}invalid resource name {name!r}: {problem}")
+            continue
+        if raw is None:
+            r.error(p, f"{context}expected a quantity, got {describe(raw)}")
+            continue
+        q = r.quantity(raw, p, non_negative=True, context=context)
+        if q is not None:
+            out[name] = q.exact
+    return out
+
+
+def _add(into: Requests, more: Mapping[str, Fraction]) -> None:
+    for name, amount in more.items():
+        into[name] = into.get(name, Fraction(0)) + amount
+
+
+def _max(into: Requests, other: Mapping[str, Fraction]) -> None:
+    for name, amount in other.items():
+        if name not in into or amount > into[name]:
+            into[name] = amount
+
+
+def _show(exact: Fraction, resource: str) -> str:
+    # Messages show what Kueue would account, which is what a user compares with quotas.
+    return format_quantity(resource_milli(exact, resource), resource)
+
+
+register_adapter(BatchJobAdapter())

@@ -1,0 +1,267 @@
+"""From raw documents to `Parsed` results: `parse_object` for one dict (from YAML or the Kubernetes API), and
+`load_documents` for a multi-document YAML file, the only I/O of this package.
+
+Content problems never raise and never stop the next document; only an unreadable file or broken YAML raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from daemon.domain.model import ClusterQueue, Cohort, LocalQueue, Namespace, PriorityClass, ResourceFlavor
+from daemon.manifests.core import parse_namespace, parse_priority_class
+from daemon.manifests.errors import ManifestError
+from daemon.manifests.fields import Reader, describe, dns_label, dns_subdomain
+from daemon.manifests.jobs import BatchJobAdapter, adapter_for, registered_adapters
+from daemon.manifests.kueue import (
+    KUEUE_GROUP,
+    KUEUE_VERSIONS,
+    parse_cluster_queue,
+    parse_cohort,
+    parse_local_queue,
+    parse_resource_flavor,
+)
+
+try:
+    from yaml import CSafeLoader as _BaseLoader
+except ImportError:  # PyYAML built without libyaml: the pure-Python loader reads the same documents, slower
+    from yaml import SafeLoader as _BaseLoader  # type: ignore[assignment]
+
+__all__ = ["Parsed", "ParsedObject", "load_documents", "parse_documents", "parse_object"]
+
+ParsedObject = ResourceFlavor | ClusterQueue | Cohort | LocalQueue | PriorityClass | Namespace
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Parsed:
+    """One document, read. `obj` (a Kueue or core object) or `raw_job` (a job, kept raw for its `JobAdapter`) is
+    set only when `errors` is empty; `warnings` are whole sentences for a log line.
+
+    `doc_index` counts every document of its file from 0, empty ones included, so it matches the ``---``
+    separators; `source` and `line` (where the document starts) are set by `load_documents`.
+    """
+
+    obj: ParsedObject | None
+    raw_job: Mapping[str, object] | None
+    warnings: tuple[str, ...]
+    errors: tuple[ManifestError, ...]
+    doc_index: int
+    kind: str
+    name: str
+    namespace: str | None
+    api_version: str = ""
+    source: str | None = None
+    line: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+_Parse = Callable[[Reader, Mapping[str, object]], ParsedObject | None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Kind:
+    parse: _Parse
+    namespaced: bool = False
+    fields: tuple[str, ...] = ("apiVersion", "kind", "metadata", "spec", "status")
+    name_syntax: Callable[[str], str | None] = dns_subdomain
+
+
+def _kueue(parse: Callable[[Reader, Mapping[str, object], str], ParsedObject | None], version: str) -> _Parse:
+    return lambda r, doc: parse(r, doc, version)
+
+
+def _kinds() -> dict[tuple[str, str], _Kind]:
+    kinds: dict[tuple[str, str], _Kind] = {}
+    for version in KUEUE_VERSIONS:
+        av = f"{KUEUE_GROUP}/{version}"
+        kinds[(av, "ResourceFlavor")] = _Kind(parse=_kueue(parse_resource_flavor, version))
+        kinds[(av, "ClusterQueue")] = _Kind(parse=_kueue(parse_cluster_queue, version))
+        kinds[(av, "Cohort")] = _Kind(parse=_kueue(parse_cohort, version))
+        kinds[(av, "LocalQueue")] = _Kind(parse=_kueue(parse_local_queue, version), namespaced=True)
+        kinds[(av, "WorkloadPriorityClass")] = _Kind(
+            parse=lambda r, doc: parse_priority_class(r, doc, kind="WorkloadPriorityClass"),
+            fields=("apiVersion", "kind", "metadata", "value", "description"),
+        )
+    kinds[("scheduling.k8s.io/v1", "PriorityClass")] = _Kind(
+        parse=lambda r, doc: parse_priority_class(r, doc, kind="PriorityClass"),
+        fields=("apiVersion", "kind", "metadata", "value", "globalDefault", "description", "preemptionPolicy"),
+    )
+    kinds[("v1", "Namespace")] = _Kind(parse=parse_namespace, name_syntax=dns_label)
+    return kinds
+
+
+_KINDS = _kinds()
+
+
+def _supported() -> str:
+    """Every kind this border reads, for the "unsupported kind" message."""
+    by_kind: dict[str, list[str]] = {}
+    for av, kind in _KINDS:
+        by_kind.setdefault(kind, []).append(av)
+    for adapter in registered_adapters():
+        by_kind.setdefault(adapter.kind, []).append(adapter.api_version)
+    return "; ".join(f"{kind} ({', '.join(avs)})" for kind, avs in by_kind.items())
+
+
+def parse_object(
+    doc: object,
+    doc_index: int = 0,
+    *,
+    source: str | None = None,
+    line: int | None = None,
+) -> Parsed:
+    """Read one manifest. Never raises for bad content: what is wrong is in `Parsed.errors`, field by field."""
+    if not isinstance(doc, Mapping):
+        error = ManifestError(
+            f"expected an object with apiVersion, kind and metadata, got {describe(doc)}", document=doc_index
+        )
+        return Parsed(
+            obj=None,
+            raw_job=None,
+            warnings=(),
+            errors=(error,),
+            doc_index=doc_index,
+            kind="",
+            name="",
+            namespace=None,
+            source=source,
+            line=line,
+        )
+    # The subject of every message (kind, name, namespace) is read leniently first, then checked properly.
+    raw_kind, raw_av = doc.get("kind"), doc.get("apiVersion")
+    raw_meta = doc.get("metadata")
+    meta_view: Mapping[Any, object] = raw_meta if isinstance(raw_meta, Mapping) else {}
+    raw_name, raw_ns = meta_view.get("name"), meta_view.get("namespace")
+    lenient_kind = raw_kind if isinstance(raw_kind, str) else ""
+    lenient_av = raw_av if isinstance(raw_av, str) else ""
+    adapter = adapter_for(lenient_av, lenient_kind)
+    spec = _KINDS.get((lenient_av, lenient_kind))
+    namespace = raw_ns if isinstance(raw_ns, str) and raw_ns else None
+    scoped_away = spec is not None and not spec.namespaced and namespace is not None
+    r = Reader(
+        kind=lenient_kind,
+        name=raw_name if isinstance(raw_name, str) else "",
+        namespace=None if scoped_away else namespace,
+        document=doc_index,
+    )
+    api_version = r.string(raw_av, "apiVersion", required=True)
+    kind = r.string(raw_kind, "kind", required=True)
+    obj: ParsedObject | None = None
+    raw_job: Mapping[str, object] | None = None
+    if adapter is not None:
+        if isinstance(adapter, BatchJobAdapter):
+            adapter.read(r, doc, created_at=0, uid="")  # every problem, not just the first
+        else:
+            try:
+                adapter.to_workload(doc, created_at=0, uid="")
+            except ManifestError as e:
+                r.errors.append(e)
+        namespace = namespace or "default"
+        raw_job = doc
+    elif spec is not None:
+        meta = r.mapping(raw_meta, "metadata") or {}
+        r.string(meta.get("name"), "metadata.name", required=True, syntax=spec.name_syntax)
+        r.string(meta.get("namespace"), "metadata.namespace", syntax=dns_label)
+        r.mapping(doc, "", known=spec.fields)
+        if spec.namespaced and namespace is None:
+            r.error("metadata.namespace", f"required: {kind} is namespaced")
+        if scoped_away:
+            r.warn("metadata.namespace", f"is ignored: {kind} is cluster-scoped")
+            namespace = None
+        obj = spec.parse(r, doc)
+    elif kind and api_version:
+        versions = [av for av, k in _KINDS if k == kind] + [
+            a.api_version for a in registered_adapters() if a.kind == kind
+        ]
+        if versions:
+            r.error(
+                "apiVersion", f"unsupported apiVersion {api_version!r} for {kind} (supported: {', '.join(versions)})"
+            )
+        else:
+            r.error("kind", f"unsupported kind {kind!r} in {api_version} (supported: {_supported()})")
+    if r.errors:
+        obj, raw_job = None, None
+    return Parsed(
+        obj=obj,
+        raw_job=raw_job,
+        warnings=tuple(r.warnings),
+        errors=tuple(r.errors),
+        doc_index=doc_index,
+        kind=kind or r.kind,
+        name=r.name,
+        namespace=namespace,
+        api_version=api_version or "",
+        source=source,
+        line=line,
+    )
+
+
+class _Loader(_BaseLoader):
+    """YAML 1.1 safe loading, as kubectl reads manifests, except that a key repeated in one mapping is an error:
+    the apiserver's strict decoding rejects it, and silently keeping the last one hides typos."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # merge keys (<<) may be overridden by design
+            k = self.construct_object(key_node, deep=deep)
+            if isinstance(k, str | int | float | bool) or k is None:
+                if k in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found duplicate key {k!r} (first at line {seen[k]})",
+                        key_node.start_mark,
+                    )
+                seen[k] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_documents(text: str, *, source: str = "<string>") -> list[Parsed]:
+    """Every document of a multi-document YAML text, in order; empty documents are skipped."""
+    out: list[Parsed] = []
+    loader = _Loader(text)
+    try:
+        doc_index = 0
+        while loader.check_node():
+            node = loader.get_node()
+            line = node.start_mark.line + 1 if node is not None else None
+            data = loader.construct_document(node) if node is not None else None
+            if data is not None:
+                out.append(parse_object(data, doc_index, source=source, line=line))
+            doc_index += 1
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        problem = getattr(e, "problem", None) or str(e)
+        context = getattr(e, "context", None)
+        detail = f"{problem} ({context})" if context else problem
+        raise ManifestError(
+            f"invalid YAML: {detail}",
+            source=source,
+            line=mark.line + 1 if mark is not None else None,
+        ) from e
+    finally:
+        loader.dispose()
+    return out
+
+
+def load_documents(path: str | Path) -> list[Parsed]:
+    """Every document of a YAML file. Raises `ManifestError` naming the file (and line) when it cannot be read or
+    is not valid YAML; problems inside documents are in each `Parsed`."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"not UTF-8 text ({e.reason} at byte {e.start})", source=str(p)) from e
+    except OSError as e:
+        raise ManifestError(f"cannot read: {e.strerror or e}", source=str(p)) from e
+    return parse_documents(text, source=str(p))
