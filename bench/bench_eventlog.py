@@ -1,6 +1,6 @@
 """Event-log benchmarks: append throughput by batch size, replay throughput, start-up from a snapshot, peak RSS.
 
-Usage: python bench/bench_eventlog.py [--events 1000000] [--dir bench/out]
+Usage: python -m bench.bench_eventlog [--events 1000000] [--dir bench/out]
 Prints one JSON object. Each phase runs in its own process so its peak RSS is its own.
 """
 
@@ -178,7 +178,11 @@ def startup_phase(path: Path) -> dict[str, object]:
 
 def run_phase(args: list[str]) -> dict[str, object]:
     out = subprocess.run(
-        [sys.executable, __file__, "--phase", *args], capture_output=True, text=True, check=True, cwd=ROOT
+        [sys.executable, "-m", "bench.bench_eventlog", "--phase", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
     )
     result: dict[str, object] = json.loads(out.stdout)
     return result

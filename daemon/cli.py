@@ -15,6 +15,7 @@ import msgspec
 
 from daemon.eventlog import EventLogError, LogReader, default_db_path
 from daemon.eventlog.codec import encode_json
+from daemon.obs.logging import configure as configure_logging
 
 _DB_HELP = "event log file (default: $STATE_DIRECTORY/admitd.db under systemd, else ./admitd.db)"
 
@@ -102,6 +103,12 @@ def _non_negative(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="admitd", description=__doc__)
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="log lines on stderr: JSON off a terminal, readable on one (default: warning)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     log = sub.add_parser("log", help="read the event log (read-only; safe while the daemon runs)")
@@ -125,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_logging(level=args.log_level)
     try:
         code: int = args.func(args)
     except EventLogError as e:

@@ -230,6 +230,7 @@ class PendingReasonKind(StrEnum):
     CLUSTER_QUEUE_NOT_FOUND = "ClusterQueueNotFound"
     NAMESPACE_NOT_SELECTED = "NamespaceNotSelected"
     QUEUE_STOPPED = "QueueStopped"
+    CLUSTER_QUEUE_INACTIVE = "ClusterQueueInactive"  # unknown flavor or a cohort cycle: the queue cannot admit
     NO_MATCHING_FLAVOR = "NoMatchingFlavor"  # taints, node selectors or uncovered resources rule out every flavor
     EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"  # larger than the queue could ever hold
     WAITING_FOR_QUOTA = "WaitingForQuota"

@@ -138,6 +138,8 @@ class State:
         self._pending_unrouted: dict[str, PendingWorkload] = {}
         self._admitted: dict[str, AdmittedWorkload] = {}
         self._admitted_by_cq: dict[str, dict[str, AdmittedWorkload]] = {}
+        self._pending_version: dict[str, int] = {}  # per ClusterQueue; derived, starts afresh on every load
+        self._pending_version_counter = 0
         self._tree_generation: dict[str, int] = {}
         self._config_generation = [0]
         self._counter = 0
@@ -305,6 +307,7 @@ class State:
             if bucket is None:
                 bucket = self._pending_by_cq[cq] = SortedKeyList(key=_queue_key)
             bucket.add(pw)
+            self._bump_pending_version(cq)
         self._pending_entry[key] = (cq, pw)
 
     def _unindex(self, key: str) -> None:
@@ -323,8 +326,13 @@ class State:
             else:
                 bucket = self._pending_by_cq[cq]
                 bucket.remove(pw)
+                self._bump_pending_version(cq)
                 if not bucket:
                     del self._pending_by_cq[cq]
+
+    def _bump_pending_version(self, cq: str) -> None:
+        self._pending_version_counter += 1
+        self._pending_version[cq] = self._pending_version_counter
 
     def _route(self, lq_key: str) -> str | None:
         lq = self.local_queues.get(lq_key)
@@ -333,6 +341,8 @@ class State:
         return lq.cluster_queue
 
     def _reindex_pending(self) -> None:
+        for cq in self._pending_by_cq:
+            self._bump_pending_version(cq)
         self._pending_by_cq.clear()
         self._pending_unrouted.clear()
         self._pending_entry.clear()
@@ -385,6 +395,7 @@ class State:
             pending_by_cq=self._pending_by_cq,
             pending_unrouted=self._pending_unrouted,
             generation=_Generations(self._tree_generation, self._config_generation),
+            pending_version=self._pending_version,
         )
 
     def to_snapshot(self) -> StateSnapshot:

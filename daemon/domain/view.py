@@ -64,3 +64,7 @@ class ClusterView:
     """Per quota tree (the root cohort's name, or ``cq:<name>`` for a ClusterQueue without a cohort): a counter
     bumped by every event that may let a waiting workload fit (usage released, quota or config changed,
     admission). Equal generation means a workload found not fitting still does not fit."""
+    pending_version: Mapping[str, int] | None = None
+    """Optional, per ClusterQueue: a counter bumped whenever its pending sequence changes (a workload added, removed
+    or replaced). With it, `AdmissionEngine` skips an unchanged queue of unfitting workloads in O(1); without it
+    (None) the engine still skips each memoised workload, in O(pending) dictionary lookups."""

@@ -230,6 +230,7 @@ class LogReader:
 class _Request:
     items: Sequence[tuple[Event, int | None]]
     done: asyncio.Future[list[int]]
+    recorded_at: int | None = None
 
 
 @dataclass(slots=True)
@@ -258,9 +259,17 @@ class EventStore:
         self._failure: BaseException | None = None
         self._seq = 0
         self._tail_hash = GENESIS_HASH
+        self._base_seq = 0
+        self._submitted = 0
 
     @classmethod
-    async def open(cls, path: Path | str, *, clock: Clock = wall_clock_ms, max_batch: int = 1000) -> EventStore:
+    async def open(
+        cls, path: Path | str, *, clock: Clock = wall_clock_ms, max_batch: int = 1000, durable: bool = True
+    ) -> EventStore:
+        """Open (creating and migrating if needed) the log at `path` for writing.
+
+        `durable=False` (simulations only) skips the fsyncs: a crash may then lose the tail, never corrupt it.
+        """
         path = Path(path)
         if path.exists() and not path.is_file():
             raise DatabaseUnavailable(path, "not a regular file")
@@ -272,7 +281,7 @@ class EventStore:
                 migrate(setup, path)
                 setup.execute("PRAGMA journal_mode=WAL").fetchone()
             conn = await aiosqlite.connect(path, isolation_level=None)
-            await conn.execute("PRAGMA synchronous=FULL")
+            await conn.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=OFF")
             await conn.execute("PRAGMA busy_timeout=5000")
             await conn.execute("PRAGMA cache_size=-65536")  # 64 MiB: the subject index stays in memory
             async with conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1") as cur:
@@ -282,6 +291,7 @@ class EventStore:
         store = cls(conn, path, clock, max_batch)
         if tail is not None:
             store._seq, store._tail_hash = int(tail[0]), _bytes(tail[1])
+            store._base_seq = store._seq
         store._tasks = [
             asyncio.create_task(store._prepare_loop(), name="eventlog-prepare"),
             asyncio.create_task(store._commit_loop(), name="eventlog-commit"),
@@ -315,11 +325,27 @@ class EventStore:
     async def append_caused(self, items: Sequence[tuple[Event, int | None]]) -> list[int]:
         if not items:
             return []
+        return await self.submit(items)
+
+    def submit(
+        self, items: Sequence[tuple[Event, int | None]], *, recorded_at: int | None = None
+    ) -> asyncio.Future[list[int]]:
+        """Queue events without waiting; the future resolves to their seqs once durable.
+
+        Seqs follow submission order, so a sole writer (the simulator) can know them before they are written;
+        `expected_seq` says what the next one will be. `recorded_at` overrides the clock (virtual time).
+        """
         if self._failure is not None:
             raise AppendFailed(f"{self.path}: the writer stopped earlier: {self._failure}") from self._failure
         done: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Request(items, done))
-        return await done
+        self._queue.put_nowait(_Request(items, done, recorded_at))
+        self._submitted += len(items)
+        return done
+
+    @property
+    def expected_seq(self) -> int:
+        """The seq the next submitted event will get, given that this process is the only writer."""
+        return self._base_seq + self._submitted + 1
 
     async def write_snapshot(self, seq: int, state_version: int, body: bytes) -> None:
         async with self._conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)) as cur:
@@ -342,10 +368,11 @@ class EventStore:
                 batch.append(nxt)
                 size += len(nxt.items)
             first_seq = self._seq + 1
-            seq, previous, now = self._seq, self._tail_hash, self._clock()
+            seq, previous, clock_now = self._seq, self._tail_hash, self._clock()
             rows: list[tuple[int, int, str, int, str, bytes, int | None, bytes]] = []
             try:
                 for req in batch:
+                    now = clock_now if req.recorded_at is None else req.recorded_at
                     for event, cause in req.items:
                         seq += 1
                         payload = codec.encode_payload(event)

@@ -1,9 +1,87 @@
-"""Argument parsing for `admitd simulate` (placeholder until the simulator lands)."""
+"""`admitd simulate SCENARIO.yaml [--db FILE] [--json] [--until DURATION] [--fair-sharing]`."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
 from typing import Any
+
+from daemon.domain.admission import EngineConfig
+from daemon.eventlog.errors import DatabaseUnavailable
+from daemon.manifests import ManifestError
+from daemon.sim.durations import DurationError, format_seconds, parse_duration
+from daemon.sim.report import to_json, to_table
+from daemon.sim.run import SimProgress, run_simulation
+from daemon.sim.scenario import load_scenario
+
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration(text)
+    except DurationError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_simulate_parser(sub: Any) -> None:
-    del sub
+    p = sub.add_parser(
+        "simulate",
+        help="run a YAML scenario on a virtual clock with the real engine and event log",
+        description="Run the admission engine on a virtual clock. Jobs use the annotations "
+        "simulate.admitd.io/submit-at and simulate.admitd.io/runtime (Go durations).",
+    )
+    p.add_argument(
+        "scenario", type=Path, help="multi-document YAML of Kueue objects, Namespaces, PriorityClasses, Jobs"
+    )
+    p.add_argument("--db", type=Path, help="keep the event log in this new file (for `admitd log ...`)")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.add_argument("--until", type=_duration, metavar="DURATION", help="stop at this virtual time (e.g. 10m)")
+    p.add_argument("--fair-sharing", action="store_true", help="admit by weighted dominant resource share")
+    p.set_defaults(func=_cmd_simulate)
+
+
+def _progress(p: SimProgress, final: bool) -> None:
+    line = (
+        f"\r  t={format_seconds(p.now):>10}  created {p.created}/{p.total_jobs}  admitted {p.admitted}"
+        f"  finished {p.finished}"
+    )
+    sys.stderr.write(line + ("\n" if final else ""))
+    sys.stderr.flush()
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    try:
+        scenario = load_scenario(args.scenario)
+    except ManifestError as e:
+        print(f"admitd: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"admitd: {args.scenario}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    if args.db is not None and args.db.exists():
+        raise DatabaseUnavailable(args.db, "already exists; simulate writes a new log (choose another --db)")
+    for line in scenario.warnings:
+        print(f"admitd: warning: {line}", file=sys.stderr)
+    for line in scenario.problems:
+        print(f"admitd: rejected: {line}", file=sys.stderr)
+    progress = _progress if sys.stderr.isatty() and not args.json else None
+    result = asyncio.run(
+        run_simulation(
+            scenario,
+            db_path=args.db,
+            until=args.until,
+            config=EngineConfig(fair_sharing=args.fair_sharing),
+            progress=progress,
+        )
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(to_json(result)) + "\n")
+    else:
+        print(to_table(result))
+        if scenario.unmanaged_jobs:
+            print(f"({scenario.unmanaged_jobs} jobs without a kueue.x-k8s.io/queue-name label are not managed)")
+        if args.db is not None:
+            print(f"event log: {args.db} (try: admitd log stats --db {args.db})")
+    return 0

@@ -1,0 +1,161 @@
+"""Engine benchmarks on Kueue's performance-test shapes, and cycle cost against unfit pending workloads.
+
+Usage: python -m bench.bench_engine [baseline|large-scale|unfit|all]   (default: all). Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import statistics
+import sys
+import time
+from collections import defaultdict
+
+from bench.kueue_shapes import BASELINE, LARGE_SCALE, Shape, ideal_makespan_ms, scenario
+from daemon.domain import events as ev
+from daemon.domain.admission import AdmissionEngine
+from daemon.domain.model import (
+    Admission,
+    ClusterQueue,
+    FlavorQuotas,
+    LabelSelector,
+    LocalQueue,
+    PodSet,
+    PodSetAssignment,
+    ResourceFlavor,
+    ResourceGroup,
+    ResourceQuota,
+    Workload,
+)
+from daemon.domain.state import State
+from daemon.sim.run import run_simulation
+
+
+def shape_run(shape: Shape) -> dict[str, object]:
+    scen = scenario(shape)
+    t0 = time.perf_counter()
+    result = asyncio.run(run_simulation(scen))
+    wall = time.perf_counter() - t0
+    admissions = sum(len(o.admitted_at) for o in result.jobs.values())
+    waits: dict[str, list[int]] = defaultdict(list)
+    for out in result.jobs.values():
+        cls = out.key.split("/")[1].rsplit("-", 1)[0]
+        if out.admitted_at:
+            waits[cls].append(out.admitted_at[0] - out.created_at)
+    unfinished = sum(1 for o in result.jobs.values() if o.finished_at is None)
+    ideal = ideal_makespan_ms(shape)
+    return {
+        "shape": shape.name,
+        "cluster_queues": shape.cohorts * shape.queues_per_cohort,
+        "workloads": len(scen.jobs),
+        "unfinished": unfinished,
+        "wall_seconds_total": round(wall, 2),
+        "wall_seconds_engine": round(result.engine_seconds, 2),
+        "cycles": result.cycles,
+        "decisions": result.decisions,
+        "events_logged": result.events,
+        "decisions_per_s_engine": round(result.decisions / result.engine_seconds),
+        "admissions": admissions,
+        "evictions": sum(len(o.evicted_at) for o in result.jobs.values()),
+        "admissions_per_s_wall": round(admissions / wall),
+        "makespan_s": result.end / 1000,
+        "ideal_makespan_s": round(ideal / 1000, 2),
+        "makespan_over_ideal": round(result.end / ideal, 3),
+        "mean_time_to_admission_s": {k: round(statistics.mean(v) / 1000, 2) for k, v in sorted(waits.items())},
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def _cq(name: str, cohort: str | None, nominal: int) -> ClusterQueue:
+    return ClusterQueue(
+        name=name,
+        cohort=cohort,
+        namespace_selector=LabelSelector(),
+        resource_groups=(
+            ResourceGroup(
+                covered_resources=("cpu",),
+                flavors=(FlavorQuotas(name="rf", resources=(ResourceQuota(name="cpu", nominal=nominal * 1000),)),),
+            ),
+        ),
+    )
+
+
+def _wl(ns: str, name: str, cpu: int, at: int) -> Workload:
+    return Workload(
+        namespace=ns,
+        name=name,
+        uid=f"{ns}-{name}",
+        created_at=at,
+        queue_name="q",
+        pod_sets=(PodSet(name="main", count=1, requests={"cpu": cpu * 1000}),),
+    )
+
+
+def unfit_cycle(n_unfit: int, rounds: int = 60) -> dict[str, object]:
+    """A full queue with `n_unfit` waiting workloads that cannot fit; cycles triggered by another tree's arrivals."""
+    state = State()
+    engine = AdmissionEngine()
+    for e in (
+        ev.ResourceFlavorObserved(flavor=ResourceFlavor(name="rf")),
+        ev.ClusterQueueObserved(cluster_queue=_cq("full", None, 10)),
+        ev.ClusterQueueObserved(cluster_queue=_cq("busy", None, 10)),
+        ev.LocalQueueObserved(local_queue=LocalQueue(namespace="full", name="q", cluster_queue="full")),
+        ev.LocalQueueObserved(local_queue=LocalQueue(namespace="busy", name="q", cluster_queue="busy")),
+        ev.JobObserved(workload=_wl("full", "running", 10, 0)),
+        ev.WorkloadAdmitted(
+            workload="full/running",
+            at=0,
+            admission=Admission(
+                cluster_queue="full",
+                pod_sets=(PodSetAssignment(name="main", count=1, flavors={"cpu": "rf"}, usage={"cpu": 10_000}),),
+            ),
+        ),
+    ):
+        state.apply(e)
+    for i in range(n_unfit):
+        state.apply(ev.JobObserved(workload=_wl("full", f"waiting-{i}", 5, 1 + i)))
+    t0 = time.perf_counter()
+    first = engine.decide(state.view(), 1)  # evaluates every waiter once and records why it waits
+    first_s = time.perf_counter() - t0
+    for e in first:
+        state.apply(e)
+    times = []
+    for r in range(rounds):
+        now = 10 + r
+        state.apply(ev.JobObserved(workload=_wl("busy", f"arrival-{r}", 1, now)))
+        t = time.perf_counter()
+        decisions = engine.decide(state.view(), now)
+        times.append(time.perf_counter() - t)
+        for e in decisions:
+            state.apply(e)
+        state.apply(ev.JobFinished(job=f"busy/arrival-{r}", at=now))
+    return {
+        "unfit_pending": n_unfit,
+        "first_cycle_ms": round(first_s * 1000, 2),
+        "cycle_ms_median": round(statistics.median(times) * 1000, 3),
+        "cycle_ms_p90": round(sorted(times)[int(len(times) * 0.9)] * 1000, 3),
+    }
+
+
+def main() -> None:
+    what = sys.argv[1] if len(sys.argv) > 1 else "all"
+    results: list[dict[str, object]] = []
+    if what in ("baseline", "all"):
+        results.append(shape_run(BASELINE))
+    if what in ("large-scale", "all"):
+        results.append(shape_run(LARGE_SCALE))
+    if what in ("unfit", "all"):
+        small, big = unfit_cycle(1_000), unfit_cycle(50_000)
+        results.append(
+            {
+                "unfit_cycle": [small, big],
+                "ratio_50000_over_1000": round(big["cycle_ms_median"] / small["cycle_ms_median"], 2),
+            }
+        )  # type: ignore[operator]
+    print(json.dumps({"benchmark": "engine", "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,863 @@
+"""The admission cycle: one pure function from a read-only `ClusterView` to decision events.
+
+What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, unless said otherwise):
+
+1. Unrouted workloads get `LocalQueueNotFound` / `ClusterQueueNotFound`. Queues with `stopPolicy: HoldAndDrain`
+   (ClusterQueue or LocalQueue) preempt their admitted workloads (`preemptor=None`). Pending workloads of stopped
+   queues get `QueueStopped`; of inactive ClusterQueues (unknown flavor, cohort cycle) `ClusterQueueInactive`.
+2. One working snapshot of the quota tree holds "projected" usage: admitted usage, minus victims claimed this cycle
+   (they leave soon), plus what waiting preemptors reserve. An admission must fit both the projected usage and the
+   real usage (victims still counted), so nothing is ever over-committed, even while victims drain.
+3. GOING BEYOND KUEUE (which pops one head per ClusterQueue per cycle): the cycle runs *passes*. In each pass every
+   ClusterQueue offers its next candidate: walking its pending sequence (already in priority / FIFO order) from its
+   cursor, a BestEffortFIFO queue steps over workloads that cannot fit (writing their reason) until one that can be
+   acted on; a StrictFIFO queue offers its head, and when the head cannot be admitted the rest of the queue gets
+   `BlockedByHead`. The pass's entries are ordered as Kueue's classic iterator does (lower borrowing level first,
+   then priority, then FIFO, then key) and processed one by one against the snapshot, each admission's usage added
+   at once. An entry that no longer fits after an earlier one is offered again in the next pass. Passes repeat
+   until no queue offers anything, so one cycle admits everything that fits, in Kueue's order.
+4. Preemption (classic, or fair sharing when `EngineConfig.fair_sharing`, which also replaces the classic order of
+   a pass by Kueue's DRS tournament per quota tree, re-run after every processed entry): a preemptor claims its
+   victims (emitting `WorkloadPreempted` for those not already evicting) and reserves its usage; it stays pending
+   with `WaitingForPreemptedWorkloads`. Victims claimed this cycle are never claimed again. A workload that would
+   fit once already-evicting workloads are gone waits for them without preempting anything new.
+5. BestEffortFIFO's sticky preemptor: a workload whose last reason is `WaitingForPreemptedWorkloads` is offered
+   before the rest of its queue. A workload that needs preemption but has no candidates reserves capacity against
+   other queues (Kueue's resourcesToReserve) unless its queue may always reclaim; admitd does this once per queue
+   per cycle, for the first such workload, and lifts it while serving that workload's own queue.
+
+Pending reasons are written only when they differ from `last_reason`. To keep deep queues from flooding the log,
+only the first unfitting workload of each queue per cycle is compared in full; for the others a change of the
+`available` figures alone (quota used elsewhere) is not news, so their shortages show `available` as last written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from daemon.domain.events import (
+    Borrowed,
+    Event,
+    Freed,
+    WorkloadAdmitted,
+    WorkloadPending,
+    WorkloadPreempted,
+)
+from daemon.domain.fairsharing import fair_targets, tournament
+from daemon.domain.flavors import Assignment, FlavorAssigner, Mode, PMode
+from daemon.domain.model import (
+    Admission,
+    ClusterQueue,
+    Cohort,
+    FlavorResource,
+    LabelSelector,
+    Millis,
+    PendingReason,
+    PendingReasonKind,
+    PodSetAssignment,
+    PreemptionPolicy,
+    QueueingStrategy,
+    ResourceFlavor,
+    Shortage,
+    StopPolicy,
+    Workload,
+)
+from daemon.domain.ordering import candidate_order, entry_order
+from daemon.domain.preemption import Preemptor, Target, classical_targets, oracle_mode
+from daemon.domain.quota import Node, QuotaTree, Snapshot, cq_available, fits, nominal
+from daemon.domain.view import AdmittedWorkload, ClusterView, PendingWorkload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    fair_sharing: bool = False
+    reserve_without_candidates: bool = True
+    """Kueue's resourcesToReserve: a workload that needs preemption but has no candidates holds quota against other
+    queues for the rest of the cycle. It makes a cycle's outcome depend on the order of its passes, so a second
+    cycle over the first one's output may admit what the hold kept back; turn it off to get a strict fixpoint."""
+
+
+# --- public entry points --------------------------------------------------------------------------------------
+
+
+def decide(view: ClusterView, now: Millis, config: EngineConfig = EngineConfig()) -> list[Event]:
+    """One admission cycle. Pure: same view, now and config -> the same events, in the same order."""
+    tree = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors)
+    return _Cycle(view, now, config, tree, {}, None).run()
+
+
+class AdmissionEngine:
+    """Same decisions as decide(), plus caches that make a cycle's cost independent of the number of pending
+    workloads that cannot fit: the quota tree's structure (rebuilt only when the configuration changes), each
+    admitted workload's usage, and an inadmissible memo keyed by the tree's `view.generation` (a workload found
+    unfitting, evaluated against an untouched tree at generation g, is not evaluated again while it stays g)."""
+
+    def __init__(self, config: EngineConfig = EngineConfig()) -> None:
+        self._config = config
+        self._tree: QuotaTree | None = None
+        self._tree_key: tuple[dict[str, ClusterQueue], dict[str, Cohort], dict[str, ResourceFlavor]] | None = None
+        self._usage_cache: dict[str, tuple[object, dict[FlavorResource, int]]] = {}
+        self._memo = _Memo()
+
+    def decide(self, view: ClusterView, now: Millis) -> list[Event]:
+        key = (dict(view.cluster_queues), dict(view.cohorts), dict(view.flavors))
+        if self._tree is None or self._tree_key != key:
+            self._tree = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors)
+            self._tree_key = key
+            self._memo = _Memo()
+        if len(self._usage_cache) > 2 * len(view.admitted) + 1024:
+            self._usage_cache = {}
+        return _Cycle(view, now, self._config, self._tree, self._usage_cache, self._memo).run()
+
+
+# --- results of evaluating one workload ----------------------------------------------------------------------
+
+
+class _Kind(Enum):
+    FIT = "fit"
+    PREEMPT = "preempt"  # targets found
+    WAIT_EVICTIONS = "wait"  # fits once already-evicting workloads are gone
+    NO_TARGETS = "no-targets"  # preemption needed, nobody to preempt
+    NO_FIT = "no-fit"
+
+
+@dataclass(slots=True)
+class _Result:
+    kind: _Kind
+    assignment: Assignment | None = None
+    reason: PendingReason | None = None
+    targets: list[Target] = field(default_factory=list)
+    waits_on: list[AdmittedWorkload] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _MemoEntry:
+    generation: int
+    workload: Workload
+    priority: int
+    queue_order_at: Millis
+    result: _Result
+
+
+@dataclass(slots=True)
+class _QueueMemo:
+    generation: int
+    pending_version: int
+    config: ClusterQueue
+
+
+class _Memo:
+    """The engine's inadmissible memo. Only results computed against a tree untouched in their cycle are stored."""
+
+    def __init__(self) -> None:
+        self.workloads: dict[str, _MemoEntry] = {}
+        self.queues: dict[str, _QueueMemo] = {}
+
+
+# --- the cycle ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Hold:
+    node: Node
+    usage: dict[FlavorResource, int]
+    active: bool = True  # in the snapshot now (lifted while its own queue is being served)
+
+
+@dataclass(slots=True)
+class _Queue:
+    name: str
+    cq: ClusterQueue
+    node: Node
+    seq: Sequence[PendingWorkload]
+    assigner: FlavorAssigner
+    strict: bool
+    pos: int = 0
+    done: bool = False
+    headline_written: bool = False
+    reserved: bool = False
+    hold: _Hold | None = None  # what this queue's first NO_TARGETS workload reserves against other queues
+    hold_for: Assignment | None = None
+    emitted: bool = False  # any event about this queue's pending workloads this cycle
+    acted: bool = False  # offered an entry this cycle
+    equivalent: dict[tuple[object, ...], _Result] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Entry:
+    queue: _Queue
+    pw: PendingWorkload
+    result: _Result
+
+    def order(self) -> tuple[int, int, int, str, str]:
+        borrowing = self.result.assignment.borrowing if self.result.assignment is not None else 0
+        return entry_order(borrowing, self.pw, self.queue.name)
+
+
+class _Cycle:
+    def __init__(
+        self,
+        view: ClusterView,
+        now: Millis,
+        config: EngineConfig,
+        tree: QuotaTree,
+        usage_cache: dict[str, tuple[object, dict[FlavorResource, int]]],
+        memo: _Memo | None,
+    ) -> None:
+        self.view = view
+        self.now = now
+        self.config = config
+        self.tree = tree
+        self.memo = memo
+        self.snap = Snapshot(tree, view.admitted_by_cq, usage_cache)
+        self.events: list[Event] = []
+        # Per tree: victims claimed this cycle and usage reserved by waiting preemptors, to recover real usage.
+        self.claimed: dict[str, list[AdmittedWorkload]] = {}
+        self.reserved: dict[str, list[_Hold]] = {}
+        self.real_cq_usage: dict[str, dict[FlavorResource, int]] = {
+            name: dict(node.usage) for name, node in tree.cqs.items()
+        }
+        self.evicting: dict[str, list[AdmittedWorkload]] = {}
+        for cq_name in sorted(view.admitted_by_cq):
+            node = tree.cqs.get(cq_name)
+            if node is None:
+                continue
+            for aw in view.admitted_by_cq[cq_name].values():
+                if aw.evicting:
+                    self.evicting.setdefault(node.tree, []).append(aw)
+        for lst in self.evicting.values():
+            lst.sort(key=lambda aw: aw.key)
+        self.ns_match: dict[tuple[str, str], bool] = {}
+
+    # --- driver -------------------------------------------------------------------------------------------------
+
+    def run(self) -> list[Event]:
+        self._unrouted()
+        self._drain()
+        queues = self._queues()
+        while True:
+            entries: list[_Entry] = []
+            for q in queues:
+                if q.done:
+                    continue
+                entry = self._next_entry(q)
+                if entry is not None:
+                    entries.append(entry)
+            if not entries:
+                break
+            if self.config.fair_sharing:
+                self._process_fairly(entries)
+                continue
+            entries.sort(key=_Entry.order)
+            for e in entries:
+                self._process(e)
+        self._remember(queues)
+        return self.events
+
+    def _process_fairly(self, entries: list[_Entry]) -> None:
+        """Fair sharing: within each quota tree, Kueue's tournament picks the next entry against the current usage
+        (trees are independent, so they are served one after the other, by name)."""
+        by_tree: dict[str, dict[str, _Entry]] = {}
+        for e in entries:
+            by_tree.setdefault(e.queue.node.tree, {})[e.queue.name] = e
+        for tree in sorted(by_tree):
+            remaining = by_tree[tree]
+            root = next(iter(remaining.values())).queue.node.root()
+            while remaining:
+                won = (
+                    tournament(root, self.tree.cqs, remaining, _entry_usage, _fair_tie_break)
+                    if not root.is_cq
+                    else None
+                )
+                if won is None:
+                    won = min(remaining.values(), key=_Entry.order)
+                del remaining[won.queue.name]
+                self._process(won)
+
+    def _generation(self, tree: str) -> int:
+        return self.view.generation.get(tree, 0)
+
+    # --- step 1: routing, stop policies, inactive queues ----------------------------------------------------------
+
+    def _pending(self, pw: PendingWorkload, cq: str | None, reason: PendingReason) -> bool:
+        if pw.last_reason == reason:
+            return False
+        self.events.append(WorkloadPending(workload=pw.key, at=self.now, cluster_queue=cq, reason=reason))
+        return True
+
+    def _unrouted(self) -> None:
+        for key in sorted(self.view.pending_unrouted):
+            pw = self.view.pending_unrouted[key]
+            lq = self.view.local_queues.get(pw.local_queue) if pw.local_queue else None
+            if lq is None:
+                name = pw.local_queue or f"{pw.workload.namespace}/<none>"
+                reason = PendingReason(
+                    kind=PendingReasonKind.LOCAL_QUEUE_NOT_FOUND, message=f"LocalQueue {name} doesn't exist"
+                )
+            else:
+                reason = PendingReason(
+                    kind=PendingReasonKind.CLUSTER_QUEUE_NOT_FOUND,
+                    message=f"ClusterQueue {lq.cluster_queue} doesn't exist",
+                )
+            self._pending(pw, None, reason)
+
+    def _drain(self) -> None:
+        drains: list[tuple[AdmittedWorkload, str]] = []
+        for name in sorted(self.view.cluster_queues):
+            cq = self.view.cluster_queues[name]
+            admitted = self.view.admitted_by_cq.get(name, {})
+            if cq.stop_policy is StopPolicy.HOLD_AND_DRAIN:
+                drains.extend((admitted[k], "ClusterQueueStopped") for k in sorted(admitted))
+        for lq_key in sorted(self.view.local_queues):
+            lq = self.view.local_queues[lq_key]
+            if lq.stop_policy is not StopPolicy.HOLD_AND_DRAIN:
+                continue
+            admitted = self.view.admitted_by_cq.get(lq.cluster_queue, {})
+            for k in sorted(admitted):
+                wl = admitted[k].workload
+                if wl.namespace == lq.namespace and wl.queue_name == lq.name:
+                    drains.append((admitted[k], "LocalQueueStopped"))
+        for aw, reason in drains:
+            if aw.evicting or aw.key in self.snap.removed:
+                continue
+            self._claim(aw)
+            policy = "stopPolicy=HoldAndDrain"
+            self._preempted(aw, None, None, reason, policy)
+
+    def _preempted(self, aw: AdmittedWorkload, by: str | None, by_cq: str | None, reason: str, policy: str) -> None:
+        usage = self.snap.usage_of(aw)
+        freed = tuple(Freed(flavor=f, resource=r, amount=usage[(f, r)]) for f, r in sorted(usage))
+        self.events.append(
+            WorkloadPreempted(
+                workload=aw.key,
+                at=self.now,
+                cluster_queue=aw.admission.cluster_queue,
+                preemptor=by,
+                preemptor_cluster_queue=by_cq,
+                reason=reason,
+                policy=policy,
+                freed=freed,
+            )
+        )
+
+    def _claim(self, aw: AdmittedWorkload) -> None:
+        """The workload leaves soon: drop it from projected usage; real usage still counts it."""
+        node = self.tree.cqs.get(aw.admission.cluster_queue)
+        self.snap.removed.add(aw.key)
+        if node is None:
+            return
+        self.snap.remove_workload(aw)
+        self.claimed.setdefault(node.tree, []).append(aw)
+        self.snap.touch(node.tree)
+
+    def _reserve(self, node: Node, usage: dict[FlavorResource, int]) -> _Hold:
+        self.snap.add_usage(node, usage)
+        hold = _Hold(node, usage)
+        self.reserved.setdefault(node.tree, []).append(hold)
+        self.snap.touch(node.tree)
+        return hold
+
+    def _lift(self, q: _Queue) -> None:
+        """Kueue's reservation for a preemptor without candidates keeps *other* queues off the capacity only: in
+        Kueue the queue's next workload is tried in the next cycle without it, so it is lifted for its own queue."""
+        if q.hold is not None and q.hold.active:
+            self.snap.remove_usage(q.node, q.hold.usage)
+            q.hold.active = False
+
+    def _relay(self, q: _Queue) -> None:
+        if q.hold is None or q.hold_for is None or q.hold.active:
+            return
+        usage = _to_reserve(q.node, q.hold_for)
+        if usage != q.hold.usage:
+            q.hold.usage = usage
+            self.snap.touch(q.node.tree)
+        self.snap.add_usage(q.node, usage)
+        q.hold.active = True
+
+    def _queues(self) -> list[_Queue]:
+        queues: list[_Queue] = []
+        for name in sorted(self.view.cluster_queues):
+            cq = self.view.cluster_queues[name]
+            seq = self.view.pending_by_cq.get(name, ())
+            node = self.tree.cqs[name]
+            inactive = self.tree.inactive.get(name)
+            if inactive is not None or cq.stop_policy is not StopPolicy.NONE:
+                if inactive is not None:
+                    reason = PendingReason(
+                        kind=PendingReasonKind.CLUSTER_QUEUE_INACTIVE,
+                        message=f"ClusterQueue {name} is inactive: {inactive.message}",
+                    )
+                else:
+                    reason = PendingReason(
+                        kind=PendingReasonKind.QUEUE_STOPPED,
+                        message=f"ClusterQueue {name} is stopped ({cq.stop_policy.value})",
+                    )
+                if self._queue_unchanged(name, node, cq, seq):
+                    continue
+                emitted = False
+                for pw in seq:
+                    emitted |= self._pending(pw, name, reason)
+                if not emitted:
+                    self._record_queue(name, node, cq)
+                continue
+            group_of = {r: i for i, g in enumerate(cq.resource_groups) for r in g.covered_resources}
+            assigner = FlavorAssigner(
+                cq=cq,
+                node=node,
+                flavors=self.view.flavors,
+                group_of=group_of,
+                fair_sharing=self.config.fair_sharing,
+                oracle=None,
+            )
+            strict = cq.queueing_strategy is QueueingStrategy.STRICT_FIFO
+            if not strict and not self._queue_unchanged(name, node, cq, seq):
+                seq = _sticky_first(seq)
+            q = _Queue(
+                name=name,
+                cq=cq,
+                node=node,
+                seq=seq,
+                assigner=assigner,
+                strict=strict,
+            )
+            if not seq or self._queue_unchanged(name, node, cq, seq):
+                q.done = True
+            queues.append(q)
+        return queues
+
+    # --- step 3: candidates ----------------------------------------------------------------------------------------
+
+    def _precheck(self, q: _Queue, pw: PendingWorkload) -> PendingReason | None:
+        """A reason that makes the workload no candidate at all (it steps aside, even in StrictFIFO)."""
+        lq = self.view.local_queues.get(pw.local_queue)
+        if lq is not None and lq.stop_policy is not StopPolicy.NONE:
+            return PendingReason(
+                kind=PendingReasonKind.QUEUE_STOPPED,
+                message=f"LocalQueue {lq.key} is stopped ({lq.stop_policy.value})",
+            )
+        ns = pw.workload.namespace
+        key = (q.name, ns)
+        ok = self.ns_match.get(key)
+        if ok is None:
+            namespace = self.view.namespaces.get(ns)
+            ok = selects(q.cq.namespace_selector, namespace.labels if namespace is not None else {})
+            self.ns_match[key] = ok
+        if not ok:
+            return PendingReason(
+                kind=PendingReasonKind.NAMESPACE_NOT_SELECTED,
+                message=f"namespace {ns} is not selected by ClusterQueue {q.name}",
+            )
+        return None
+
+    def _next_entry(self, q: _Queue) -> _Entry | None:
+        self._lift(q)
+        try:
+            return self._walk(q)
+        finally:
+            self._relay(q)
+
+    def _walk(self, q: _Queue) -> _Entry | None:
+        while q.pos < len(q.seq):
+            pw = q.seq[q.pos]
+            pre = self._precheck(q, pw)
+            if pre is not None:
+                q.emitted |= self._pending(pw, q.name, pre)
+                q.pos += 1
+                continue
+            result = self._evaluate(q, pw)
+            if result.kind is _Kind.NO_TARGETS and not q.reserved and not self._holds_anything(q, result):
+                q.reserved = True  # the first such workload, but it has nothing to hold: no entry needed
+            if result.kind is _Kind.NO_TARGETS and q.reserved:
+                result = _Result(_Kind.NO_FIT, reason=result.reason)
+            if result.kind is _Kind.NO_FIT:
+                assert result.reason is not None
+                self._write_no_fit(q, pw, result.reason)
+                if q.strict:
+                    self._block(q, pw)
+                    return None
+                q.pos += 1
+                continue
+            q.acted = True
+            return _Entry(q, pw, result)
+        q.done = True
+        return None
+
+    def _holds_anything(self, q: _Queue, r: _Result) -> bool:
+        if not self.config.reserve_without_candidates:
+            return False
+        if q.cq.preemption.reclaim_within_cohort is PreemptionPolicy.ANY or r.assignment is None:
+            return False
+        return bool(_to_reserve(q.node, r.assignment))
+
+    def _write_no_fit(self, q: _Queue, pw: PendingWorkload, reason: PendingReason) -> None:
+        if q.headline_written and pw.last_reason is not None and _coarse(pw.last_reason) == _coarse(reason):
+            return
+        q.headline_written = True
+        q.emitted |= self._pending(pw, q.name, reason)
+
+    def _block(self, q: _Queue, head: PendingWorkload) -> None:
+        """StrictFIFO: the head stays; everything behind it waits (except those that are no candidates at all)."""
+        blocked = PendingReason(
+            kind=PendingReasonKind.BLOCKED_BY_HEAD,
+            message=f"StrictFIFO: blocked by {head.key} at the head of ClusterQueue {q.name}",
+            blocked_by=head.key,
+        )
+        for pw in q.seq[q.pos + 1 :]:
+            pre = self._precheck(q, pw)
+            q.emitted |= self._pending(pw, q.name, pre if pre is not None else blocked)
+        q.pos = len(q.seq)
+        q.done = True
+
+    # --- evaluating one workload --------------------------------------------------------------------------------------
+
+    def _evaluate(self, q: _Queue, pw: PendingWorkload) -> _Result:
+        tree = q.node.tree
+        untouched = self.snap.version(tree) == 0
+        generation = self._generation(tree)
+        if untouched and self.memo is not None:
+            hit = self.memo.workloads.get(pw.key)
+            if (
+                hit is not None
+                and hit.generation == generation
+                and hit.workload is pw.workload
+                and hit.priority == pw.priority
+                and hit.queue_order_at == pw.queue_order_at
+            ):
+                return hit.result
+        eq_key = self._equivalence_key(q, pw)
+        result = q.equivalent.get(eq_key)
+        if result is None:
+            result = self._assess(q, pw)
+            if result.kind in (_Kind.NO_FIT, _Kind.NO_TARGETS):
+                q.equivalent[eq_key] = result
+        if untouched and self.memo is not None and result.kind in (_Kind.NO_FIT, _Kind.NO_TARGETS):
+            self.memo.workloads[pw.key] = _MemoEntry(generation, pw.workload, pw.priority, pw.queue_order_at, result)
+        return result
+
+    def _equivalence_key(self, q: _Queue, pw: PendingWorkload) -> tuple[object, ...]:
+        """Same shape, same tree state (and, when preemption may be involved, same priority and age) -> same result."""
+        shape = tuple(
+            (
+                ps.name,
+                ps.count,
+                tuple(sorted(ps.requests.items())),
+                tuple(sorted(ps.node_selector.items())),
+                ps.tolerations,
+            )
+            for ps in pw.workload.pod_sets
+        )
+        pre = q.cq.preemption
+        who: tuple[int, ...] = ()
+        if (
+            pre.within_cluster_queue is not PreemptionPolicy.NEVER
+            or pre.reclaim_within_cohort is not PreemptionPolicy.NEVER
+        ):
+            who = (pw.priority,)
+            if pre.within_cluster_queue is PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY:
+                who = (pw.priority, pw.queue_order_at)
+        return (self.snap.version(q.node.tree), len(self.snap.removed), shape, who)
+
+    def _assess(self, q: _Queue, pw: PendingWorkload) -> _Result:
+        preemptor = Preemptor(pw=pw, cq=q.cq, node=q.node, usage={}, frs=frozenset(), excluded=self.snap.removed)
+
+        targets_fn = fair_targets if self.config.fair_sharing else classical_targets
+
+        def oracle(fr: FlavorResource, quantity: int) -> tuple[PMode, int]:
+            return oracle_mode(preemptor, self.snap, fr, quantity, targets_fn)
+
+        q.assigner.oracle = oracle
+        a = q.assigner.assign(pw.workload)
+        if a.mode is Mode.FIT:
+            return _Result(_Kind.FIT, assignment=a)
+        if a.mode is Mode.NO_FIT and a.reason_kind is not PendingReasonKind.WAITING_FOR_QUOTA:
+            return _Result(_Kind.NO_FIT, reason=_no_fit_reason(a))
+        waiting = self._fits_after_evictions(q, pw)
+        if waiting is not None:
+            return waiting
+        if a.mode is Mode.NO_FIT:
+            return _Result(_Kind.NO_FIT, reason=_no_fit_reason(a))
+        preemptor.usage = a.usage
+        preemptor.frs = a.frs_need_preemption
+        targets = targets_fn(preemptor, self.snap)
+        if not targets:
+            return _Result(_Kind.NO_TARGETS, assignment=a, reason=self._waiting_for_quota(q, a))
+        if all(t.victim.evicting for t in targets):
+            return _Result(_Kind.WAIT_EVICTIONS, assignment=a, waits_on=[t.victim for t in targets])
+        return _Result(_Kind.PREEMPT, assignment=a, targets=targets)
+
+    def _fits_after_evictions(self, q: _Queue, pw: PendingWorkload) -> _Result | None:
+        """Would the workload fit once the tree's already-evicting workloads (not claimed this cycle) are gone?"""
+        leaving = [aw for aw in self.evicting.get(q.node.tree, ()) if aw.key not in self.snap.removed]
+        if not leaving:
+            return None
+        leaving.sort(key=lambda aw: candidate_order(aw, q.name))
+        for aw in leaving:
+            self.snap.remove_workload(aw)
+        saved, q.assigner.oracle = q.assigner.oracle, None
+        a = q.assigner.assign(pw.workload)
+        q.assigner.oracle = saved
+        needed: list[AdmittedWorkload] = []
+        if a.mode is Mode.FIT:
+            needed = list(leaving)
+            for aw in reversed(leaving):
+                self.snap.add_workload(aw)
+                if fits(q.node, a.usage):
+                    needed.remove(aw)
+                else:
+                    self.snap.remove_workload(aw)
+            for aw in needed:
+                self.snap.add_workload(aw)
+        else:
+            for aw in leaving:
+                self.snap.add_workload(aw)
+        if not needed:
+            return None
+        return _Result(_Kind.WAIT_EVICTIONS, assignment=a, waits_on=needed)
+
+    def _waiting_for_quota(self, q: _Queue, a: Assignment) -> PendingReason:
+        shortages = tuple(
+            Shortage(flavor=f, resource=r, requested=v, available=cq_available(q.node, (f, r)))
+            for (f, r), v in sorted(a.usage.items())
+            if v > cq_available(q.node, (f, r))
+        )
+        text = ", ".join(
+            f"{s.resource} in flavor {s.flavor}: {s.requested - s.available} more needed" for s in shortages
+        )
+        return PendingReason(
+            kind=PendingReasonKind.WAITING_FOR_QUOTA,
+            message=f"insufficient unused quota and no workload to preempt: {text}",
+            shortages=shortages,
+        )
+
+    # --- processing an entry ------------------------------------------------------------------------------------------
+
+    def _real_fits(self, node: Node, usage: Mapping[FlavorResource, int]) -> bool:
+        """Does `usage` fit with this cycle's victims still holding their quota and no reservations?"""
+        claimed = self.claimed.get(node.tree, [])
+        reserved = [h for h in self.reserved.get(node.tree, []) if h.active]
+        if not claimed and not reserved:
+            return True
+        for aw in claimed:
+            self.snap.add_workload(aw)
+        for h in reserved:
+            self.snap.remove_usage(h.node, h.usage)
+        ok = fits(node, usage)
+        for h in reserved:
+            self.snap.add_usage(h.node, h.usage)
+        for aw in claimed:
+            self.snap.remove_workload(aw)
+        return ok
+
+    def _process(self, e: _Entry) -> None:
+        self._lift(e.queue)
+        try:
+            self._process_entry(e)
+        finally:
+            self._relay(e.queue)
+
+    def _assign_with_victims(self, q: _Queue, pw: PendingWorkload) -> Assignment:
+        claimed = self.claimed.get(q.node.tree, [])
+        for aw in claimed:
+            self.snap.add_workload(aw)
+        saved, q.assigner.oracle = q.assigner.oracle, None
+        alt = q.assigner.assign(pw.workload)
+        q.assigner.oracle = saved
+        for aw in claimed:
+            self.snap.remove_workload(aw)
+        return alt
+
+    def _process_entry(self, e: _Entry) -> None:
+        q, pw, r = e.queue, e.pw, e.result
+        a = r.assignment
+        assert a is not None
+        if r.kind is _Kind.FIT:
+            if not fits(q.node, a.usage):
+                return  # no longer fits after an earlier entry: offered again next pass
+            if not self._real_fits(q.node, a.usage):
+                # The flavors were chosen with this cycle's victims gone. With them still holding their quota
+                # another assignment may fit now; otherwise it fits only once they are gone (Kueue's DeferredFit):
+                # wait, holding the room.
+                alt = self._assign_with_victims(q, pw)
+                if alt.mode is Mode.FIT:
+                    self._admit(q, pw, alt)
+                    return
+                self._reserve(q.node, a.usage)
+                self._wait(q, pw, [], "workloads preempted in this cycle")
+                return
+            self._admit(q, pw, a)
+            return
+        if r.kind is _Kind.NO_TARGETS:
+            assert r.reason is not None
+            self._write_no_fit(q, pw, r.reason)
+            q.reserved = True
+            if q.cq.preemption.reclaim_within_cohort is not PreemptionPolicy.ANY:
+                q.hold = self._reserve(q.node, _to_reserve(q.node, a))
+                q.hold_for = a
+                self._lift(q)  # _process re-lays it
+            self._after_head_failed(q, pw)
+            return
+        victims = r.targets if r.kind is _Kind.PREEMPT else [Target(aw, "", "") for aw in r.waits_on]
+        if any(t.victim.key in self.snap.removed for t in victims):
+            return  # overlaps victims another preemptor claimed in this pass: re-assessed next pass
+        for t in victims:
+            self.snap.remove_workload(t.victim)
+        ok = fits(q.node, a.usage)
+        for t in victims:
+            self.snap.add_workload(t.victim)
+        if not ok:
+            return
+        for t in victims:
+            self._claim(t.victim)
+            if not t.victim.evicting:
+                self._preempted(t.victim, pw.key, q.name, t.reason, t.policy)
+        self._reserve(q.node, a.usage)
+        self._wait(q, pw, [t.victim for t in victims], "")
+
+    def _wait(self, q: _Queue, pw: PendingWorkload, victims: list[AdmittedWorkload], what: str) -> None:
+        keys = sorted(v.key for v in victims)
+        message = f"waiting for {len(keys)} preempted workloads: {', '.join(keys)}" if keys else f"waiting for {what}"
+        reason = PendingReason(
+            kind=PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS,
+            message=message,
+            blocked_by=keys[0] if keys else None,
+        )
+        q.emitted |= self._pending(pw, q.name, reason)
+        self._after_head_failed(q, pw)
+
+    def _after_head_failed(self, q: _Queue, pw: PendingWorkload) -> None:
+        if q.strict:
+            self._block(q, pw)
+        else:
+            q.pos += 1
+
+    def _admit(self, q: _Queue, pw: PendingWorkload, a: Assignment) -> None:
+        self.snap.add_usage(q.node, a.usage)
+        self.snap.touch(q.node.tree)
+        real = self.real_cq_usage.setdefault(q.name, {})
+        for fr, v in a.usage.items():
+            real[fr] = real.get(fr, 0) + v
+        borrowed: list[Borrowed] = []
+        if q.node.parent is not None:
+            root = q.node.root().name
+            for fr in sorted(a.usage):
+                above = real[fr] - nominal(q.node, fr)
+                if above > 0:
+                    borrowed.append(Borrowed(flavor=fr[0], resource=fr[1], amount=above, cohort=root))
+        admission = Admission(
+            cluster_queue=q.name,
+            pod_sets=tuple(
+                PodSetAssignment(name=ps.name, count=ps.count, flavors=dict(ps.flavors), usage=dict(ps.usage))
+                for ps in a.pod_sets
+            ),
+        )
+        self.events.append(
+            WorkloadAdmitted(workload=pw.key, at=self.now, admission=admission, borrowed=tuple(borrowed))
+        )
+        q.pos += 1
+
+    # --- memo bookkeeping ---------------------------------------------------------------------------------------
+
+    def _queue_unchanged(self, name: str, node: Node, cq: ClusterQueue, seq: Sequence[PendingWorkload]) -> bool:
+        """Engine only: this queue offered nothing and wrote nothing last time, and nothing it depends on changed."""
+        if self.memo is None or self.view.pending_version is None:
+            return False
+        hit = self.memo.queues.get(name)
+        return (
+            hit is not None
+            and self.snap.version(node.tree) == 0
+            and hit.generation == self._generation(node.tree)
+            and hit.pending_version == self.view.pending_version.get(name, -1)
+            and hit.config is cq
+        )
+
+    def _record_queue(self, name: str, node: Node, cq: ClusterQueue) -> None:
+        if self.memo is None or self.view.pending_version is None:
+            return
+        self.memo.queues[name] = _QueueMemo(self._generation(node.tree), self.view.pending_version.get(name, -1), cq)
+
+    def _remember(self, queues: list[_Queue]) -> None:
+        if self.memo is None:
+            return
+        for q in queues:
+            if q.done and not q.acted and not q.emitted and self.snap.version(q.node.tree) == 0:
+                self._record_queue(q.name, q.node, q.cq)
+            elif not (q.done and not q.acted and not q.emitted):
+                self.memo.queues.pop(q.name, None)
+
+
+# --- helpers ----------------------------------------------------------------------------------------------------
+
+
+def selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
+    """Kubernetes label selector semantics; None selects nothing, the empty selector everything."""
+    if selector is None:
+        return False
+    for k, v in selector.match_labels.items():
+        if labels.get(k) != v:
+            return False
+    for req in selector.match_expressions:
+        value = labels.get(req.key)
+        if req.operator == "In":
+            ok = value is not None and value in req.values
+        elif req.operator == "NotIn":
+            ok = value is None or value not in req.values
+        elif req.operator == "Exists":
+            ok = value is not None
+        elif req.operator == "DoesNotExist":
+            ok = value is None
+        else:
+            ok = False
+        if not ok:
+            return False
+    return True
+
+
+def _entry_usage(e: _Entry) -> dict[FlavorResource, int]:
+    return e.result.assignment.usage if e.result.assignment is not None else {}
+
+
+def _fair_tie_break(e: _Entry) -> tuple[object, ...]:
+    return (-e.pw.priority, e.pw.queue_order_at, e.pw.key)
+
+
+def _sticky_first(seq: Sequence[PendingWorkload]) -> Sequence[PendingWorkload]:
+    """BestEffortFIFO's sticky preemptor (Kueue #6929): a workload waiting for its victims is offered first, so the
+    room its preemptions free is not taken by its own queue's or a sibling's next workload."""
+    waiting = PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS
+    sticky = [pw for pw in seq if pw.last_reason is not None and pw.last_reason.kind is waiting]
+    if not sticky:
+        return seq
+    return [*sticky, *(pw for pw in seq if pw.last_reason is None or pw.last_reason.kind is not waiting)]
+
+
+def _no_fit_reason(a: Assignment) -> PendingReason:
+    assert a.reason_kind is not None
+    return PendingReason(kind=a.reason_kind, message=a.message, shortages=a.shortages)
+
+
+def _coarse(reason: PendingReason) -> tuple[object, ...]:
+    """A reason without the `available` figures, which move whenever quota is used elsewhere in the tree."""
+    return (
+        reason.kind,
+        reason.blocked_by,
+        tuple((s.flavor, s.resource, s.requested) for s in reason.shortages),
+    )
+
+
+def _to_reserve(node: Node, a: Assignment) -> dict[FlavorResource, int]:
+    """Kueue's quotaResourcesToReserve: up to nominal, or up to the borrowing limit when the workload borrows."""
+    out: dict[FlavorResource, int] = {}
+    for fr, v in a.usage.items():
+        limits = node.quotas.get(fr)
+        used = node.usage.get(fr, 0)
+        nom = limits.nominal if limits is not None else 0
+        if a.borrowing > 0:
+            if limits is None or limits.borrowing_limit is None:
+                out[fr] = v
+            else:
+                out[fr] = max(0, min(v, nom + limits.borrowing_limit - used))
+        else:
+            out[fr] = max(0, min(v, nom - used))
+    return {fr: v for fr, v in out.items() if v}

@@ -1,0 +1,403 @@
+"""The quota tree: ClusterQueue and Cohort nodes with Kueue's nominal, borrowing and lending arithmetic.
+
+A port of Kueue's `pkg/cache/scheduler/resource_node.go` over exact integers. `QuotaTree.build` turns the view's
+configuration into nodes once; `QuotaTree.load_usage` fills usage per cycle; what-if steps mutate and revert it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from daemon.domain.model import ClusterQueue, Cohort, FlavorResource, ResourceFlavor, ResourceGroup
+from daemon.domain.view import AdmittedWorkload
+
+UNLIMITED: Final = 2**63 - 1
+"""A quota at or above this is unlimited; arithmetic with it saturates instead of drifting (Kueue's `Amount`)."""
+
+
+def sat_add(a: int, b: int) -> int:
+    if a >= UNLIMITED or b >= UNLIMITED:
+        return UNLIMITED
+    return min(a + b, UNLIMITED)
+
+
+def sat_sub(a: int, b: int) -> int:
+    if a >= UNLIMITED:
+        return 0 if b >= UNLIMITED else UNLIMITED
+    if b >= UNLIMITED:
+        return -UNLIMITED
+    return max(min(a - b, UNLIMITED), -UNLIMITED)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    nominal: int
+    borrowing_limit: int | None
+    lending_limit: int | None
+
+
+class Node:
+    """One ClusterQueue or Cohort. `quotas`, `subtree` and `local` are configuration; only `usage` changes."""
+
+    __slots__ = (
+        "child_cohorts",
+        "child_cqs",
+        "height",
+        "is_cq",
+        "local",
+        "name",
+        "parent",
+        "quotas",
+        "subtree",
+        "tree",
+        "usage",
+        "weight",
+    )
+
+    def __init__(self, name: str, *, is_cq: bool, quotas: dict[FlavorResource, Limits], weight: int) -> None:
+        self.name = name
+        self.is_cq = is_cq
+        self.parent: Node | None = None
+        self.child_cqs: list[Node] = []
+        self.child_cohorts: list[Node] = []
+        self.quotas = quotas
+        self.subtree: dict[FlavorResource, int] = {fr: q.nominal for fr, q in quotas.items()}
+        self.local: dict[FlavorResource, int] = {}
+        self.usage: dict[FlavorResource, int] = {}
+        self.weight = weight
+        self.tree = ""
+        self.height = 0
+
+    def path_to_root(self) -> Iterable[Node]:
+        """The ancestors, parent first."""
+        node = self.parent
+        while node is not None:
+            yield node
+            node = node.parent
+
+    def root(self) -> Node:
+        node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
+
+def _quotas_of(groups: tuple[ResourceGroup, ...]) -> dict[FlavorResource, Limits]:
+    quotas: dict[FlavorResource, Limits] = {}
+    for group in groups:
+        for fq in group.flavors:
+            for rq in fq.resources:
+                quotas[(fq.name, rq.name)] = Limits(
+                    nominal=min(rq.nominal, UNLIMITED),
+                    borrowing_limit=None if rq.borrowing_limit is None else min(rq.borrowing_limit, UNLIMITED),
+                    lending_limit=None if rq.lending_limit is None else min(rq.lending_limit, UNLIMITED),
+                )
+    return quotas
+
+
+# --- the arithmetic of resource_node.go ---------------------------------------------------------------------
+
+
+def local_quota(node: Node, fr: FlavorResource) -> int:
+    return node.local.get(fr, 0)
+
+
+def local_available(node: Node, fr: FlavorResource) -> int:
+    return max(0, sat_sub(node.local.get(fr, 0), node.usage.get(fr, 0)))
+
+
+def available(node: Node, fr: FlavorResource) -> int:
+    """Free capacity for `node` now, within borrowing limits. Negative after over-admission."""
+    usage = node.usage.get(fr, 0)
+    subtree = node.subtree.get(fr, 0)
+    parent = node.parent
+    if parent is None:
+        return sat_sub(subtree, usage)
+    parent_available = available(parent, fr)
+    lq = node.local.get(fr, 0)
+    limits = node.quotas.get(fr)
+    if limits is not None and limits.borrowing_limit is not None:
+        stored_in_parent = sat_sub(subtree, lq)
+        used_in_parent = max(0, usage - lq)
+        with_max_from_parent = sat_add(sat_sub(stored_in_parent, used_in_parent), limits.borrowing_limit)
+        parent_available = min(with_max_from_parent, parent_available)
+    return sat_add(max(0, sat_sub(lq, usage)), parent_available)
+
+
+def potential_available(node: Node, fr: FlavorResource) -> int:
+    """The most `node` could ever hold with no usage anywhere, within borrowing limits."""
+    parent = node.parent
+    if parent is None:
+        return node.subtree.get(fr, 0)
+    avail = sat_add(node.local.get(fr, 0), potential_available(parent, fr))
+    limits = node.quotas.get(fr)
+    if limits is not None and limits.borrowing_limit is not None:
+        avail = min(sat_add(node.subtree.get(fr, 0), limits.borrowing_limit), avail)
+    return avail
+
+
+def add_usage(node: Node, fr: FlavorResource, val: int) -> None:
+    """Usage beyond the node's free local quota bubbles up to its parent."""
+    n: Node | None = node
+    while n is not None and val:
+        la = local_available(n, fr)
+        n.usage[fr] = n.usage.get(fr, 0) + val
+        if val <= la:
+            return
+        val -= la
+        n = n.parent
+
+
+def remove_usage(node: Node, fr: FlavorResource, val: int) -> None:
+    n: Node | None = node
+    while n is not None and val:
+        usage = n.usage.get(fr, 0)
+        stored_in_parent = usage - n.local.get(fr, 0)
+        n.usage[fr] = usage - val
+        if stored_in_parent <= 0:
+            return
+        val = min(val, stored_in_parent)
+        n = n.parent
+
+
+def cq_available(cq: Node, fr: FlavorResource) -> int:
+    return max(0, available(cq, fr))
+
+
+def fits(cq: Node, usage: Mapping[FlavorResource, int]) -> bool:
+    return all(v <= cq_available(cq, fr) for fr, v in usage.items())
+
+
+def borrowing_with(node: Node, fr: FlavorResource, val: int) -> bool:
+    """Would `node` be above its own (subtree) quota with `val` more? For a ClusterQueue that is its nominal."""
+    return node.subtree.get(fr, 0) < node.usage.get(fr, 0) + val
+
+
+def nominal(cq: Node, fr: FlavorResource) -> int:
+    limits = cq.quotas.get(fr)
+    return 0 if limits is None else limits.nominal
+
+
+def is_within_nominal_in(node: Node, frs: Iterable[FlavorResource]) -> bool:
+    return all(node.subtree.get(fr, 0) >= node.usage.get(fr, 0) for fr in frs)
+
+
+def quantities_fit_in_quota(
+    node: Node, requests: Mapping[FlavorResource, int]
+) -> tuple[bool, dict[FlavorResource, int]]:
+    """Do `requests` fit in the node's own subtree quota; and what is left for its parent to provide."""
+    ok = True
+    remaining: dict[FlavorResource, int] = {}
+    for fr, v in requests.items():
+        if node.subtree.get(fr, 0) < node.usage.get(fr, 0) + v:
+            ok = False
+        remaining[fr] = max(0, v - local_available(node, fr))
+    return ok, remaining
+
+
+def lowest_subtree_that_fits(cq: Node, fr: FlavorResource, val: int) -> tuple[int, bool]:
+    """Kueue's FindHeightOfLowestSubtreeThatFits: the borrowing level of `val` more (0: within nominal), and whether
+    that subtree is smaller than the whole tree (so reclaiming inside it may be possible)."""
+    if not borrowing_with(cq, fr, val) or cq.parent is None:
+        return 0, cq.parent is not None
+    remaining = val - local_available(cq, fr)
+    for node in cq.path_to_root():
+        if not borrowing_with(node, fr, remaining):
+            return node.height, node.parent is not None
+        remaining -= local_available(node, fr)
+    return cq.root().height, False
+
+
+# --- building the tree ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Inactive:
+    """Why a ClusterQueue cannot admit: unknown flavors or a cohort cycle."""
+
+    message: str
+
+
+class QuotaTree:
+    """Every ClusterQueue and Cohort as nodes, keyed by name. Built once per configuration."""
+
+    def __init__(self) -> None:
+        self.cqs: dict[str, Node] = {}
+        self.cohorts: dict[str, Node] = {}
+        self.inactive: dict[str, Inactive] = {}
+        self.roots: list[Node] = []
+
+    @classmethod
+    def build(
+        cls,
+        cluster_queues: Mapping[str, ClusterQueue],
+        cohorts: Mapping[str, Cohort],
+        flavors: Mapping[str, ResourceFlavor],
+    ) -> QuotaTree:
+        tree = cls()
+        for name in sorted(cohorts):
+            co = cohorts[name]
+            tree.cohorts[name] = Node(
+                name, is_cq=False, quotas=_quotas_of(co.resource_groups), weight=co.fair_sharing_weight
+            )
+        # A cohort named only by a ClusterQueue or as a parent exists, with no quota of its own.
+        implicit = {cq.cohort for cq in cluster_queues.values() if cq.cohort} | {
+            co.parent for co in cohorts.values() if co.parent
+        }
+        for name in sorted(implicit - tree.cohorts.keys()):
+            tree.cohorts[name] = Node(name, is_cq=False, quotas={}, weight=1000)
+        broken = _cohorts_in_or_under_cycles(cohorts)
+        for name in sorted(cohorts):
+            parent = cohorts[name].parent
+            if parent and name not in broken:
+                child = tree.cohorts[name]
+                child.parent = tree.cohorts[parent]
+                child.parent.child_cohorts.append(child)
+        for name in sorted(cluster_queues):
+            cq = cluster_queues[name]
+            node = Node(name, is_cq=True, quotas=_quotas_of(cq.resource_groups), weight=cq.fair_sharing_weight)
+            tree.cqs[name] = node
+            missing = sorted({fq.name for g in cq.resource_groups for fq in g.flavors if fq.name not in flavors})
+            if missing:
+                tree.inactive[name] = Inactive(message=f"flavor {', '.join(missing)} not found")
+            if cq.cohort and cq.cohort in broken:
+                tree.inactive[name] = Inactive(message=f"cohort {cq.cohort} is in a cohort cycle")
+                node.tree = f"cq:{name}"
+                continue
+            if cq.cohort:
+                node.parent = tree.cohorts[cq.cohort]
+                node.parent.child_cqs.append(node)
+        for name in sorted(tree.cohorts):
+            co_node = tree.cohorts[name]
+            if co_node.parent is None and name not in broken:
+                tree.roots.append(co_node)
+                _accumulate_quota(co_node, name)
+        for node in tree.cqs.values():
+            if node.parent is None:
+                node.tree = f"cq:{node.name}"
+                tree.roots.append(node)
+            _set_local(node)
+        return tree
+
+    def load_usage(self, usage_by_cq: Mapping[str, Mapping[FlavorResource, int]]) -> None:
+        """Reset usage to the given per-ClusterQueue totals and bubble it up past each node's local quota."""
+        for node in self.cohorts.values():
+            node.usage = {}
+        for name, node in self.cqs.items():
+            node.usage = dict(usage_by_cq.get(name, {}))
+        for root in self.roots:
+            if not root.is_cq:
+                _accumulate_usage(root)
+
+
+def _cohorts_in_or_under_cycles(cohorts: Mapping[str, Cohort]) -> set[str]:
+    """Names of cohorts on a parent cycle or below one: Kueue disables every member until the cycle is removed."""
+    broken: set[str] = set()
+    for start in sorted(cohorts):
+        seen: list[str] = []
+        name: str | None = start
+        while name is not None and name in cohorts and name not in seen:
+            seen.append(name)
+            name = cohorts[name].parent
+        if name is not None and name in seen:
+            broken.update(seen)
+    return broken
+
+
+def _set_local(node: Node) -> None:
+    for fr, limits in node.quotas.items():
+        if limits.lending_limit is not None:
+            node.local[fr] = max(0, sat_sub(node.subtree.get(fr, 0), limits.lending_limit))
+
+
+def _accumulate_quota(cohort: Node, tree: str) -> None:
+    cohort.tree = tree
+    cohort.subtree = {fr: q.nominal for fr, q in cohort.quotas.items()}
+    height = min(len(cohort.child_cqs) + len(cohort.child_cohorts), 1)
+    for child in cohort.child_cohorts:
+        _accumulate_quota(child, tree)
+        height = max(height, child.height + 1)
+    for child in cohort.child_cqs:
+        child.tree = tree
+        _set_local(child)
+    for child in [*cohort.child_cohorts, *cohort.child_cqs]:
+        for fr, q in child.subtree.items():
+            cohort.subtree[fr] = sat_add(cohort.subtree.get(fr, 0), sat_sub(q, child.local.get(fr, 0)))
+    cohort.height = height
+    _set_local(cohort)
+
+
+def _accumulate_usage(cohort: Node) -> None:
+    for child in cohort.child_cohorts:
+        _accumulate_usage(child)
+    for child in [*cohort.child_cohorts, *cohort.child_cqs]:
+        for fr, u in child.usage.items():
+            delta = max(0, u - child.local.get(fr, 0))
+            if delta:
+                cohort.usage[fr] = cohort.usage.get(fr, 0) + delta
+
+
+# --- the per-cycle working snapshot -----------------------------------------------------------------------------
+
+
+class Snapshot:
+    """The tree with this cycle's usage, plus the admitted workloads by ClusterQueue (read from the view, never
+    copied). What-if steps call `remove_workload`/`add_workload` in pairs; committed changes also `touch` the tree
+    so caches keyed on an untouched tree stop applying."""
+
+    __slots__ = ("removed", "touched", "tree", "usage_cache", "workloads_by_cq")
+
+    def __init__(
+        self,
+        tree: QuotaTree,
+        workloads_by_cq: Mapping[str, Mapping[str, AdmittedWorkload]],
+        usage_cache: dict[str, tuple[object, dict[FlavorResource, int]]],
+    ) -> None:
+        self.tree = tree
+        self.workloads_by_cq = workloads_by_cq
+        self.usage_cache = usage_cache
+        self.removed: set[str] = set()  # workloads claimed as victims (or drained) this cycle: gone from usage
+        self.touched: dict[str, int] = {}  # tree -> committed changes this cycle
+        totals: dict[str, dict[FlavorResource, int]] = {}
+        for cq_name, wls in workloads_by_cq.items():
+            if cq_name not in tree.cqs:
+                continue
+            acc = totals.setdefault(cq_name, {})
+            for aw in wls.values():
+                for fr, v in self.usage_of(aw).items():
+                    acc[fr] = acc.get(fr, 0) + v
+        tree.load_usage(totals)
+
+    def usage_of(self, aw: AdmittedWorkload) -> dict[FlavorResource, int]:
+        hit = self.usage_cache.get(aw.key)
+        if hit is not None and hit[0] is aw.admission:
+            return hit[1]
+        usage = aw.admission.usage()
+        self.usage_cache[aw.key] = (aw.admission, usage)
+        return usage
+
+    def add_usage(self, cq: Node, usage: Mapping[FlavorResource, int]) -> None:
+        for fr, v in usage.items():
+            add_usage(cq, fr, v)
+
+    def remove_usage(self, cq: Node, usage: Mapping[FlavorResource, int]) -> None:
+        for fr, v in usage.items():
+            remove_usage(cq, fr, v)
+
+    def remove_workload(self, aw: AdmittedWorkload) -> None:
+        node = self.tree.cqs.get(aw.admission.cluster_queue)
+        if node is not None:
+            self.remove_usage(node, self.usage_of(aw))
+
+    def add_workload(self, aw: AdmittedWorkload) -> None:
+        node = self.tree.cqs.get(aw.admission.cluster_queue)
+        if node is not None:
+            self.add_usage(node, self.usage_of(aw))
+
+    def touch(self, tree: str) -> None:
+        self.touched[tree] = self.touched.get(tree, 0) + 1
+
+    def version(self, tree: str) -> int:
+        return self.touched.get(tree, 0)

@@ -1,0 +1,175 @@
+"""A simulator scenario: the manifests of one multi-document YAML file, read into events and timed jobs.
+
+The file holds what `kubectl apply` takes (Kueue objects, PriorityClass, Namespace, batch/v1 Job). A Job's
+`simulate.admitd.io/submit-at` says when it is created and `simulate.admitd.io/runtime` how long it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemon.domain import events as ev
+from daemon.domain.model import (
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    Millis,
+    Namespace,
+    PriorityClass,
+    ResourceFlavor,
+    Workload,
+)
+from daemon.manifests import ManifestError, Parsed, adapter_for, load_documents
+from daemon.sim.durations import DurationError, parse_duration
+
+SUBMIT_AT = "simulate.admitd.io/submit-at"
+RUNTIME = "simulate.admitd.io/runtime"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimJob:
+    workload: Workload
+    submit_at: Millis  # when it is created: its annotation plus its place among jobs of the same instant
+    runtime: Millis | None  # None: it never finishes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scenario:
+    source: str
+    config: tuple[ev.Event, ...]  # observations of the queue objects, in document order (rejections included)
+    jobs: tuple[SimJob, ...]  # in creation order
+    problems: tuple[str, ...] = ()  # one line each: an object or job that was rejected, and why
+    warnings: tuple[str, ...] = ()
+    unmanaged_jobs: int = 0  # jobs without a queue label: not managed, not simulated
+    rejected: Mapping[str, str] = field(default_factory=dict)  # job key -> why it was not simulated
+
+
+def _observed(parsed: Parsed) -> ev.Event | None:
+    match parsed.obj:
+        case ResourceFlavor() as rf:
+            return ev.ResourceFlavorObserved(flavor=rf)
+        case ClusterQueue() as cq:
+            return ev.ClusterQueueObserved(cluster_queue=cq)
+        case Cohort() as co:
+            return ev.CohortObserved(cohort=co)
+        case LocalQueue() as lq:
+            return ev.LocalQueueObserved(local_queue=lq)
+        case PriorityClass() as pc:
+            return ev.PriorityClassObserved(priority_class=pc)
+        case Namespace() as ns:
+            return ev.NamespaceObserved(namespace=ns)
+        case None:
+            return None
+
+
+def _where(parsed: Parsed) -> str:
+    loc = f"{parsed.source}:{parsed.line}" if parsed.source and parsed.line else f"document {parsed.doc_index}"
+    return loc
+
+
+def _annotation(raw: Mapping[str, object], name: str) -> str | None:
+    meta = raw.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(annotations, Mapping) or name not in annotations:
+        return None
+    value = annotations[name]
+    return str(value)
+
+
+def load_scenario(path: Path | str) -> Scenario:
+    """Read a scenario file. Raises ManifestError only when the file itself cannot be read or parsed as YAML."""
+    docs = load_documents(path)
+    config: list[ev.Event] = []
+    problems: list[str] = []
+    warnings: list[str] = []
+    rejected: dict[str, str] = {}
+    timed: list[tuple[Millis, int, Workload, Millis | None]] = []
+    unmanaged = 0
+    seen_jobs: set[str] = set()
+    for parsed in docs:
+        warnings.extend(f"{_where(parsed)}: {w}" for w in parsed.warnings)
+        if parsed.errors:
+            for err in parsed.errors:
+                problems.append(f"{_where(parsed)}: {err}")
+            config.append(
+                ev.ObjectRejected(
+                    kind=parsed.kind or "Unknown",
+                    name=parsed.name or f"document-{parsed.doc_index}",
+                    namespace=parsed.namespace,
+                    errors=tuple(str(e) for e in parsed.errors),
+                )
+            )
+            continue
+        observed = _observed(parsed)
+        if observed is not None:
+            config.append(observed)
+            continue
+        if parsed.raw_job is None:
+            continue
+        adapter = adapter_for(parsed.api_version, parsed.kind)
+        if adapter is None or not adapter.is_managed(parsed.raw_job):
+            unmanaged += 1
+            continue
+        ns = parsed.namespace or "default"
+        key = f"{ns}/{parsed.name}"
+
+        def job_error(field: str, message: str, parsed: Parsed = parsed, ns: str = ns) -> ManifestError:
+            return ManifestError(message, kind=parsed.kind, name=parsed.name, namespace=ns, field=field)
+
+        try:
+            if key in seen_jobs:
+                raise job_error("metadata.name", "a job of this name was already declared earlier in the scenario")
+            submit_text = _annotation(parsed.raw_job, SUBMIT_AT)
+            runtime_text = _annotation(parsed.raw_job, RUNTIME)
+            try:
+                submit_at = 0 if submit_text is None else parse_duration(submit_text)
+            except DurationError as e:
+                raise job_error(f"metadata.annotations[{SUBMIT_AT}]", str(e)) from e
+            try:
+                runtime = None if runtime_text is None else parse_duration(runtime_text)
+            except DurationError as e:
+                raise job_error(f"metadata.annotations[{RUNTIME}]", str(e)) from e
+            workload = adapter.to_workload(parsed.raw_job, created_at=submit_at, uid=f"sim-{parsed.doc_index}")
+        except ManifestError as e:
+            problems.append(f"{_where(parsed)}: {e}")
+            rejected[key] = str(e)
+            config.append(ev.ObjectRejected(kind=parsed.kind, name=parsed.name, namespace=ns, errors=(str(e),)))
+            continue
+        seen_jobs.add(key)
+        timed.append((submit_at, len(timed), workload, runtime))
+    # Jobs of the same instant are created in document order, 1 ms apart, so FIFO ties are well defined.
+    timed.sort(key=lambda t: (t[0], t[1]))
+    jobs: list[SimJob] = []
+    last_instant, offset = -1, 0
+    for submit_at, _, workload, runtime in timed:
+        offset = offset + 1 if submit_at == last_instant else 0
+        last_instant = submit_at
+        created = submit_at + offset
+        jobs.append(
+            SimJob(
+                workload=Workload(
+                    namespace=workload.namespace,
+                    name=workload.name,
+                    kind=workload.kind,
+                    uid=workload.uid,
+                    created_at=created,
+                    queue_name=workload.queue_name,
+                    priority_class=workload.priority_class,
+                    pod_priority_class=workload.pod_priority_class,
+                    pod_sets=workload.pod_sets,
+                ),
+                submit_at=created,
+                runtime=runtime,
+            )
+        )
+    return Scenario(
+        source=str(path),
+        config=tuple(config),
+        jobs=tuple(jobs),
+        problems=tuple(problems),
+        warnings=tuple(warnings),
+        unmanaged_jobs=unmanaged,
+        rejected=rejected,
+    )
