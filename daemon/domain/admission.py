@@ -29,11 +29,24 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
 Pending reasons are written only when they differ from `last_reason`. To keep deep queues from flooding the log,
 only the first unfitting workload of each queue per cycle is compared in full; for the others a change of the
 `available` figures alone (quota used elsewhere) is not news, so their shortages show `available` as last written.
+
+The walk of a BestEffortFIFO queue costs what it writes, not the queue's depth (Kueue's equivalence hashing and
+inadmissible set play this part there). With the fold's `PendingIndex`, the queue's sticky members are walked one
+by one, the rest through runs of alike workloads (same shape and priority, same coarse last reason) merged in queue
+order: once the queue's headline is written and a class was found NoFit in the current state of the tree, a run
+whose coarse last reason is that result's is stepped over whole, because each of its members would be NoFit and
+`_write_no_fit` would write nothing for it. Everything else is visited as before, so the events are exactly those
+of visiting every workload (tests/unit/test_pending_runs.py and test_engine_properties.py check this against
+`view.pending_index=None`). A walk that stops at an entry stands at that entry: if the entry is offered again in a
+later pass, the walk resumes there, in the tree as that pass finds it.
+StrictFIFO queues, queues with a LocalQueue or namespace that a member steps aside for, and
+LowerOrNewerEqualPriority queues (whose outcome depends on each workload's age) are visited one by one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import heapq
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -62,12 +75,21 @@ from daemon.domain.model import (
     ResourceFlavor,
     Shortage,
     StopPolicy,
-    Workload,
 )
 from daemon.domain.ordering import candidate_order, entry_order
 from daemon.domain.preemption import Preemptor, Target, classical_targets, oracle_mode
 from daemon.domain.quota import Node, QuotaTree, Snapshot, cq_available, fits, nominal
-from daemon.domain.view import AdmittedWorkload, ClusterView, PendingWorkload
+from daemon.domain.view import (
+    AdmittedWorkload,
+    ClusterView,
+    Coarse,
+    PendingIndex,
+    PendingWorkload,
+    Shape,
+    coarse,
+    queue_key,
+    shape_of,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,8 +113,10 @@ def decide(view: ClusterView, now: Millis, config: EngineConfig = EngineConfig()
 class AdmissionEngine:
     """Same decisions as decide(), plus caches that make a cycle's cost independent of the number of pending
     workloads that cannot fit: the quota tree's structure (rebuilt only when the configuration changes), each
-    admitted workload's usage, and an inadmissible memo keyed by the tree's `view.generation` (a workload found
-    unfitting, evaluated against an untouched tree at generation g, is not evaluated again while it stays g)."""
+    admitted workload's usage, and an inadmissible memo keyed by the tree's `view.generation` (a class of alike
+    workloads found unfitting in a ClusterQueue, evaluated against an untouched tree at generation g, is not
+    evaluated again while it stays g; the memo holds one generation per queue, so it does not grow with the
+    number of workloads ever seen)."""
 
     def __init__(self, config: EngineConfig = EngineConfig()) -> None:
         self._config = config
@@ -130,15 +154,13 @@ class _Result:
     reason: PendingReason | None = None
     targets: list[Target] = field(default_factory=list)
     waits_on: list[AdmittedWorkload] = field(default_factory=list)
+    coarse_reason: Coarse | None = None  # coarse(reason), computed on first use
 
-
-@dataclass(slots=True)
-class _MemoEntry:
-    generation: int
-    workload: Workload
-    priority: int
-    queue_order_at: Millis
-    result: _Result
+    def coarse(self) -> Coarse:
+        if self.coarse_reason is None:
+            assert self.reason is not None
+            self.coarse_reason = coarse(self.reason)
+        return self.coarse_reason
 
 
 @dataclass(slots=True)
@@ -152,7 +174,8 @@ class _Memo:
     """The engine's inadmissible memo. Only results computed against a tree untouched in their cycle are stored."""
 
     def __init__(self) -> None:
-        self.workloads: dict[str, _MemoEntry] = {}
+        # Per ClusterQueue: the tree generation, and the NoFit / NoTargets result of each class (shape, who) then.
+        self.classes: dict[str, tuple[int, dict[tuple[object, ...], _Result]]] = {}
         self.queues: dict[str, _QueueMemo] = {}
 
 
@@ -166,14 +189,76 @@ class _Hold:
     active: bool = True  # in the snapshot now (lifted while its own queue is being served)
 
 
+_RunEntry = tuple[
+    tuple[int, int, str], int, PendingWorkload, Iterator[PendingWorkload], tuple[Shape, tuple[int, ...]], Coarse | None
+]
+"""(queue key of the run's next member, tie-break, that member, the rest of the run, class, coarse reason)."""
+
+
+class _Runs:
+    """The non-sticky part of a BestEffortFIFO queue, walked through its `PendingIndex` instead of one workload at
+    a time. The runs (same shape and priority, same coarse last reason) are merged in queue order with a heap; a
+    run whose members would all be quiet (see `_Cycle._quiet`) is dropped from the heap, which is rebuilt from where
+    the walk stands whenever the tree's state changes: at the member offered (and not walked past yet, e.g. an
+    entry that no longer fits, offered again next pass), or after the last member walked past."""
+
+    __slots__ = ("heap", "inclusive", "index", "start", "state", "ties")
+
+    def __init__(self, index: PendingIndex) -> None:
+        self.index = index
+        self.start: tuple[int, int, str] | None = None  # the queue key where the walk stands (None: at the start)
+        self.inclusive = True  # whether the member at `start` is still to walk
+        self.heap: list[_RunEntry] = []
+        self.state: tuple[int, int] | None = None  # the (tree version, removed) the heap was built at
+        self.ties = 0
+
+    def rebuild(self, state: tuple[int, int], who_of: Mapping[int, tuple[int, ...]]) -> None:
+        heap: list[_RunEntry] = []
+        for (shape, priority), by_reason in self.index.groups.items():
+            cls = (shape, who_of[priority])
+            for reason, run in by_reason.items():
+                if self.start is None:
+                    rest: Iterator[PendingWorkload] = iter(run)
+                else:
+                    rest = run.irange_key(self.start, inclusive=(self.inclusive, True))
+                first = next(rest, None)
+                if first is not None:
+                    self.ties += 1
+                    heap.append((queue_key(first), self.ties, first, rest, cls, reason))
+        heapq.heapify(heap)
+        self.heap = heap
+        self.state = state
+
+    def offer(self, entry: _RunEntry) -> PendingWorkload:
+        """The heap's top is the next member to walk: everything before it is done."""
+        self.start, self.inclusive = entry[0], True
+        return entry[2]
+
+    def advance(self, pw: PendingWorkload) -> None:
+        self.start, self.inclusive = queue_key(pw), False
+        heap = self.heap
+        if heap and heap[0][2] is pw:
+            _, _, _, rest, cls, reason = heap[0]
+            following = next(rest, None)
+            if following is None:
+                heapq.heappop(heap)
+            else:
+                self.ties += 1
+                heapq.heapreplace(heap, (queue_key(following), self.ties, following, rest, cls, reason))
+        else:
+            self.state = None  # not where the heap stands: rebuild it from `start` at the next look
+
+
 @dataclass(slots=True)
 class _Queue:
     name: str
     cq: ClusterQueue
     node: Node
-    seq: Sequence[PendingWorkload]
+    seq: Sequence[PendingWorkload]  # walked by position: the whole queue, or only its sticky members with `runs`
     assigner: FlavorAssigner
     strict: bool
+    index: PendingIndex | None = None
+    runs: _Runs | None = None  # the rest of the queue, when it can be walked by runs
     pos: int = 0
     done: bool = False
     headline_written: bool = False
@@ -412,32 +497,40 @@ class _Cycle:
                 oracle=None,
             )
             strict = cq.queueing_strategy is QueueingStrategy.STRICT_FIFO
-            if not strict and not self._queue_unchanged(name, node, cq, seq):
-                seq = _sticky_first(seq)
-            q = _Queue(
-                name=name,
-                cq=cq,
-                node=node,
-                seq=seq,
-                assigner=assigner,
-                strict=strict,
-            )
-            if not seq or self._queue_unchanged(name, node, cq, seq):
+            index = self.view.pending_index.get(name) if self.view.pending_index is not None else None
+            unchanged = self._queue_unchanged(name, node, cq, seq)
+            q = _Queue(name=name, cq=cq, node=node, seq=seq, assigner=assigner, strict=strict, index=index)
+            if not strict and not unchanged:
+                if index is not None and len(index) == len(seq) and self._walk_by_runs(q, index):
+                    q.seq = list(index.sticky)
+                    q.runs = _Runs(index)
+                else:
+                    q.seq = _sticky_first(seq)
+            if not seq or unchanged:
                 q.done = True
             queues.append(q)
         return queues
+
+    def _walk_by_runs(self, q: _Queue, index: PendingIndex) -> bool:
+        """Can this queue's walk step over runs? Not when some member steps aside for its LocalQueue or namespace
+        (`_precheck`), nor when the outcome depends on each workload's age (LowerOrNewerEqualPriority)."""
+        if q.cq.preemption.within_cluster_queue is PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY:
+            return False
+        return all(self._precheck_lq(q, lq, lq.partition("/")[0]) is None for lq in index.local_queues)
 
     # --- step 3: candidates ----------------------------------------------------------------------------------------
 
     def _precheck(self, q: _Queue, pw: PendingWorkload) -> PendingReason | None:
         """A reason that makes the workload no candidate at all (it steps aside, even in StrictFIFO)."""
-        lq = self.view.local_queues.get(pw.local_queue)
+        return self._precheck_lq(q, pw.local_queue, pw.workload.namespace)
+
+    def _precheck_lq(self, q: _Queue, lq_key: str, ns: str) -> PendingReason | None:
+        lq = self.view.local_queues.get(lq_key)
         if lq is not None and lq.stop_policy is not StopPolicy.NONE:
             return PendingReason(
                 kind=PendingReasonKind.QUEUE_STOPPED,
                 message=f"LocalQueue {lq.key} is stopped ({lq.stop_policy.value})",
             )
-        ns = pw.workload.namespace
         key = (q.name, ns)
         ok = self.ns_match.get(key)
         if ok is None:
@@ -459,12 +552,14 @@ class _Cycle:
             self._relay(q)
 
     def _walk(self, q: _Queue) -> _Entry | None:
-        while q.pos < len(q.seq):
-            pw = q.seq[q.pos]
+        while True:
+            pw = self._peek(q)
+            if pw is None:
+                break
             pre = self._precheck(q, pw)
             if pre is not None:
                 q.emitted |= self._pending(pw, q.name, pre)
-                q.pos += 1
+                self._advance(q, pw)
                 continue
             result = self._evaluate(q, pw)
             if result.kind is _Kind.NO_TARGETS and not q.reserved and not self._holds_anything(q, result):
@@ -477,12 +572,55 @@ class _Cycle:
                 if q.strict:
                     self._block(q, pw)
                     return None
-                q.pos += 1
+                self._advance(q, pw)
                 continue
             q.acted = True
             return _Entry(q, pw, result)
         q.done = True
         return None
+
+    def _peek(self, q: _Queue) -> PendingWorkload | None:
+        """The next workload the walk must look at: by position, then (with runs) the first member of a run that is
+        not quiet. Skipped members are exactly those for which the walk would find NoFit and write nothing."""
+        if q.pos < len(q.seq):
+            return q.seq[q.pos]
+        runs = q.runs
+        if runs is None:
+            return None
+        state = (self.snap.version(q.node.tree), len(self.snap.removed))
+        if runs.state != state:
+            runs.rebuild(state, self._who_of(q, runs.index))
+        heap = runs.heap
+        while heap:
+            top = heap[0]
+            if self._quiet(q, state, top[4], top[5]):
+                heapq.heappop(heap)
+                continue
+            return runs.offer(top)
+        return None
+
+    def _advance(self, q: _Queue, pw: PendingWorkload) -> None:
+        if q.pos < len(q.seq):
+            q.pos += 1
+        else:
+            assert q.runs is not None
+            q.runs.advance(pw)
+
+    def _quiet(
+        self, q: _Queue, state: tuple[int, int], cls: tuple[Shape, tuple[int, ...]], reason: Coarse | None
+    ) -> bool:
+        """Would every member of this run be NoFit now and write nothing? Yes when the queue's headline is written,
+        the run's class was evaluated in this state to NoFit (or NoTargets after the queue's reservation), and
+        the run's coarse last reason is that result's: `_write_no_fit` then returns without an event."""
+        if reason is None or not q.headline_written:
+            return False
+        known = q.equivalent.get((state[0], state[1], cls[0], cls[1]))
+        if known is None or (known.kind is _Kind.NO_TARGETS and not q.reserved):
+            return False
+        return known.coarse() == reason
+
+    def _who_of(self, q: _Queue, index: PendingIndex) -> dict[int, tuple[int, ...]]:
+        return {priority: self._who(q, priority, 0) for _, priority in index.groups}
 
     def _holds_anything(self, q: _Queue, r: _Result) -> bool:
         if not self.config.reserve_without_candidates:
@@ -492,7 +630,7 @@ class _Cycle:
         return bool(_to_reserve(q.node, r.assignment))
 
     def _write_no_fit(self, q: _Queue, pw: PendingWorkload, reason: PendingReason) -> None:
-        if q.headline_written and pw.last_reason is not None and _coarse(pw.last_reason) == _coarse(reason):
+        if q.headline_written and pw.last_reason is not None and coarse(pw.last_reason) == coarse(reason):
             return
         q.headline_written = True
         q.emitted |= self._pending(pw, q.name, reason)
@@ -504,6 +642,7 @@ class _Cycle:
             message=f"StrictFIFO: blocked by {head.key} at the head of ClusterQueue {q.name}",
             blocked_by=head.key,
         )
+        assert q.runs is None
         for pw in q.seq[q.pos + 1 :]:
             pre = self._precheck(q, pw)
             q.emitted |= self._pending(pw, q.name, pre if pre is not None else blocked)
@@ -516,48 +655,43 @@ class _Cycle:
         tree = q.node.tree
         untouched = self.snap.version(tree) == 0
         generation = self._generation(tree)
-        if untouched and self.memo is not None:
-            hit = self.memo.workloads.get(pw.key)
-            if (
-                hit is not None
-                and hit.generation == generation
-                and hit.workload is pw.workload
-                and hit.priority == pw.priority
-                and hit.queue_order_at == pw.queue_order_at
-            ):
-                return hit.result
         eq_key = self._equivalence_key(q, pw)
+        memo = self.memo.classes.get(q.name) if untouched and self.memo is not None else None
+        if memo is not None and memo[0] == generation:
+            hit = memo[1].get(eq_key[2:])
+            if hit is not None:
+                q.equivalent.setdefault(eq_key, hit)  # the class's result in this state, also for `_quiet`
+                return hit
         result = q.equivalent.get(eq_key)
         if result is None:
             result = self._assess(q, pw)
             if result.kind in (_Kind.NO_FIT, _Kind.NO_TARGETS):
                 q.equivalent[eq_key] = result
         if untouched and self.memo is not None and result.kind in (_Kind.NO_FIT, _Kind.NO_TARGETS):
-            self.memo.workloads[pw.key] = _MemoEntry(generation, pw.workload, pw.priority, pw.queue_order_at, result)
+            if memo is None or memo[0] != generation:
+                memo = self.memo.classes[q.name] = (generation, {})
+            memo[1][eq_key[2:]] = result
         return result
 
     def _equivalence_key(self, q: _Queue, pw: PendingWorkload) -> tuple[object, ...]:
         """Same shape, same tree state (and, when preemption may be involved, same priority and age) -> same result."""
-        shape = tuple(
-            (
-                ps.name,
-                ps.count,
-                tuple(sorted(ps.requests.items())),
-                tuple(sorted(ps.node_selector.items())),
-                ps.tolerations,
-            )
-            for ps in pw.workload.pod_sets
-        )
+        shape = q.index.shape(pw) if q.index is not None else None
+        if shape is None:
+            shape = shape_of(pw.workload)
+        who = self._who(q, pw.priority, pw.queue_order_at)
+        return (self.snap.version(q.node.tree), len(self.snap.removed), shape, who)
+
+    @staticmethod
+    def _who(q: _Queue, priority: int, queue_order_at: Millis) -> tuple[int, ...]:
         pre = q.cq.preemption
-        who: tuple[int, ...] = ()
+        if pre.within_cluster_queue is PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY:
+            return (priority, queue_order_at)
         if (
             pre.within_cluster_queue is not PreemptionPolicy.NEVER
             or pre.reclaim_within_cohort is not PreemptionPolicy.NEVER
         ):
-            who = (pw.priority,)
-            if pre.within_cluster_queue is PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY:
-                who = (pw.priority, pw.queue_order_at)
-        return (self.snap.version(q.node.tree), len(self.snap.removed), shape, who)
+            return (priority,)
+        return ()
 
     def _assess(self, q: _Queue, pw: PendingWorkload) -> _Result:
         preemptor = Preemptor(pw=pw, cq=q.cq, node=q.node, usage={}, frs=frozenset(), excluded=self.snap.removed)
@@ -730,7 +864,7 @@ class _Cycle:
         if q.strict:
             self._block(q, pw)
         else:
-            q.pos += 1
+            self._advance(q, pw)
 
     def _admit(self, q: _Queue, pw: PendingWorkload, a: Assignment) -> None:
         self.snap.add_usage(q.node, a.usage)
@@ -755,7 +889,7 @@ class _Cycle:
         self.events.append(
             WorkloadAdmitted(workload=pw.key, at=self.now, admission=admission, borrowed=tuple(borrowed))
         )
-        q.pos += 1
+        self._advance(q, pw)
 
     # --- memo bookkeeping ---------------------------------------------------------------------------------------
 
@@ -835,15 +969,6 @@ def _sticky_first(seq: Sequence[PendingWorkload]) -> Sequence[PendingWorkload]:
 def _no_fit_reason(a: Assignment) -> PendingReason:
     assert a.reason_kind is not None
     return PendingReason(kind=a.reason_kind, message=a.message, shortages=a.shortages)
-
-
-def _coarse(reason: PendingReason) -> tuple[object, ...]:
-    """A reason without the `available` figures, which move whenever quota is used elsewhere in the tree."""
-    return (
-        reason.kind,
-        reason.blocked_by,
-        tuple((s.flavor, s.resource, s.requested) for s in reason.shortages),
-    )
 
 
 def _to_reserve(node: Node, a: Assignment) -> dict[FlavorResource, int]:

@@ -16,6 +16,7 @@ from daemon.domain.ordering import candidate_order, satisfies_policy
 from daemon.domain.quota import (
     Node,
     Snapshot,
+    any_child_over,
     borrowing_with,
     cq_available,
     is_within_nominal_in,
@@ -131,6 +132,8 @@ def _in_subtree(
     p: Preemptor, snap: Snapshot, cohort: Node, root: Node, skip: Node | None, adv: bool
 ) -> list[_Candidate]:
     out: list[_Candidate] = []
+    if not any_child_over(cohort, p.frs):
+        return out  # every child is within nominal: the loops below would skip them all
     for child in cohort.child_cohorts:
         if child is skip or is_within_nominal_in(child, p.frs):
             continue

@@ -50,7 +50,7 @@ from daemon.domain.model import (
     ResourceFlavor,
     Workload,
 )
-from daemon.domain.view import AdmittedWorkload, ClusterView, PendingWorkload
+from daemon.domain.view import AdmittedWorkload, ClusterView, PendingIndex, PendingWorkload, Shape, queue_key
 
 STATE_VERSION = 1
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
@@ -93,10 +93,6 @@ class StateSnapshot:
     counter: int
 
 
-def _queue_key(p: PendingWorkload) -> tuple[int, int, str]:
-    return (-p.priority, p.queue_order_at, p.workload.key)
-
-
 class _Generations(Mapping[str, int]):
     """Per quota tree: the last counter value at which something there may have let a waiter fit.
 
@@ -134,6 +130,7 @@ class State:
         self.finished: dict[str, Millis] = {}
         # Derived indexes, rebuilt from the above by _reindex(); never stored.
         self._pending_by_cq: dict[str, SortedKeyList] = {}
+        self._pending_index: dict[str, PendingIndex] = {}  # the same workloads, grouped for the cycle
         self._pending_entry: dict[str, tuple[str | None, PendingWorkload]] = {}
         self._pending_unrouted: dict[str, PendingWorkload] = {}
         self._admitted: dict[str, AdmittedWorkload] = {}
@@ -272,11 +269,12 @@ class State:
 
     def _set(self, rec: WorkloadRecord) -> None:
         key = rec.workload.key
-        self._unindex(key)
+        was = self._unindex(key)
         self.workloads[key] = rec
-        self._index(rec)
+        self._index(rec, was[1] if was is not None and was[0] is rec.workload else None)
 
-    def _index(self, rec: WorkloadRecord) -> None:
+    def _index(self, rec: WorkloadRecord, shape: Shape | None = None) -> None:
+        """Index `rec`; `shape` is its workload's, when known (a reason change keeps the spec)."""
         key = rec.workload.key
         if rec.phase is Phase.ADMITTED:
             assert rec.admission is not None and rec.admitted_at is not None
@@ -305,12 +303,17 @@ class State:
         else:
             bucket = self._pending_by_cq.get(cq)
             if bucket is None:
-                bucket = self._pending_by_cq[cq] = SortedKeyList(key=_queue_key)
+                bucket = self._pending_by_cq[cq] = SortedKeyList(key=queue_key)
             bucket.add(pw)
+            index = self._pending_index.get(cq)
+            if index is None:
+                index = self._pending_index[cq] = PendingIndex()
+            index.add(pw, shape)
             self._bump_pending_version(cq)
         self._pending_entry[key] = (cq, pw)
 
-    def _unindex(self, key: str) -> None:
+    def _unindex(self, key: str) -> tuple[Workload, Shape] | None:
+        """Drop `key` from the indexes; if it was pending in a ClusterQueue, return its workload and shape."""
         aw = self._admitted.pop(key, None)
         if aw is not None:
             by_cq = self._admitted_by_cq.get(aw.admission.cluster_queue)
@@ -326,9 +329,14 @@ class State:
             else:
                 bucket = self._pending_by_cq[cq]
                 bucket.remove(pw)
+                index = self._pending_index[cq]
+                shape = index.remove(pw)
                 self._bump_pending_version(cq)
                 if not bucket:
                     del self._pending_by_cq[cq]
+                    del self._pending_index[cq]
+                return pw.workload, shape
+        return None
 
     def _bump_pending_version(self, cq: str) -> None:
         self._pending_version_counter += 1
@@ -344,6 +352,7 @@ class State:
         for cq in self._pending_by_cq:
             self._bump_pending_version(cq)
         self._pending_by_cq.clear()
+        self._pending_index.clear()
         self._pending_unrouted.clear()
         self._pending_entry.clear()
         for rec in self.workloads.values():
@@ -393,6 +402,7 @@ class State:
             admitted=self._admitted,
             admitted_by_cq=self._admitted_by_cq,
             pending_by_cq=self._pending_by_cq,
+            pending_index=self._pending_index,
             pending_unrouted=self._pending_unrouted,
             generation=_Generations(self._tree_generation, self._config_generation),
             pending_version=self._pending_version,

@@ -1,13 +1,16 @@
 """The read-only view of replayed state that one admission cycle reads.
 
 The fold (`daemon.domain.state`) keeps these collections up to date event by event; the cycle
-(`daemon.domain.admission`) only reads them. Nothing here is copied per cycle.
+(`daemon.domain.admission`) only reads them. Nothing here is copied per cycle. `PendingIndex` groups one
+ClusterQueue's pending workloads so that the cycle can step over runs whose outcome it already knows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from sortedcontainers import SortedKeyList
 
 from daemon.domain.model import (
     Admission,
@@ -17,6 +20,7 @@ from daemon.domain.model import (
     Millis,
     Namespace,
     PendingReason,
+    PendingReasonKind,
     ResourceFlavor,
     Workload,
 )
@@ -64,7 +68,141 @@ class ClusterView:
     """Per quota tree (the root cohort's name, or ``cq:<name>`` for a ClusterQueue without a cohort): a counter
     bumped by every event that may let a waiting workload fit (usage released, quota or config changed,
     admission). Equal generation means a workload found not fitting still does not fit."""
+    pending_index: Mapping[str, PendingIndex] | None = None
+    """Optional, per ClusterQueue with pending workloads: the same workloads as `pending_by_cq`, grouped (see
+    `PendingIndex`). With it, a BestEffortFIFO walk steps over workloads whose outcome is known without visiting
+    them; without it (None) the engine visits every pending workload, with the same decisions."""
     pending_version: Mapping[str, int] | None = None
     """Optional, per ClusterQueue: a counter bumped whenever its pending sequence changes (a workload added, removed
     or replaced). With it, `AdmissionEngine` skips an unchanged queue of unfitting workloads in O(1); without it
     (None) the engine still skips each memoised workload, in O(pending) dictionary lookups."""
+
+
+# --- the grouped pending index ------------------------------------------------------------------------------------
+
+Shape = tuple[object, ...]
+"""What flavor assignment and preemption read from a workload: its pod sets' names, counts, requests, node
+selectors and tolerations. Two workloads of the same shape (and priority) get the same outcome in the same state."""
+
+Coarse = tuple[object, ...]
+"""A pending reason without the `available` figures (see `coarse`)."""
+
+GroupKey = tuple[Shape, int]
+"""(shape, priority): workloads that a cycle must treat alike."""
+
+
+def shape_of(wl: Workload) -> Shape:
+    return tuple(
+        (
+            ps.name,
+            ps.count,
+            tuple(sorted(ps.requests.items())),
+            tuple(sorted(ps.node_selector.items())),
+            ps.tolerations,
+        )
+        for ps in wl.pod_sets
+    )
+
+
+def coarse(reason: PendingReason) -> Coarse:
+    """A reason without the `available` figures, which move whenever quota is used elsewhere in the tree."""
+    shortages = reason.shortages
+    return (
+        reason.kind,
+        reason.blocked_by,
+        tuple([(s.flavor, s.resource, s.requested) for s in shortages]) if shortages else (),
+    )
+
+
+def queue_key(p: PendingWorkload) -> tuple[int, int, str]:
+    """Queue order within a ClusterQueue: higher priority first, then older, then key."""
+    return (-p.priority, p.queue_order_at, p.workload.key)
+
+
+def is_sticky(p: PendingWorkload) -> bool:
+    """BestEffortFIFO's sticky preemptor: its last reason says it waits for the workloads it preempted."""
+    return p.last_reason is not None and p.last_reason.kind is PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS
+
+
+class PendingIndex:
+    """One ClusterQueue's pending workloads, grouped: the sticky ones (`is_sticky`) in queue order, and the others
+    by (shape, priority) and then by the coarse form of their last reason (None: no reason yet), each run in queue
+    order. `local_queues` counts members per LocalQueue. Derived from the pending set alone, so an index kept up
+    to date by the fold equals one built from scratch (`build`); it is never stored."""
+
+    __slots__ = ("_where", "groups", "local_queues", "sticky")
+
+    def __init__(self) -> None:
+        self.sticky: SortedKeyList = SortedKeyList(key=queue_key)
+        self.groups: dict[GroupKey, dict[Coarse | None, SortedKeyList]] = {}
+        self.local_queues: dict[str, int] = {}
+        self._where: dict[str, tuple[PendingWorkload, GroupKey, Coarse | None]] = {}
+
+    @classmethod
+    def build(cls, members: Iterable[PendingWorkload]) -> PendingIndex:
+        index = cls()
+        for pw in members:
+            index.add(pw)
+        return index
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def shape(self, pw: PendingWorkload) -> Shape | None:
+        """The shape computed when `pw` (this very object) was added, or None."""
+        hit = self._where.get(pw.workload.key)
+        return hit[1][0] if hit is not None and hit[0] is pw else None
+
+    def add(self, pw: PendingWorkload, shape: Shape | None = None) -> None:
+        key = pw.workload.key
+        if key in self._where:
+            raise ValueError(f"{key} is already indexed")
+        group: GroupKey = (shape_of(pw.workload) if shape is None else shape, pw.priority)
+        runs: Coarse | None = None
+        if is_sticky(pw):
+            self.sticky.add(pw)
+        else:
+            runs = None if pw.last_reason is None else coarse(pw.last_reason)
+            by_reason = self.groups.get(group)
+            if by_reason is None:
+                by_reason = self.groups[group] = {}
+            run = by_reason.get(runs)
+            if run is None:
+                run = by_reason[runs] = SortedKeyList(key=queue_key)
+            run.add(pw)
+        self._where[key] = (pw, group, runs)
+        self.local_queues[pw.local_queue] = self.local_queues.get(pw.local_queue, 0) + 1
+
+    def remove(self, pw: PendingWorkload) -> Shape:
+        """Remove the member with `pw`'s key; return its shape."""
+        stored, group, runs = self._where.pop(pw.workload.key)
+        if is_sticky(stored):
+            self.sticky.remove(stored)
+        else:
+            by_reason = self.groups[group]
+            run = by_reason[runs]
+            run.remove(stored)
+            if not run:
+                del by_reason[runs]
+                if not by_reason:
+                    del self.groups[group]
+        left = self.local_queues[stored.local_queue] - 1
+        if left:
+            self.local_queues[stored.local_queue] = left
+        else:
+            del self.local_queues[stored.local_queue]
+        return group[0]
+
+    def canonical(self) -> tuple[object, ...]:
+        """A plain value for comparing two indexes: members by group, run and order."""
+        return (
+            tuple(p.workload.key for p in self.sticky),
+            tuple(
+                sorted(
+                    (repr(g), repr(r), tuple(p.workload.key for p in run))
+                    for g, by_reason in self.groups.items()
+                    for r, run in by_reason.items()
+                )
+            ),
+            tuple(sorted(self.local_queues.items())),
+        )

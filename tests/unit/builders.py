@@ -39,7 +39,7 @@ from daemon.domain.model import (
     Toleration,
     Workload,
 )
-from daemon.domain.view import AdmittedWorkload, ClusterView, PendingWorkload
+from daemon.domain.view import AdmittedWorkload, ClusterView, PendingIndex, PendingWorkload
 
 M = 1000  # milli-units per unit
 
@@ -327,6 +327,7 @@ class World:
         self.pending_version: dict[str, int] = {}
         self.counter = 0
         self.config_gen = 0
+        self.indexed = True  # view() carries a PendingIndex per ClusterQueue, as the real fold's view does
 
     # setup ----------------------------------------------------------------------------------------------------------
 
@@ -444,7 +445,9 @@ class World:
             return None
         return q.cluster_queue
 
-    def view(self) -> ClusterView:
+    def view(self, indexed: bool | None = None) -> ClusterView:
+        """The engine's input. `indexed=False` leaves out the pending index, so the engine visits every pending
+        workload one by one (the reference walk the indexed one must match)."""
         by_cq: dict[str, list[PendingWorkload]] = {}
         unrouted: dict[str, PendingWorkload] = {}
         for key, p in self.pending.items():
@@ -476,6 +479,9 @@ class World:
             admitted=dict(self.admitted),
             admitted_by_cq=admitted_by_cq,
             pending_by_cq=by_cq,
+            pending_index={cq: PendingIndex.build(lst) for cq, lst in by_cq.items()}
+            if (self.indexed if indexed is None else indexed)
+            else None,
             pending_unrouted=unrouted,
             generation={t: max(self.generation.get(t, 0), self.config_gen) for t in trees},
             pending_version=dict(self.pending_version),

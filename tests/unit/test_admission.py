@@ -460,3 +460,27 @@ def test_deep_queue_rewrites_only_the_head_when_only_availability_moved() -> Non
     w.add(running(job("r2").gpus(8), "a", "h100"))
     events = cycle(w)
     assert len(pending(events)) == 1  # the head's available changed 1 -> 2; the rest keep their reason
+
+
+def test_deep_queue_walked_by_runs_writes_exactly_what_visiting_each_workload_writes() -> None:
+    """With the pending index, the walk steps over runs of alike workloads whose last reason still holds; it must
+    still find the head (only `available` moved), a newcomer in the middle and a member whose reason is stale."""
+    w = base(
+        cq("a").flavor("h100", gpu=10),
+        running(job("r").gpus(9), "a", "h100"),
+        *(job(f"j{i}").gpus(4).at(2 * i) for i in range(100)),
+        *(job(f"k{i}").gpus(6).at(2 * i + 1) for i in range(100)),
+    )
+    first = cycle(w)
+    assert len(pending(first)) == 200
+    w.apply(first)
+    assert cycle(w) == []
+    w.finish("default/r")
+    w.add(running(job("r2").gpus(8), "a", "h100"), job("new").gpus(4).at(101))
+    reason = w.pending["default/j70"].last_reason
+    assert reason is not None
+    w.pending["default/j70"].last_reason = reason.__class__(kind=K.NO_MATCHING_FLAVOR, message="stale")
+    events = cycle(w)
+    assert events == decide(w.view(indexed=False), NOW)
+    assert list(pending(events)) == ["default/j0", "default/new", "default/j70"]
+    assert pending(events)["default/j70"].reason.kind is K.WAITING_FOR_QUOTA

@@ -172,3 +172,69 @@ def test_engine_with_caches_decides_exactly_as_a_fresh_decide(s: Scenario) -> No
         return fresh
 
     drive(s, step)
+
+
+@st.composite
+def deep_scenarios(draw: st.DrawFn) -> Scenario:
+    """Few shapes and priorities, many workloads: deep queues with long runs of alike workloads, the case the
+    indexed walk steps over. Queues borrow and reclaim in one cohort; some LocalQueues may be stopped."""
+    w = world(*(flavor(f) for f in FLAVORS), namespace("default"), namespace("other", team="x"))
+    n = draw(st.integers(1, 3))
+    for i in range(n):
+        b = cq(f"cq{i}").cohort("co")
+        if draw(st.integers(0, 3)) == 0:
+            b = b.strict_fifo()
+        b = b.preempt(draw(st.sampled_from(POLICIES)), draw(st.sampled_from(RECLAIM)))
+        for f in draw(st.permutations(FLAVORS))[: draw(st.integers(1, 2))]:
+            b = b.flavor(f, gpu=draw(st.integers(1, 6)), borrow=draw(st.one_of(st.none(), st.integers(0, 4))))
+        stop = draw(st.sampled_from(("None", "None", "None", "Hold")))
+        w.add(b, lq("default", f"q{i}", f"cq{i}"), lq("other", f"q{i}", f"cq{i}", stop))
+    shapes = [(1, 1), (1, 2), (2, 3)]  # (count, gpu per pod)
+    steps = []
+    t = 0
+    for _ in range(draw(st.integers(2, 6))):
+        jobs = []
+        for _ in range(draw(st.integers(0, 12))):
+            t += 1
+            count, gpu = draw(st.sampled_from(shapes))
+            jb = (
+                job(f"j{t}")
+                .ns(draw(st.sampled_from(("default", "default", "default", "other"))))
+                .queue(f"q{draw(st.integers(0, n - 1))}")
+                .priority(draw(st.integers(0, 1)))
+                .at(t)
+            )
+            jb.podset("main", count, gpu=gpu)
+            jobs.append(jb)
+        steps.append((jobs, draw(st.integers(0, 4)), draw(st.integers(0, 3))))
+    return Scenario(w, steps)
+
+
+def _indexed_equals_unindexed(s: Scenario, config: EngineConfig) -> None:
+    engine = AdmissionEngine(config)
+
+    def step(w: World, now: int) -> list[Event]:
+        reference = decide(w.view(indexed=False), now, config)
+        assert decide(w.view(indexed=True), now, config) == reference
+        assert engine.decide(w.view(indexed=True), now) == reference
+        return reference
+
+    drive(s, step)
+
+
+@SETTINGS
+@given(s=scenarios(), fair=st.booleans(), reserve=st.booleans())
+def test_walking_by_runs_decides_exactly_as_visiting_every_pending_workload(
+    s: Scenario, fair: bool, reserve: bool
+) -> None:
+    """The pending index only lets the walk step over workloads that would be NoFit and write nothing: the events
+    (reasons included, in order) are those of the walk that visits each one, with and without the engine's caches."""
+    _indexed_equals_unindexed(s, EngineConfig(fair_sharing=fair, reserve_without_candidates=reserve))
+
+
+@SETTINGS
+@given(s=deep_scenarios(), fair=st.booleans(), reserve=st.booleans())
+def test_walking_by_runs_decides_exactly_as_visiting_every_pending_workload_in_deep_queues(
+    s: Scenario, fair: bool, reserve: bool
+) -> None:
+    _indexed_equals_unindexed(s, EngineConfig(fair_sharing=fair, reserve_without_candidates=reserve))

@@ -10,8 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.domain import events as ev
-from daemon.domain.model import ClusterQueue, LabelSelector, LocalQueue, PriorityClass
+from daemon.domain.model import (
+    ClusterQueue,
+    LabelSelector,
+    LocalQueue,
+    PendingReason,
+    PendingReasonKind,
+    PriorityClass,
+    Shortage,
+)
 from daemon.domain.state import Phase, State
+from daemon.domain.view import PendingIndex, shape_of
 from daemon.eventlog.replay import decode_snapshot, encode_snapshot
 from tests.samples import admission, one_of_each, workload
 
@@ -163,3 +172,81 @@ def test_an_evicted_workload_returns_to_its_queue_at_its_original_position() -> 
     assert state.view().admitted["ns/first"].evicting is True
     state.apply(ev.WorkloadEvicted(workload="ns/first", at=5, reason="Preempted"))
     assert [p.key for p in state.view().pending_by_cq["cq-a"]] == ["ns/first", "ns/second"]
+
+
+def _reason_events() -> st.SearchStrategy[ev.Event]:
+    """Pending reasons that land a workload in different runs of the pending index: none yet, a shortage (two
+    `available` figures, one coarse form), a sticky wait for preempted workloads, another kind."""
+    shortage = st.integers(0, 3).map(
+        lambda a: PendingReason(
+            kind=PendingReasonKind.WAITING_FOR_QUOTA,
+            message=f"short, {a} available",
+            shortages=(Shortage(flavor="f", resource="cpu", requested=4000, available=a * 1000),),
+        )
+    )
+    sticky = st.sampled_from(["ns/j0", "ns/j1"]).map(
+        lambda k: PendingReason(kind=PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS, message="w", blocked_by=k)
+    )
+    other = st.just(PendingReason(kind=PendingReasonKind.NO_MATCHING_FLAVOR, message="none"))
+    return st.tuples(st.sampled_from(JOBS), st.one_of(shortage, sticky, other)).map(
+        lambda t: ev.WorkloadPending(workload=f"ns/{t[0]}", at=0, cluster_queue="cq-a", reason=t[1])
+    )
+
+
+def _shaped_job_events() -> st.SearchStrategy[ev.Event]:
+    return st.tuples(
+        st.sampled_from(JOBS), st.integers(0, 100), st.sampled_from(["q1", "q2"]), st.sampled_from([2, 4])
+    ).map(lambda t: ev.JobObserved(workload=workload(t[0], ns="ns", queue=t[2], created_at=t[1], gpus=t[3])))
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(st.one_of(_config_events(), _job_events(), _reason_events(), _shaped_job_events()), max_size=80))
+def test_the_pending_index_kept_by_the_fold_equals_one_built_from_scratch(events: list[ev.Event]) -> None:
+    """Event by event the fold keeps each ClusterQueue's PendingIndex (runs by shape, priority and coarse last
+    reason; sticky waiters apart); it must equal an index built from the queue's pending workloads, also after a
+    snapshot round trip, and it must hold exactly the queue's pending workloads."""
+    state = State()
+    for i, e in enumerate(events, start=1):
+        state.apply(e, i)
+        view = state.view()
+        assert view.pending_index is not None
+        assert set(view.pending_index) == set(view.pending_by_cq)
+        for cq, seq in view.pending_by_cq.items():
+            index = view.pending_index[cq]
+            assert len(index) == len(seq)
+            assert index.canonical() == PendingIndex.build(seq).canonical()
+            members = [*index.sticky, *(p for runs in index.groups.values() for run in runs.values() for p in run)]
+            assert sorted(p.key for p in members) == sorted(p.key for p in seq)
+            assert all(index.shape(p) == shape_of(p.workload) for p in seq)
+    restored = decode_snapshot(encode_snapshot(state)).view()
+    live = state.view()
+    assert restored.pending_index is not None and live.pending_index is not None
+    assert {k: v.canonical() for k, v in restored.pending_index.items()} == {
+        k: v.canonical() for k, v in live.pending_index.items()
+    }
+
+
+def test_the_pending_index_groups_alike_workloads_and_sets_sticky_waiters_apart() -> None:
+    state = fold(
+        [
+            ev.ClusterQueueObserved(cluster_queue=ClusterQueue(name="cq-a", namespace_selector=LabelSelector())),
+            ev.LocalQueueObserved(local_queue=LocalQueue(namespace="ns", name="q1", cluster_queue="cq-a")),
+            ev.JobObserved(workload=workload("a", ns="ns", queue="q1", created_at=1)),
+            ev.JobObserved(workload=workload("b", ns="ns", queue="q1", created_at=2)),
+            ev.JobObserved(workload=workload("c", ns="ns", queue="q1", created_at=3, gpus=2)),
+            ev.WorkloadPending(
+                workload="ns/b",
+                at=5,
+                cluster_queue="cq-a",
+                reason=PendingReason(kind=PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS, message="w"),
+            ),
+        ]
+    )
+    indexes = state.view().pending_index
+    assert indexes is not None
+    index = indexes["cq-a"]
+    assert [p.key for p in index.sticky] == ["ns/b"]
+    assert sorted(len(runs) for runs in index.groups.values()) == [1, 1]  # two shapes, each one run (no reason)
+    assert index.local_queues == {"ns/q1": 3}
+    state.apply(ev.JobFinished(job="ns/b", at=6))
+    assert list(index.sticky) == []  # the fold updates the same index in place

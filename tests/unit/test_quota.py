@@ -14,8 +14,11 @@ from daemon.domain.quota import (
     UNLIMITED,
     QuotaTree,
     add_usage,
+    any_child_over,
     available,
+    count_over,
     cq_available,
+    is_within_nominal_in,
     potential_available,
     remove_usage,
     sat_add,
@@ -211,3 +214,57 @@ def test_incremental_usage_equals_a_fresh_load_and_reverts_exactly(ops: list[tup
         remove_usage(tree.cqs[name], GPU, v * M)
     for node in [*tree.cqs.values(), *tree.cohorts.values()]:
         assert node.usage.get(GPU, 0) == 0, node.name
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.booleans(), st.sampled_from(["a", "b", "x"]), st.integers(min_value=1, max_value=12)),
+        max_size=16,
+    ),
+    lend=st.integers(min_value=0, max_value=8),
+    start=st.dictionaries(st.sampled_from(["a", "b", "x"]), st.integers(min_value=0, max_value=12)),
+)
+def test_the_count_of_children_over_nominal_follows_every_usage_change(
+    ops: list[tuple[bool, str, int]], lend: int, start: dict[str, int]
+) -> None:
+    """`Node.over` (children above their own quota, which lets preemption skip a cohort) equals a recount after
+    load_usage and after any sequence of add_usage / remove_usage, and agrees with is_within_nominal_in."""
+    items = [
+        cohort("root").flavor("h100", gpu=2),
+        cohort("c").parent("root").flavor("h100", gpu=1, lend=lend),
+        cq("a").cohort("c").flavor("h100", gpu=4, lend=lend),
+        cq("b").cohort("c").flavor("h100", gpu=4),
+        cq("x").cohort("root").flavor("h100", gpu=3),
+    ]
+    tree = build(*items, usage=start)
+
+    def check() -> None:
+        for node in tree.cohorts.values():
+            assert {fr: n for fr, n in node.over.items() if n} == count_over(node), node.name
+            children = [*node.child_cohorts, *node.child_cqs]
+            assert any_child_over(node, [GPU]) == any(not is_within_nominal_in(c, [GPU]) for c in children)
+
+    check()
+    held = dict(start)
+    for add, name, v in ops:
+        if add:
+            add_usage(tree.cqs[name], GPU, v * M)
+            held[name] = held.get(name, 0) + v
+        elif held.get(name, 0) >= v:
+            remove_usage(tree.cqs[name], GPU, v * M)
+            held[name] -= v
+        check()
+
+
+@given(a=st.integers(-(2**66), 2**66), b=st.integers(-(2**66), 2**66))
+def test_saturating_arithmetic_matches_its_min_max_definition(a: int, b: int) -> None:
+    """sat_add / sat_sub compare instead of calling min / max (they are hot); the results must be Kueue's."""
+    add = UNLIMITED if a >= UNLIMITED or b >= UNLIMITED else min(a + b, UNLIMITED)
+    if a >= UNLIMITED:
+        sub = 0 if b >= UNLIMITED else UNLIMITED
+    elif b >= UNLIMITED:
+        sub = -UNLIMITED
+    else:
+        sub = max(min(a - b, UNLIMITED), -UNLIMITED)
+    assert (sat_add(a, b), sat_sub(a, b)) == (add, sub)
