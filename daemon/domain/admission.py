@@ -78,6 +78,7 @@ from daemon.domain.model import (
 )
 from daemon.domain.ordering import candidate_order, entry_order
 from daemon.domain.preemption import Preemptor, Target, classical_targets, oracle_mode
+from daemon.domain.quantity import format_quantity
 from daemon.domain.quota import Node, QuotaTree, Snapshot, cq_available, fits, nominal
 from daemon.domain.view import (
     AdmittedWorkload,
@@ -757,7 +758,8 @@ class _Cycle:
             if v > cq_available(q.node, (f, r))
         )
         text = ", ".join(
-            f"{s.resource} in flavor {s.flavor}: {s.requested - s.available} more needed" for s in shortages
+            f"{s.resource} in flavor {s.flavor}: {format_quantity(s.requested - s.available, s.resource)} more needed"
+            for s in shortages
         )
         return PendingReason(
             kind=PendingReasonKind.WAITING_FOR_QUOTA,

@@ -25,6 +25,7 @@ from daemon.domain.model import (
     Toleration,
     Workload,
 )
+from daemon.domain.quantity import format_quantity
 from daemon.domain.quota import Node, cq_available, lowest_subtree_that_fits, nominal, potential_available
 
 PODS = "pods"
@@ -263,7 +264,8 @@ class FlavorAssigner:
             attempt.kind = _most_severe(attempt.kind, PendingReasonKind.EXCEEDS_MAX_QUOTA)
             attempt.shortages.append(Shortage(flavor=fr[0], resource=fr[1], requested=val, available=max_capacity))
             attempt.notes.append(
-                f"{fr[1]} in flavor {fr[0]}: request {val} exceeds the maximum capacity {max_capacity}"
+                f"{fr[1]} in flavor {fr[0]}: request {format_quantity(val, fr[1])} exceeds the maximum capacity "
+                f"{format_quantity(max_capacity, fr[1])}"
             )
             return PMode.NO_FIT, 0
         borrow, may_reclaim = lowest_subtree_that_fits(node, fr, val)
@@ -271,7 +273,8 @@ class FlavorAssigner:
         if val <= avail:
             return PMode.FIT, borrow
         attempt.shortages.append(Shortage(flavor=fr[0], resource=fr[1], requested=val, available=avail))
-        attempt.notes.append(f"insufficient unused quota for {fr[1]} in flavor {fr[0]}, {val - avail} more needed")
+        short = format_quantity(val - avail, fr[1])
+        attempt.notes.append(f"insufficient unused quota for {fr[1]} in flavor {fr[0]}, {short} more needed")
         if nominal(node, fr) >= val or may_reclaim or self.can_preempt_while_borrowing:
             if self.oracle is None or not (self.preemption_configured or self.can_preempt_while_borrowing):
                 return PMode.NO_CANDIDATES, borrow

@@ -225,3 +225,9 @@ async def test_snapshots_written_during_a_simulation_replay_to_the_simulators_ow
         assert reader.stats().snapshots >= 2
         from_snapshot, from_scratch = replay(reader), replay(reader, use_snapshots=False)
     assert from_snapshot.to_snapshot() == from_scratch.to_snapshot() == result.state.to_snapshot()
+
+
+def test_pending_messages_show_quantities_as_kubernetes_writes_them() -> None:
+    jobs = simulate_json(str(SAMPLES / "seed.yaml"))["jobs"]
+    assert isinstance(jobs, dict)
+    assert jobs["research/too-big"]["pending_reason"].endswith("request 16 exceeds the maximum capacity 8")
