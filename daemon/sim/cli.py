@@ -12,6 +12,7 @@ from typing import Any
 from daemon.domain.admission import EngineConfig
 from daemon.eventlog.errors import DatabaseUnavailable
 from daemon.manifests import ManifestError
+from daemon.manifests.config import load_config
 from daemon.sim.durations import DurationError, format_seconds, parse_duration
 from daemon.sim.report import to_json, to_table
 from daemon.sim.run import SimProgress, run_simulation
@@ -38,7 +39,15 @@ def add_simulate_parser(sub: Any) -> None:
     p.add_argument("--db", type=Path, help="keep the event log in this new file (for `admitd log ...`)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--until", type=_duration, metavar="DURATION", help="stop at this virtual time (e.g. 10m)")
-    p.add_argument("--fair-sharing", action="store_true", help="admit by weighted dominant resource share")
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="admitd settings as a Kueue Configuration file (config.kueue.x-k8s.io); see config/admitd.yaml",
+    )
+    p.add_argument(
+        "--fair-sharing", action="store_true", help="admit by weighted dominant resource share (overrides --config)"
+    )
     p.set_defaults(func=_cmd_simulate)
 
 
@@ -53,6 +62,7 @@ def _progress(p: SimProgress, final: bool) -> None:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     try:
+        config, config_warnings = (EngineConfig(), ()) if args.config is None else load_config(args.config)
         scenario = load_scenario(args.scenario)
     except ManifestError as e:
         print(f"admitd: {e}", file=sys.stderr)
@@ -62,7 +72,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         return 2
     if args.db is not None and args.db.exists():
         raise DatabaseUnavailable(args.db, "already exists; simulate writes a new log (choose another --db)")
-    for line in scenario.warnings:
+    if args.fair_sharing:
+        config = EngineConfig(fair_sharing=True)
+    for line in (*config_warnings, *scenario.warnings):
         print(f"admitd: warning: {line}", file=sys.stderr)
     for line in scenario.problems:
         print(f"admitd: rejected: {line}", file=sys.stderr)
@@ -72,7 +84,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             scenario,
             db_path=args.db,
             until=args.until,
-            config=EngineConfig(fair_sharing=args.fair_sharing),
+            config=config,
             progress=progress,
         )
     )

@@ -231,3 +231,26 @@ def test_pending_messages_show_quantities_as_kubernetes_writes_them() -> None:
     jobs = simulate_json(str(SAMPLES / "seed.yaml"))["jobs"]
     assert isinstance(jobs, dict)
     assert jobs["research/too-big"]["pending_reason"].endswith("request 16 exceeds the maximum capacity 8")
+
+
+def test_fair_sharing_from_the_configuration_file_changes_who_gets_the_last_slot() -> None:
+    def first_wave(*extra: str) -> dict[str, int]:
+        jobs = simulate_json(str(SAMPLES / "fair-sharing.yaml"), *extra)["jobs"]
+        assert isinstance(jobs, dict)
+        return {
+            team: sum(1 for k, v in jobs.items() if k.startswith(team) and v["admitted_at"][:1] == [60])
+            for team in ("team-a", "team-b")
+        }
+
+    assert first_wave() == {"team-a": 4, "team-b": 3}  # FIFO: team-a's jobs were created first
+    assert first_wave("--config", str(ROOT / "config" / "admitd-fair-sharing.yaml")) == {"team-a": 3, "team-b": 4}
+    assert first_wave("--fair-sharing") == {"team-a": 3, "team-b": 4}
+
+
+def test_a_bad_configuration_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\nfairSharing: {enable: 1}\n")
+    result = simulate(str(SAMPLES / "seed.yaml"), "--config", str(path))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "fairSharing.enable: must be true or false" in result.stderr and str(path) in result.stderr

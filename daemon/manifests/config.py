@@ -1,0 +1,88 @@
+"""admitd's own settings, read from Kueue's Configuration file so that one file serves both.
+
+Only what admitd implements is read (`fairSharing`); every other Kueue setting is reported as ignored, never
+silently dropped. v1beta1 switches fair sharing on with `fairSharing.enable: true`; in v1beta2 a `fairSharing`
+section switches it on by being there, as in Kueue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from daemon.domain.admission import EngineConfig
+from daemon.manifests.errors import ManifestError
+
+CONFIG_GROUP = "config.kueue.x-k8s.io"
+_VERSIONS = ("v1beta1", "v1beta2")
+_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+
+
+def _error(field: str, message: str, source: str) -> ManifestError:
+    return ManifestError(message, kind="Configuration", field=field, source=source)
+
+
+def parse_config(doc: object, source: str = "<config>") -> tuple[EngineConfig, tuple[str, ...]]:
+    """The engine settings in one Configuration document, and warnings about settings admitd ignores."""
+    if not isinstance(doc, Mapping):
+        raise _error("", "expected a Configuration object (a YAML mapping)", source)
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    allowed = ", ".join(f"{CONFIG_GROUP}/{v}" for v in _VERSIONS)
+    if kind != "Configuration":
+        raise _error("kind", f"must be Configuration, got {kind!r}", source)
+    if api_version not in tuple(f"{CONFIG_GROUP}/{v}" for v in _VERSIONS):
+        raise _error("apiVersion", f"must be one of {allowed}, got {api_version!r}", source)
+    warnings = [
+        f"{source}: {name} is a Kueue setting admitd does not implement; ignored"
+        for name in sorted(str(k) for k in doc)
+        if name not in ("apiVersion", "kind", "fairSharing")
+    ]
+    section = doc.get("fairSharing")
+    fair = False
+    if section is not None:
+        if not isinstance(section, Mapping):
+            raise _error("fairSharing", f"must be a mapping, got {type(section).__name__}", source)
+        enable = section.get("enable")
+        if enable is not None and not isinstance(enable, bool):
+            raise _error("fairSharing.enable", f"must be true or false, got {enable!r}", source)
+        # v1beta1 needs enable: true; in v1beta2 the section's presence is enough (unless it says enable: false).
+        fair = bool(enable) if api_version == f"{CONFIG_GROUP}/v1beta1" else enable is not False
+        strategies = section.get("preemptionStrategies")
+        if strategies is not None:
+            if not isinstance(strategies, list) or not all(isinstance(s, str) for s in strategies):
+                raise _error("fairSharing.preemptionStrategies", "must be a list of strategy names", source)
+            unknown = [s for s in strategies if s not in _STRATEGIES]
+            if unknown:
+                raise _error(
+                    "fairSharing.preemptionStrategies",
+                    f"unknown strategy {unknown[0]!r}; allowed: {', '.join(_STRATEGIES)}",
+                    source,
+                )
+            if tuple(strategies) != _STRATEGIES:
+                warnings.append(
+                    f"{source}: fairSharing.preemptionStrategies: admitd always uses Kueue's default "
+                    f"[{', '.join(_STRATEGIES)}]"
+                )
+        for name in sorted(str(k) for k in section):
+            if name not in ("enable", "preemptionStrategies"):
+                warnings.append(f"{source}: fairSharing.{name} is not implemented by admitd; ignored")
+    return EngineConfig(fair_sharing=fair), tuple(warnings)
+
+
+def load_config(path: Path | str) -> tuple[EngineConfig, tuple[str, ...]]:
+    """Read a Configuration file. Raises ManifestError (unreadable file, bad YAML, bad field) naming the file."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ManifestError(f"cannot read: {e.strerror or e}", kind="Configuration", source=source) from e
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = None if mark is None else mark.line + 1
+        what = ", ".join(str(p) for p in (getattr(e, "context", None), getattr(e, "problem", None)) if p) or str(e)
+        raise ManifestError(f"invalid YAML: {what}", kind="Configuration", source=source, line=line) from e
+    return parse_config(doc, source)
