@@ -13,20 +13,15 @@ import sys
 import time
 from collections import defaultdict
 
-from bench.kueue_shapes import BASELINE, LARGE_SCALE, Shape, ideal_makespan_ms, scenario
+from bench.kueue_shapes import BASELINE, LARGE_SCALE, Shape, cpu_queue, ideal_makespan_ms, scenario
 from daemon.domain import events as ev
 from daemon.domain.admission import AdmissionEngine
 from daemon.domain.model import (
     Admission,
-    ClusterQueue,
-    FlavorQuotas,
-    LabelSelector,
     LocalQueue,
     PodSet,
     PodSetAssignment,
     ResourceFlavor,
-    ResourceGroup,
-    ResourceQuota,
     Workload,
 )
 from daemon.domain.state import State
@@ -69,31 +64,6 @@ def shape_run(shape: Shape) -> dict[str, object]:
     }
 
 
-def _cq(name: str, cohort: str | None, nominal: int, lending_limit: int | None = None) -> ClusterQueue:
-    return ClusterQueue(
-        name=name,
-        cohort=cohort,
-        namespace_selector=LabelSelector(),
-        resource_groups=(
-            ResourceGroup(
-                covered_resources=("cpu",),
-                flavors=(
-                    FlavorQuotas(
-                        name="rf",
-                        resources=(
-                            ResourceQuota(
-                                name="cpu",
-                                nominal=nominal * 1000,
-                                lending_limit=None if lending_limit is None else lending_limit * 1000,
-                            ),
-                        ),
-                    ),
-                ),
-            ),
-        ),
-    )
-
-
 def _wl(ns: str, name: str, cpu: int, at: int) -> Workload:
     return Workload(
         namespace=ns,
@@ -114,8 +84,8 @@ def unfit_cycle(n_unfit: int, rounds: int = 60, *, same_tree: bool = False) -> d
     engine = AdmissionEngine()
     for e in (
         ev.ResourceFlavorObserved(flavor=ResourceFlavor(name="rf")),
-        ev.ClusterQueueObserved(cluster_queue=_cq("full", cohort, 10)),
-        ev.ClusterQueueObserved(cluster_queue=_cq("busy", cohort, 10, lending_limit=0 if same_tree else None)),
+        ev.ClusterQueueObserved(cluster_queue=cpu_queue("full", cohort, 10)),
+        ev.ClusterQueueObserved(cluster_queue=cpu_queue("busy", cohort, 10, lending_limit=0 if same_tree else None)),
         ev.LocalQueueObserved(local_queue=LocalQueue(namespace="full", name="q", cluster_queue="full")),
         ev.LocalQueueObserved(local_queue=LocalQueue(namespace="busy", name="q", cluster_queue="busy")),
         ev.JobObserved(workload=_wl("full", "running", 10, 0)),

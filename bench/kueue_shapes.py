@@ -70,6 +70,42 @@ LARGE_SCALE = Shape(
 )
 
 
+def cpu_queue(
+    name: str,
+    cohort: str | None,
+    nominal_cpu: int,
+    *,
+    borrowing_limit: int | None = None,
+    lending_limit: int | None = None,
+    preemption: Preemption | None = None,
+) -> ClusterQueue:
+    """A ClusterQueue with one `cpu` resource in flavor `rf`, as in Kueue's generator (quantities in whole CPUs)."""
+    return ClusterQueue(
+        name=name,
+        cohort=cohort,
+        namespace_selector=LabelSelector(),
+        resource_groups=(
+            ResourceGroup(
+                covered_resources=("cpu",),
+                flavors=(
+                    FlavorQuotas(
+                        name="rf",
+                        resources=(
+                            ResourceQuota(
+                                name="cpu",
+                                nominal=nominal_cpu * 1000,
+                                borrowing_limit=None if borrowing_limit is None else borrowing_limit * 1000,
+                                lending_limit=None if lending_limit is None else lending_limit * 1000,
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        preemption=preemption or Preemption(),
+    )
+
+
 def scenario(shape: Shape) -> Scenario:
     config: list[ev.Event] = [ev.ResourceFlavorObserved(flavor=ResourceFlavor(name="rf"))]
     for cls in shape.classes:
@@ -80,27 +116,11 @@ def scenario(shape: Shape) -> Scenario:
             name = f"cohort-{c}-cq-{q}"
             config.append(
                 ev.ClusterQueueObserved(
-                    cluster_queue=ClusterQueue(
-                        name=name,
-                        cohort=f"cohort-{c}",
-                        namespace_selector=LabelSelector(),
-                        resource_groups=(
-                            ResourceGroup(
-                                covered_resources=("cpu",),
-                                flavors=(
-                                    FlavorQuotas(
-                                        name="rf",
-                                        resources=(
-                                            ResourceQuota(
-                                                name="cpu",
-                                                nominal=shape.nominal_cpu * 1000,
-                                                borrowing_limit=shape.borrowing_limit_cpu * 1000,
-                                            ),
-                                        ),
-                                    ),
-                                ),
-                            ),
-                        ),
+                    cluster_queue=cpu_queue(
+                        name,
+                        f"cohort-{c}",
+                        shape.nominal_cpu,
+                        borrowing_limit=shape.borrowing_limit_cpu,
                         preemption=Preemption(
                             within_cluster_queue=PreemptionPolicy.LOWER_PRIORITY,
                             reclaim_within_cohort=PreemptionPolicy.ANY,
