@@ -19,8 +19,15 @@ from pathlib import Path
 import pytest
 
 from daemon.domain import events as ev
-from daemon.eventlog import EventStore, LogReader, codec, replay, save_snapshot
-from daemon.eventlog.errors import ChainBroken, CorruptDatabase, NotAnEventLog, SchemaTooNew, UnknownEvent
+from daemon.eventlog import EventStore, LogReader, codec, default_db_path, replay, save_snapshot
+from daemon.eventlog.errors import (
+    AppendFailed,
+    ChainBroken,
+    CorruptDatabase,
+    NotAnEventLog,
+    SchemaTooNew,
+    UnknownEvent,
+)
 from daemon.eventlog.migrate import latest_version
 from tests.samples import one_of_each
 
@@ -284,3 +291,27 @@ async def test_replay_of_an_unknown_stored_event_names_its_seq(log: Path) -> Non
     conn.close()
     with pytest.raises(UnknownEvent, match=r"event seq 22: cannot decode 'job.teleported' version 1"):
         replay(LogReader(log))
+
+
+@pytest.mark.parametrize(
+    ("state_directory", "expected"),
+    [(None, "admitd.db"), ("/var/lib/admitd", "/var/lib/admitd/admitd.db"), ("/a:/b", "/a/admitd.db")],
+    ids=["no-systemd", "systemd-state-directory", "several-state-directories-take-the-first"],
+)
+def test_the_default_db_path_follows_systemds_state_directory(
+    monkeypatch: pytest.MonkeyPatch, state_directory: str | None, expected: str
+) -> None:
+    if state_directory is None:
+        monkeypatch.delenv("STATE_DIRECTORY", raising=False)
+    else:
+        monkeypatch.setenv("STATE_DIRECTORY", state_directory)
+    assert default_db_path() == Path(expected)
+
+
+async def test_a_second_writer_process_fails_loudly_instead_of_forking_the_chain(tmp_path: Path) -> None:
+    path = tmp_path / "two.db"
+    async with await EventStore.open(path) as first, await EventStore.open(path) as second:
+        await first.append([ev.JobFinished(job="ns/a", at=1)])
+        with pytest.raises(AppendFailed, match="another process is writing this file"):
+            await second.append([ev.JobFinished(job="ns/b", at=2)])
+    assert LogReader(path).verify() == 1
