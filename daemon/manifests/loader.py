@@ -13,7 +13,15 @@ from typing import Any
 
 import yaml
 
-from daemon.domain.model import ClusterQueue, Cohort, LocalQueue, Namespace, PriorityClass, ResourceFlavor
+from daemon.domain.model import (
+    ClusterQueue,
+    Cohort,
+    LocalQueue,
+    Namespace,
+    PriorityClass,
+    ResourceFlavor,
+    Workload,
+)
 from daemon.manifests.core import parse_namespace, parse_priority_class
 from daemon.manifests.errors import ManifestError
 from daemon.manifests.fields import Reader, describe, dns_label, dns_subdomain
@@ -39,8 +47,9 @@ ParsedObject = ResourceFlavor | ClusterQueue | Cohort | LocalQueue | PriorityCla
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Parsed:
-    """One document, read. `obj` (a Kueue or core object) or `raw_job` (a job, kept raw for its `JobAdapter`) is
-    set only when `errors` is empty; `warnings` are whole sentences for a log line.
+    """One document, read. `obj` (a Kueue or core object) or `raw_job` (a job, kept raw for its `JobAdapter`) with
+    `workload` (what the adapter made of it, with ``created_at=0`` and ``uid=""`` for the caller to set) is set only
+    when `errors` is empty; `warnings` are whole sentences for a log line.
 
     `doc_index` counts every document of its file from 0, empty ones included, so it matches the ``---``
     separators; `source` and `line` (where the document starts) are set by `load_documents`.
@@ -57,6 +66,7 @@ class Parsed:
     api_version: str = ""
     source: str | None = None
     line: int | None = None
+    workload: Workload | None = None
 
     @property
     def ok(self) -> bool:
@@ -156,12 +166,13 @@ def parse_object(
     kind = r.string(raw_kind, "kind", required=True)
     obj: ParsedObject | None = None
     raw_job: Mapping[str, object] | None = None
+    workload: Workload | None = None
     if adapter is not None:
         if isinstance(adapter, BatchJobAdapter):
-            adapter.read(r, doc, created_at=0, uid="")  # every problem, not just the first
+            workload = adapter.read(r, doc, created_at=0, uid="")  # every problem, not just the first
         else:
             try:
-                adapter.to_workload(doc, created_at=0, uid="")
+                workload = adapter.to_workload(doc, created_at=0, uid="")
             except ManifestError as e:
                 r.errors.append(e)
         namespace = namespace or "default"
@@ -188,10 +199,11 @@ def parse_object(
         else:
             r.error("kind", f"unsupported kind {kind!r} in {api_version} (supported: {_supported()})")
     if r.errors:
-        obj, raw_job = None, None
+        obj, raw_job, workload = None, None, None
     return Parsed(
         obj=obj,
         raw_job=raw_job,
+        workload=workload,
         warnings=tuple(r.warnings),
         errors=tuple(r.errors),
         doc_index=doc_index,

@@ -7,7 +7,7 @@ The file holds what `kubectl apply` takes (Kueue objects, PriorityClass, Namespa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from daemon.domain import events as ev
@@ -106,7 +106,7 @@ def load_scenario(path: Path | str) -> Scenario:
         if observed is not None:
             config.append(observed)
             continue
-        if parsed.raw_job is None:
+        if parsed.raw_job is None or parsed.workload is None:
             continue
         adapter = adapter_for(parsed.api_version, parsed.kind)
         if adapter is None or not adapter.is_managed(parsed.raw_job):
@@ -131,7 +131,8 @@ def load_scenario(path: Path | str) -> Scenario:
                 runtime = None if runtime_text is None else parse_duration(runtime_text)
             except DurationError as e:
                 raise job_error(f"metadata.annotations[{RUNTIME}]", str(e)) from e
-            workload = adapter.to_workload(parsed.raw_job, created_at=submit_at, uid=f"sim-{parsed.doc_index}")
+            # The loader already ran the adapter; only the identity and creation time are the simulator's.
+            workload = replace(parsed.workload, uid=f"sim-{parsed.doc_index}")
         except ManifestError as e:
             problems.append(f"{_where(parsed)}: {e}")
             rejected[key] = str(e)
@@ -147,23 +148,7 @@ def load_scenario(path: Path | str) -> Scenario:
         offset = offset + 1 if submit_at == last_instant else 0
         last_instant = submit_at
         created = submit_at + offset
-        jobs.append(
-            SimJob(
-                workload=Workload(
-                    namespace=workload.namespace,
-                    name=workload.name,
-                    kind=workload.kind,
-                    uid=workload.uid,
-                    created_at=created,
-                    queue_name=workload.queue_name,
-                    priority_class=workload.priority_class,
-                    pod_priority_class=workload.pod_priority_class,
-                    pod_sets=workload.pod_sets,
-                ),
-                submit_at=created,
-                runtime=runtime,
-            )
-        )
+        jobs.append(SimJob(workload=replace(workload, created_at=created), submit_at=created, runtime=runtime))
     return Scenario(
         source=str(path),
         config=tuple(config),
