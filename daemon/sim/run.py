@@ -73,7 +73,7 @@ class _Driver:
         self.state = State()
         self.jobs: dict[str, JobOutcome] = {}
         self.epoch: dict[str, int] = {}
-        self.runtime: dict[str, Millis | None] = {}
+        self.by_key: dict[str, SimJob] = {}
         self.timeline: list[tuple[Millis, int, int, str, int]] = []
         self.order = 0
         self.now: Millis = 0
@@ -91,10 +91,11 @@ class _Driver:
         self.order += 1
         heapq.heappush(self.timeline, (at, self.order, kind, key, epoch))
 
-    async def emit(self, events: Sequence[ev.Event], cause: int | None) -> int:
-        """Log and fold `events`; return the seq of the last one. The log write is awaited in batches."""
+    async def emit(self, events: Sequence[ev.Event], cause: int | None) -> int | None:
+        """Log and fold `events`; return the seq of the last one (`cause` when there are none). The log write is
+        awaited in batches."""
         if not events:
-            return cause or 0
+            return cause
         first = self.store.expected_seq
         future = self.store.submit([(e, cause) for e in events], recorded_at=self.now)
         self._pending.append((future, first, len(events)))
@@ -135,7 +136,7 @@ class _Driver:
                 out.running, out.pending_reason = True, None
                 self.admitted += 1
                 self.epoch[key] = self.epoch.get(key, 0) + 1
-                runtime = self.runtime.get(key)
+                runtime = self.by_key[key].runtime
                 if runtime is not None:
                     self._push(at + runtime, _FINISH, key, self.epoch[key])
             case ev.WorkloadEvicted(workload=key, at=at):
@@ -156,9 +157,7 @@ class _Driver:
         self, scenario: Scenario, until: Millis | None, progress: Callable[[SimProgress, bool], None] | None
     ) -> Millis:
         await self.emit(scenario.config, None)
-        for job in scenario.jobs:
-            self.runtime[job.workload.key] = job.runtime
-        by_key: dict[str, SimJob] = {job.workload.key: job for job in scenario.jobs}
+        self.by_key = {job.workload.key: job for job in scenario.jobs}
         for job in scenario.jobs:
             self._push(job.submit_at, _CREATE, job.workload.key)
         created = 0
@@ -174,7 +173,7 @@ class _Driver:
             while self.timeline and self.timeline[0][0] == at:
                 _, _, kind, key, epoch = heapq.heappop(self.timeline)
                 if kind == _CREATE:
-                    observed.append(ev.JobObserved(workload=by_key[key].workload))
+                    observed.append(ev.JobObserved(workload=self.by_key[key].workload))
                     created += 1
                 elif self.epoch.get(key) == epoch and self.jobs[key].running:
                     observed.append(ev.JobFinished(job=key, at=at))
@@ -182,16 +181,7 @@ class _Driver:
             await self._cycles(cause)
             if progress is not None and time.monotonic() - last_report > 0.5:
                 last_report = time.monotonic()
-                progress(
-                    SimProgress(
-                        now=at,
-                        created=created,
-                        total_jobs=self.total_jobs,
-                        admitted=self.admitted,
-                        finished=self.finished,
-                    ),
-                    False,
-                )
+                progress(self._progress(created), False)
         await self.flush()
         log.info(
             "simulation finished",
@@ -203,19 +193,15 @@ class _Driver:
             cycles=self.cycles,
         )
         if progress is not None:
-            progress(
-                SimProgress(
-                    now=self.now,
-                    created=created,
-                    total_jobs=self.total_jobs,
-                    admitted=self.admitted,
-                    finished=self.finished,
-                ),
-                True,
-            )
+            progress(self._progress(created), True)
         if cut_by_until and until is not None:
             return until
         return self.now
+
+    def _progress(self, created: int) -> SimProgress:
+        return SimProgress(
+            now=self.now, created=created, total_jobs=self.total_jobs, admitted=self.admitted, finished=self.finished
+        )
 
     async def _cycles(self, cause: int | None) -> None:
         while True:
@@ -228,24 +214,25 @@ class _Driver:
             self.decisions += len(decisions)
             first = self.store.expected_seq
             last = await self.emit(decisions, cause)
+            admitted = sum(isinstance(d, ev.WorkloadAdmitted) for d in decisions)
+            evictions = [
+                ev.WorkloadEvicted(workload=d.workload, at=self.now, reason="Preempted" if d.preemptor else d.reason)
+                for d in decisions
+                if isinstance(d, ev.WorkloadPreempted)
+            ]
             log.debug(
                 "admission cycle",
                 seq=first,
                 last_seq=last,
                 cause=cause,
                 virtual_ms=self.now,
-                admitted=sum(isinstance(d, ev.WorkloadAdmitted) for d in decisions),
-                preempted=sum(isinstance(d, ev.WorkloadPreempted) for d in decisions),
-                pending=sum(isinstance(d, ev.WorkloadPending) for d in decisions),
+                admitted=admitted,
+                preempted=len(evictions),
+                pending=len(decisions) - admitted - len(evictions),
                 engine_ms=round((time.perf_counter() - t0) * 1000, 3),
             )
-            evictions = [
-                ev.WorkloadEvicted(workload=d.workload, at=self.now, reason="Preempted" if d.preemptor else d.reason)
-                for d in decisions
-                if isinstance(d, ev.WorkloadPreempted)
-            ]
             await self.emit(evictions, last)
-            if not any(isinstance(d, ev.WorkloadAdmitted | ev.WorkloadPreempted) for d in decisions):
+            if not admitted and not evictions:
                 return
 
 

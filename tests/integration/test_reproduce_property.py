@@ -118,6 +118,8 @@ def test_the_recorded_log_replays_to_the_same_state_and_reproduces_every_decisio
         assert result.state is not None
         with LogReader(db) as reader:
             assert reader.verify() == result.events
+            # A cause always points back at an event that exists.
+            assert all(e.cause is None or 1 <= e.cause < e.seq for e in reader.iter_events())
             assert replay(reader, use_snapshots=False).to_snapshot() == result.state.to_snapshot()
             report = reproduce(reader, config)
     assert report.first_mismatch is None
