@@ -37,9 +37,6 @@ class StoredEvent:
     cause: int | None
     hash: bytes
 
-    def decode(self) -> Event:
-        return decode(self.type, self.version, self.payload, seq=self.seq)
-
 
 def encode_payload(event: Event) -> bytes:
     return _encoder.encode(event)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 
@@ -137,38 +138,28 @@ class LogReader:
     def last_seq(self) -> int:
         return int(self._query("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
 
-    def iter_events(self, since: int = 0, *, chunk: int = 5000) -> Iterator[StoredEvent]:
-        """Events with seq > since, in order. Reads in chunks so memory stays flat on large logs."""
+    def _chunks(self, columns: str, since: int, chunk: int) -> Iterator[list[tuple[Any, ...]]]:
+        """Rows with seq > since, in order, a chunk at a time, so memory stays flat on large logs."""
         last = since
         while True:
             rows = self._query(
-                f"SELECT {_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (last, chunk)
+                f"SELECT {columns} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (last, chunk)
             ).fetchall()
             if not rows:
                 return
+            yield rows
+            last = rows[-1][0]
+
+    def iter_events(self, since: int = 0, *, chunk: int = 5000) -> Iterator[StoredEvent]:
+        """Events with seq > since, in order, every column."""
+        for rows in self._chunks(_COLUMNS, since, chunk):
             for r in rows:
                 yield _row(r)
-            last = rows[-1][0]
 
     def iter_payloads(self, since: int = 0, *, chunk: int = 20000) -> Iterator[tuple[int, str, int, bytes]]:
         """`(seq, type, version, payload)` for seq > since: the lean read replay uses (no hash, no row objects)."""
-        last = since
-        while True:
-            rows = self._query(
-                "SELECT seq, type, version, payload FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (last, chunk)
-            ).fetchall()
-            if not rows:
-                return
+        for rows in self._chunks("seq, type, version, payload", since, chunk):
             yield from rows
-            last = rows[-1][0]
-
-    def events_for(self, subject: str) -> list[StoredEvent]:
-        rows = self._query(f"SELECT {_COLUMNS} FROM events WHERE subject = ? ORDER BY seq", (subject,)).fetchall()
-        return [_row(r) for r in rows]
-
-    def event_hash(self, seq: int) -> bytes | None:
-        row = self._query("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
-        return None if row is None else bytes(row[0])
 
     def verify(self) -> int:
         """Walk the hash chain; return the number of events, or raise ChainBroken at the first bad seq."""
@@ -312,11 +303,6 @@ class EventStore:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    @property
-    def last_seq(self) -> int:
-        """The seq of the last event handed to the writer (committed, or about to be)."""
-        return self._seq
 
     async def append(self, events: Sequence[Event], *, cause: int | None = None) -> list[int]:
         """Append events (all caused by `cause`); return their seqs once they are durable."""
