@@ -193,6 +193,52 @@ class LogReader:
         ).fetchall()
         return None if not rows else (int(rows[0][0]), bytes(rows[0][1]))
 
+    # --- point reads for `admitd explain|history|queues|pending|replay` and the metrics (daemon.query, obs) ---
+
+    def events_of(self, subject: str, upto: int | None = None) -> list[StoredEvent]:
+        """Every event about `subject` (e.g. `job/ns/name`) with seq <= upto, in order: the events_by_subject index."""
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM events WHERE subject = ? AND seq <= ? ORDER BY seq",
+            (subject, 2**62 if upto is None else upto),
+        ).fetchall()
+        return [_row(r) for r in rows]
+
+    def bounds(self) -> tuple[int, int, int, int] | None:
+        """`(first_seq, first_recorded_at, last_seq, last_recorded_at)` by primary key (no scan); None when empty."""
+        first = self._query("SELECT seq, recorded_at FROM events ORDER BY seq LIMIT 1").fetchone()
+        last = self._query("SELECT seq, recorded_at FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        return None if first is None else (int(first[0]), int(first[1]), int(last[0]), int(last[1]))
+
+    def seq_at(self, recorded_at: int) -> int:
+        """The last seq recorded at or before `recorded_at` (0 if none), by binary search over seq: O(log n) point
+        reads. Assumes recorded_at does not decrease along seq (one writer's clock; virtual time in simulations)."""
+        b = self.bounds()
+        if b is None or recorded_at < b[1]:
+            return 0
+        lo, hi = b[0], b[2]  # invariant: recorded_at(lo) <= t; the answer is in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            row = self._query("SELECT recorded_at FROM events WHERE seq >= ? ORDER BY seq LIMIT 1", (mid,)).fetchone()
+            if row is not None and int(row[0]) <= recorded_at:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def snapshot_at_or_before(self, state_version: int, seq: int) -> tuple[int, bytes] | None:
+        """The newest valid snapshot (as `latest_snapshot`) taken at or before `seq`: a moment's replay starts there."""
+        rows = self._query(
+            "SELECT s.seq, s.body FROM snapshots s JOIN events e ON e.seq = s.seq "
+            "WHERE s.state_version = ? AND s.event_hash = e.hash AND s.seq <= ? ORDER BY s.seq DESC LIMIT 1",
+            (state_version, seq),
+        ).fetchall()
+        return None if not rows else (int(rows[0][0]), bytes(rows[0][1]))
+
+    def newest_snapshot_info(self) -> tuple[int, int] | None:
+        """`(seq, created_at)` of the newest snapshot row, without its body (the metrics' snapshot age)."""
+        row = self._query("SELECT seq, created_at FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
+        return None if row is None else (int(row[0]), int(row[1]))
+
     def stats(self) -> LogStats:
         first_seq, last_seq, first_at, last_at, n = self._query(
             "SELECT min(seq), max(seq), min(recorded_at), max(recorded_at), count(*) FROM events"
