@@ -16,6 +16,7 @@ import msgspec
 from daemon.eventlog import EventLogError, LogReader, default_db_path
 from daemon.eventlog.codec import encode_json
 from daemon.obs.logging import configure as configure_logging
+from daemon.query.moment import format_duration, is_virtual
 
 _DB_HELP = "event log file (default: $STATE_DIRECTORY/admitd.db under systemd, else ./admitd.db)"
 
@@ -32,6 +33,8 @@ class _ExportRow(msgspec.Struct, omit_defaults=False):
 
 
 def _iso(ms: int | None) -> str | None:
+    if ms is not None and is_virtual(ms):  # a simulated log: virtual ms since the scenario's start, not 1970
+        return "+" + format_duration(ms)
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
@@ -124,8 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (verify, export, stats):
         p.add_argument("--db", type=Path, default=default_db_path(), help=_DB_HELP)
 
+    from daemon.query.commands import add_query_parsers  # noqa: PLC0415  (explain, history, queues, pending, replay)
     from daemon.sim.cli import add_simulate_parser  # noqa: PLC0415  (keeps `admitd log` start-up light)
 
+    add_query_parsers(sub, db_default=default_db_path(), db_help=_DB_HELP)
     add_simulate_parser(sub)
     return parser
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +51,52 @@ def add_simulate_parser(sub: Any) -> None:
     p.add_argument(
         "--fair-sharing", action="store_true", help="admit by weighted dominant resource share (overrides --config)"
     )
-    p.set_defaults(func=_cmd_simulate)
+    p.add_argument(
+        "--metrics-port",
+        type=_metrics_address,
+        metavar="[HOST:]PORT",
+        help="serve Prometheus /metrics (Kueue's names), folded from the log, while the run lasts (HOST: 127.0.0.1)",
+    )
+    p.add_argument(
+        "--metrics-linger", action="store_true", help="with --metrics-port: keep serving after the run, until Ctrl-C"
+    )
+    p.set_defaults(func=_cmd_simulate_served)
+
+
+def _metrics_address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected [HOST:]PORT with a port 1..65535, got {text!r}")
+    return (host or "127.0.0.1", int(port))
+
+
+def _cmd_simulate_served(args: argparse.Namespace) -> int:
+    """`--metrics-port`: serve /metrics from the simulation's log (a temporary one without --db) during the run."""
+    if args.metrics_port is None:
+        return _cmd_simulate(args)
+    from daemon.obs.metrics import LogMetrics, serve  # noqa: PLC0415  (only this option needs the server)
+
+    with tempfile.TemporaryDirectory(prefix="admitd-sim-") as tmp:
+        if args.db is None:
+            args.db = Path(tmp) / "simulation.db"
+        metrics = LogMetrics(args.db)
+        try:
+            server = serve(args.metrics_port, metrics.render)
+        except OSError as e:
+            print(f"admitd: --metrics-port {args.metrics_port[1]}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        print(f"admitd: serving http://{args.metrics_port[0]}:{args.metrics_port[1]}/metrics", file=sys.stderr)
+        try:
+            code = _cmd_simulate(args)
+            if args.metrics_linger and code == 0:
+                print("admitd: the run is over; still serving /metrics until Ctrl-C", file=sys.stderr)
+                with contextlib.suppress(KeyboardInterrupt):
+                    threading.Event().wait()
+        finally:
+            server.shutdown()
+            server.server_close()
+            metrics.close()
+    return code
 
 
 def _progress(p: SimProgress, final: bool) -> None:

@@ -1,0 +1,146 @@
+"""The `admitd explain|history|queues|pending|replay` subcommands: arguments, errors and output.
+
+Each opens the log read-only, answers, and exits 0; an unknown job, a bad time or a time before the log begins is
+one line on stderr and exit status 2. Tables by default, one JSON object with `--json` (shapes in the README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from daemon.eventlog import LogReader
+from daemon.eventlog.codec import encode_json
+from daemon.query import explain as explain_mod
+from daemon.query import history as history_mod
+from daemon.query.listing import pending_json, pending_text, queues_json, queues_text, replay_json
+from daemon.query.moment import Clock, Moment, QueryError, clock_of, resolve, state_at
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a seq starts at 1, got {value}")
+    return value
+
+
+def _emit(body: dict[str, Any]) -> None:
+    sys.stdout.buffer.write(encode_json(body) + b"\n")
+    sys.stdout.flush()
+
+
+def _run(args: argparse.Namespace, answer: Callable[[LogReader, Clock], int]) -> int:
+    try:
+        with LogReader(args.db) as reader:
+            return answer(reader, clock_of(reader))
+    except QueryError as e:
+        print(f"admitd: {e}", file=sys.stderr)
+        return 2
+
+
+def _moment(args: argparse.Namespace, reader: LogReader, clock: Clock) -> Moment:
+    return resolve(reader, clock, at=getattr(args, "at", None), seq=getattr(args, "seq", None), now_ms=_now_ms())
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        x = explain_mod.explain(reader, clock, args.job, _moment(args, reader, clock))
+        if args.json:
+            _emit(explain_mod.to_json(x, clock))
+        else:
+            print(explain_mod.to_text(x, clock))
+        return 0
+
+    return _run(args, answer)
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        h = history_mod.history(reader, args.job, clock)
+        if args.json:
+            _emit(history_mod.to_json(h, clock))
+        else:
+            print(history_mod.to_text(h, clock))
+        return 0
+
+    return _run(args, answer)
+
+
+def _cmd_queues(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        m = _moment(args, reader, clock)
+        state = state_at(reader, m.seq)
+        if args.json:
+            _emit(queues_json(state, clock, m))
+        else:
+            print(queues_text(state, clock, m))
+        return 0
+
+    return _run(args, answer)
+
+
+def _cmd_pending(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        m = _moment(args, reader, clock)
+        state = state_at(reader, m.seq)
+        if args.json:
+            _emit(pending_json(state, clock, m, args.queue))
+        else:
+            print(pending_text(state, clock, m, args.queue))
+        return 0
+
+    return _run(args, answer)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        m = _moment(args, reader, clock)
+        _emit(replay_json(state_at(reader, m.seq), clock, m))
+        return 0
+
+    return _run(args, answer)
+
+
+_TIME_HELP = (
+    "a moment: RFC 3339 (2026-12-01T03:00:00Z) or relative to now (-2h); on a simulated log an offset from the "
+    "scenario's start (+1m30s) or relative to its end (-30s). Default: the log's end"
+)
+
+
+def add_query_parsers(sub: Any, *, db_default: Path, db_help: str) -> None:
+    """Register the read-side subcommands on `admitd`'s subparsers."""
+    explain = sub.add_parser(
+        "explain", help="why a job is pending, running, preempted or finished, each statement with its seq"
+    )
+    explain.add_argument("job", metavar="NAMESPACE/JOB")
+    explain.add_argument("--at", metavar="TIME", help=_TIME_HELP)
+    explain.set_defaults(func=_cmd_explain)
+    history = sub.add_parser("history", help="a job's timeline: observed, pending reasons, admitted, preempted...")
+    history.add_argument("job", metavar="NAMESPACE/JOB")
+    history.set_defaults(func=_cmd_history)
+    queues = sub.add_parser("queues", help="one row per ClusterQueue: cohort, quota, usage, borrowed, lent, counts")
+    queues.add_argument("--at", metavar="TIME", help=_TIME_HELP)
+    queues.set_defaults(func=_cmd_queues)
+    pending = sub.add_parser("pending", help="pending workloads in admission order, with positions and reasons")
+    pending.add_argument("--queue", metavar="NAME", help="a ClusterQueue, or a LocalQueue as NAMESPACE/NAME")
+    pending.add_argument("--at", metavar="TIME", help=_TIME_HELP)
+    pending.set_defaults(func=_cmd_pending)
+    replay = sub.add_parser("replay", help="the whole folded state at a moment, as JSON")
+    which = replay.add_mutually_exclusive_group(required=True)
+    which.add_argument("--at", metavar="TIME", help=_TIME_HELP)
+    which.add_argument("--seq", type=_positive, metavar="N", help="the state right after event N")
+    replay.set_defaults(func=_cmd_replay)
+    for p in (explain, history, queues, pending, replay):
+        p.add_argument("--db", type=Path, default=db_default, help=db_help)
+        p.add_argument("--json", action="store_true", help="one JSON object (replay always prints JSON)")

@@ -1,0 +1,202 @@
+"""`admitd queues`, `admitd pending` and `admitd replay`: views of the whole state at one moment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.domain.model import Milli
+from daemon.domain.state import State
+from daemon.query.history import q
+from daemon.query.moment import Clock, Moment, QueryError
+from daemon.query.quota import QueueRow, queues, requests_of
+
+
+def _q(v: Milli | None, res: str) -> str | None:
+    return None if v is None else q(v, res)
+
+
+def queues_json(state: State, clock: Clock, moment: Moment) -> dict[str, Any]:
+    return {
+        "clock": clock.kind,
+        "at": {"seq": moment.seq, "time": clock.show(moment.recorded_at)},
+        "cluster_queues": [_queue_json(r) for r in queues(state)],
+    }
+
+
+def _queue_json(r: QueueRow) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "cohort": r.cohort,
+        "status": r.status,
+        "status_message": r.status_message,
+        "pending": r.pending,
+        "admitted": r.admitted,
+        "resources": [
+            {
+                "flavor": f.flavor,
+                "resource": f.resource,
+                "nominal": q(f.nominal, f.resource),
+                "borrowing_limit": _q(f.borrowing_limit, f.resource),
+                "lending_limit": _q(f.lending_limit, f.resource),
+                "used": q(f.used, f.resource),
+                "borrowed": q(f.borrowed, f.resource),
+                "lent": q(f.lent, f.resource),
+            }
+            for f in r.resources
+        ],
+    }
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def queues_text(state: State, clock: Clock, moment: Moment) -> str:
+    rows: list[tuple[str, ...]] = [
+        (
+            "CLUSTERQUEUE",
+            "COHORT",
+            "STATUS",
+            "PENDING",
+            "ADMITTED",
+            "FLAVOR/RESOURCE",
+            "NOMINAL",
+            "BORROW-LIMIT",
+            "USED",
+            "BORROWED",
+            "LENT",
+        )
+    ]
+    for r in queues(state):
+        lead = (r.name, r.cohort or "-", r.status, str(r.pending), str(r.admitted))
+        if not r.resources:
+            rows.append((*lead, "-", "-", "-", "-", "-", "-"))
+        for i, f in enumerate(r.resources):
+            if i:
+                lead = ("",) * 5
+            rows.append(
+                (
+                    *lead,
+                    f"{f.flavor}/{f.resource}",
+                    q(f.nominal, f.resource),
+                    "-" if f.borrowing_limit is None else q(f.borrowing_limit, f.resource),
+                    q(f.used, f.resource),
+                    q(f.borrowed, f.resource),
+                    q(f.lent, f.resource),
+                )
+            )
+    head = f"as of {clock.show(moment.recorded_at)} (seq {moment.seq})"
+    return "\n".join([head, *_table(rows)])
+
+
+def pending_entries(state: State, clock: Clock, queue: str | None) -> dict[str, list[dict[str, Any]]]:
+    """Pending workloads per ClusterQueue in admission order; `queue` is a ClusterQueue or a LocalQueue ns/name."""
+    view = state.view()
+    lq_filter: str | None = None
+    if queue is None:
+        cqs = sorted(view.pending_by_cq)
+    elif queue in view.cluster_queues:
+        cqs = [queue] if queue in view.pending_by_cq else []
+    elif queue in view.local_queues:
+        lq_filter = queue
+        target = view.local_queues[queue].cluster_queue
+        cqs = [target] if target in view.pending_by_cq else []
+    else:
+        raise QueryError(f"no ClusterQueue or LocalQueue {queue!r} at this moment (a LocalQueue is NAMESPACE/NAME)")
+    out: dict[str, list[dict[str, Any]]] = {}
+    for cq in cqs:
+        rows = []
+        per_lq: dict[str, int] = {}
+        for pos, p in enumerate(view.pending_by_cq[cq]):
+            lq_pos = per_lq.get(p.local_queue, 0)
+            per_lq[p.local_queue] = lq_pos + 1
+            if lq_filter is not None and p.local_queue != lq_filter:
+                continue
+            reason = p.last_reason
+            rows.append(
+                {
+                    "position": pos,
+                    "local_queue_position": lq_pos,
+                    "job": p.key,
+                    "local_queue": p.local_queue,
+                    "priority": p.priority,
+                    "queued_at": clock.show(p.queue_order_at),
+                    "requests": {r: q(v, r) for r, v in sorted(requests_of(p.workload).items())},
+                    "reason": None if reason is None else reason.kind.value,
+                    "message": None if reason is None else reason.message,
+                }
+            )
+        out[cq] = rows
+    return out
+
+
+def unrouted_entries(state: State, clock: Clock) -> list[dict[str, Any]]:
+    view = state.view()
+    return [
+        {
+            "job": p.key,
+            "local_queue": p.local_queue,
+            "priority": p.priority,
+            "queued_at": clock.show(p.queue_order_at),
+            "reason": None if p.last_reason is None else p.last_reason.kind.value,
+            "message": None if p.last_reason is None else p.last_reason.message,
+        }
+        for _, p in sorted(view.pending_unrouted.items())
+    ]
+
+
+def pending_json(state: State, clock: Clock, moment: Moment, queue: str | None) -> dict[str, Any]:
+    return {
+        "clock": clock.kind,
+        "at": {"seq": moment.seq, "time": clock.show(moment.recorded_at)},
+        "cluster_queues": pending_entries(state, clock, queue),
+        "unrouted": unrouted_entries(state, clock) if queue is None else [],
+    }
+
+
+def pending_text(state: State, clock: Clock, moment: Moment, queue: str | None) -> str:
+    body = pending_json(state, clock, moment, queue)
+    lines = [f"as of {clock.show(moment.recorded_at)} (seq {moment.seq})"]
+    rows: list[tuple[str, ...]] = [("CLUSTERQUEUE", "POS", "LQ-POS", "JOB", "LOCALQUEUE", "PRIO", "QUEUED", "REASON")]
+    for cq, entries in body["cluster_queues"].items():
+        for e in entries:
+            rows.append(
+                (
+                    cq,
+                    str(e["position"]),
+                    str(e["local_queue_position"]),
+                    e["job"],
+                    e["local_queue"],
+                    str(e["priority"]),
+                    e["queued_at"],
+                    (e["message"] and f"{e['reason']}: {e['message']}") or "-",
+                )
+            )
+    for e in body["unrouted"]:
+        rows.append(
+            (
+                "-",
+                "-",
+                "-",
+                e["job"],
+                e["local_queue"] or "-",
+                str(e["priority"]),
+                e["queued_at"],
+                (e["message"] and f"{e['reason']}: {e['message']}") or "-",
+            )
+        )
+    if len(rows) == 1:
+        lines.append("no pending workloads")
+    else:
+        lines += _table(rows)
+    return "\n".join(lines)
+
+
+def replay_json(state: State, clock: Clock, moment: Moment) -> dict[str, Any]:
+    """The whole folded state (`StateSnapshot`, the shape snapshots store) with the moment it is for."""
+    return {
+        "clock": clock.kind,
+        "at": {"seq": moment.seq, "time": clock.show(moment.recorded_at)},
+        "state": state.to_snapshot(),
+    }

@@ -1,0 +1,240 @@
+"""Quota figures of one moment's state: Kueue's quota tree (`daemon.domain.quota`) with that moment's usage.
+
+`queues` gives one row per ClusterQueue (`admitd queues`); `flavor_analysis` says, per flavor a pending job could
+use, what is free, what could be borrowed and what stops it (`admitd explain`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from daemon.domain.flavors import incompatibility
+from daemon.domain.model import FlavorResource, Milli, StopPolicy, Workload
+from daemon.domain.quota import (
+    UNLIMITED,
+    Node,
+    QuotaTree,
+    Snapshot,
+    available,
+    cq_available,
+    potential_available,
+)
+from daemon.domain.state import State
+
+
+def loaded_tree(state: State) -> QuotaTree:
+    """The quota tree with every admitted workload's usage (evicting ones included: they hold quota until gone)."""
+    view = state.view()
+    tree = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors)
+    Snapshot(tree, view.admitted_by_cq, {})
+    return tree
+
+
+def in_tree(tree: QuotaTree, node: Node) -> list[str]:
+    """Names of the ClusterQueues in `node`'s root tree (itself alone without a cohort)."""
+    root = node.root()
+    return [name for name, n in tree.cqs.items() if n.root() is root]
+
+
+def flavor_resources(state: State, cq_name: str) -> list[FlavorResource]:
+    """The ClusterQueue's (flavor, resource) pairs in its own order: resource groups, flavors, resources."""
+    cq = state.cluster_queues[cq_name]
+    return [(fq.name, rq.name) for g in cq.resource_groups for fq in g.flavors for rq in fq.resources]
+
+
+@dataclass(slots=True)
+class FRRow:
+    flavor: str
+    resource: str
+    nominal: Milli
+    borrowing_limit: Milli | None
+    lending_limit: Milli | None
+    used: Milli
+    borrowed: Milli
+    lent: Milli
+
+
+@dataclass(slots=True)
+class QueueRow:
+    name: str
+    cohort: str | None
+    status: str  # active | inactive | stopped
+    status_message: str | None
+    pending: int
+    admitted: int
+    resources: list[FRRow] = field(default_factory=list)
+
+
+def _cap(v: Milli | None) -> Milli | None:
+    return None if v is None or v >= UNLIMITED else v
+
+
+def queues(state: State, names: Iterable[str] | None = None) -> list[QueueRow]:
+    view = state.view()
+    tree = loaded_tree(state)
+    lent = _lent(tree)
+    rows: list[QueueRow] = []
+    for name in sorted(view.cluster_queues) if names is None else names:
+        cq = view.cluster_queues[name]
+        node = tree.cqs[name]
+        inactive = tree.inactive.get(name)
+        if inactive is not None:
+            status, message = "inactive", inactive.message
+        elif cq.stop_policy is not StopPolicy.NONE:
+            status, message = "stopped", f"stopPolicy {cq.stop_policy.value}"
+        else:
+            status, message = "active", None
+        row = QueueRow(
+            name=name,
+            cohort=cq.cohort,
+            status=status,
+            status_message=message,
+            pending=len(view.pending_by_cq.get(name, ())),
+            admitted=len(view.admitted_by_cq.get(name, {})),
+        )
+        for fr in flavor_resources(state, name):
+            limits = node.quotas[fr]
+            used = node.usage.get(fr, 0)
+            row.resources.append(
+                FRRow(
+                    flavor=fr[0],
+                    resource=fr[1],
+                    nominal=limits.nominal,
+                    borrowing_limit=_cap(limits.borrowing_limit),
+                    lending_limit=_cap(limits.lending_limit),
+                    used=used,
+                    borrowed=max(0, used - limits.nominal) if node.parent is not None else 0,
+                    lent=lent.get((name, fr), 0),
+                )
+            )
+        rows.append(row)
+    return rows
+
+
+def _lent(tree: QuotaTree) -> dict[tuple[str, FlavorResource], Milli]:
+    """Per ClusterQueue and (flavor, resource): its share of what others in its tree borrow.
+
+    Kueue does not attribute borrowing to lenders. Here the tree's borrowing beyond the cohorts' own quota is split
+    over the queues with unused, lendable nominal quota in proportion to that unused quota (exact when one queue
+    lends). Integer milli-units, rounded down.
+    """
+    out: dict[tuple[str, FlavorResource], Milli] = {}
+    by_root: dict[int, list[Node]] = {}
+    for node in tree.cqs.values():
+        if node.parent is not None:
+            by_root.setdefault(id(node.root()), []).append(node)
+    cohort_own: dict[int, dict[FlavorResource, Milli]] = {}
+    for co in tree.cohorts.values():
+        acc = cohort_own.setdefault(id(co.root()), {})
+        for fr, own in co.quotas.items():
+            acc[fr] = acc.get(fr, 0) + own.nominal
+    for root_id, members in by_root.items():
+        frs = {fr for n in members for fr in n.quotas}
+        for fr in frs:
+            borrowed = sum(max(0, n.usage.get(fr, 0) - n.quotas[fr].nominal) for n in members if fr in n.quotas)
+            borrowed = max(0, borrowed - cohort_own.get(root_id, {}).get(fr, 0))
+            if not borrowed:
+                continue
+            lendable: dict[str, Milli] = {}
+            for n in members:
+                lim = n.quotas.get(fr)
+                if lim is None:
+                    continue
+                free = max(0, lim.nominal - n.usage.get(fr, 0))
+                if lim.lending_limit is not None:
+                    free = min(free, lim.lending_limit)
+                if free:
+                    lendable[n.name] = free
+            total = sum(lendable.values())
+            if not total:
+                continue
+            for name, free in lendable.items():
+                out[(name, fr)] = min(free, borrowed * free // total)
+    return out
+
+
+@dataclass(slots=True)
+class ResourceFit:
+    resource: str
+    requested: Milli
+    nominal: Milli
+    borrowing_limit: Milli | None
+    used: Milli
+    free_own: Milli  # unused nominal quota of the ClusterQueue
+    available: Milli  # what it can use now, borrowing included, within its borrowing limit
+    max_possible: Milli  # the most it could ever hold (no usage anywhere)
+    cohort_free: Milli | None  # unused in the cohort for it (None: no cohort)
+    borrow_left: Milli | None  # how much more the borrowing limit allows (None: unlimited or no cohort)
+    verdict: str  # fits | short | never
+
+
+@dataclass(slots=True)
+class FlavorFit:
+    flavor: str
+    unsuitable: str | None
+    resources: list[ResourceFit]
+
+
+def requests_of(wl: Workload) -> dict[str, Milli]:
+    """Total requests per resource over the workload's pod sets (count x per-pod request)."""
+    out: dict[str, Milli] = {}
+    for ps in wl.pod_sets:
+        for res, amount in ps.requests.items():
+            if amount:
+                out[res] = out.get(res, 0) + amount * ps.count
+    return out
+
+
+def flavor_analysis(state: State, tree: QuotaTree, cq_name: str, wl: Workload) -> list[FlavorFit]:
+    """For every flavor of the ClusterQueue that covers some of the workload's requests: the figures."""
+    cq = state.cluster_queues[cq_name]
+    node = tree.cqs[cq_name]
+    requests = requests_of(wl)
+    out: list[FlavorFit] = []
+    for group in cq.resource_groups:
+        wanted = [r for r in group.covered_resources if requests.get(r)]
+        if not wanted:
+            continue
+        for fq in group.flavors:
+            rf = state.flavors.get(fq.name)
+            if rf is None:
+                unsuitable: str | None = f"ResourceFlavor {fq.name} does not exist"
+            else:
+                unsuitable = next(
+                    (f"pod set {ps.name}: {why}" for ps in wl.pod_sets if (why := incompatibility(rf, ps))), None
+                )
+            fits: list[ResourceFit] = []
+            for res in wanted:
+                fr = (fq.name, res)
+                lim = node.quotas.get(fr)
+                if lim is None:
+                    continue
+                used = node.usage.get(fr, 0)
+                need = requests[res]
+                avail = cq_available(node, fr)
+                most = potential_available(node, fr)
+                bl = _cap(lim.borrowing_limit)
+                if node.parent is None:
+                    cohort_free, borrow_left = None, None
+                else:
+                    cohort_free = max(0, available(node.parent, fr))
+                    borrow_left = None if bl is None else max(0, bl - max(0, used - lim.nominal))
+                verdict = "never" if need > most else ("fits" if need <= avail else "short")
+                fits.append(
+                    ResourceFit(
+                        resource=res,
+                        requested=need,
+                        nominal=lim.nominal,
+                        borrowing_limit=bl,
+                        used=used,
+                        free_own=max(0, lim.nominal - used),
+                        available=avail,
+                        max_possible=most,
+                        cohort_free=cohort_free,
+                        borrow_left=borrow_left,
+                        verdict=verdict,
+                    )
+                )
+            out.append(FlavorFit(flavor=fq.name, unsuitable=unsuitable, resources=fits))
+    return out
