@@ -14,7 +14,15 @@ from typing import TypeVar
 from daemon.domain.model import FlavorResource, PreemptionPolicy
 from daemon.domain.ordering import candidate_order, satisfies_policy
 from daemon.domain.preemption import Preemptor, Target, _fill_back_targets, uses_resources, workload_fits
-from daemon.domain.quota import Node, Snapshot, add_usage, borrowing_with, potential_available, remove_usage
+from daemon.domain.quota import (
+    Node,
+    Snapshot,
+    add_usage,
+    borrowing_with,
+    post_order,
+    potential_available,
+    remove_usage,
+)
 from daemon.domain.view import AdmittedWorkload
 
 
@@ -84,31 +92,32 @@ def tournament(
         for fr, v in usage.items():
             remove_usage(node, fr, v)
 
-    def run(cohort: Node) -> tuple[str, E] | None:
-        nominees: list[tuple[str, E]] = []
-        for child in cohort.child_cohorts:
-            won = run(child)
-            if won is not None:
-                nominees.append(won)
+    # Each cohort's nominee from its children's, children first; a loop, so a deep chain cannot overflow the stack.
+    won_at: dict[str, tuple[str, E]] = {}
+    for cohort in post_order(root):
+        nominees = [won_at[c.name] for c in cohort.child_cohorts if c.name in won_at]
         nominees.extend((c.name, entries[c.name]) for c in cohort.child_cqs if c.name in entries)
         if not nominees:
-            return None
+            continue
 
-        def key(item: tuple[str, E]) -> tuple[object, ...]:
+        def key(item: tuple[str, E], cohort: Node = cohort) -> tuple[object, ...]:
             drs = shares.get((cohort.name, item[0]), ZERO)
             requested = set(usage_of(item[1]))
             return (bool(drs.borrowed & requested), drs.key, tie_break(item[1]))
 
-        return min(nominees, key=key)
-
-    won = run(root)
+        won_at[cohort.name] = min(nominees, key=key)
+    won = won_at.get(root.name)
     return None if won is None else won[1]
 
 
 def _subtree_cqs(node: Node) -> Sequence[Node]:
-    out: list[Node] = list(node.child_cqs)
-    for child in node.child_cohorts:
-        out.extend(_subtree_cqs(child))
+    """Every ClusterQueue under `node`, depth first (its own first, then each child cohort's), without recursion."""
+    out: list[Node] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        out.extend(n.child_cqs)
+        stack.extend(reversed(n.child_cohorts))
     return out
 
 

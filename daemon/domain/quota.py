@@ -59,8 +59,10 @@ class Node:
         "name",
         "over",
         "parent",
+        "potential",
         "quotas",
         "subtree",
+        "top",
         "tree",
         "usage",
         "weight",
@@ -77,9 +79,11 @@ class Node:
         self.local: dict[FlavorResource, int] = {}
         self.usage: dict[FlavorResource, int] = {}
         self.over: dict[FlavorResource, int] = {}
+        self.potential: dict[FlavorResource, int] = {}  # potential_available, filled on first use
         self.weight = weight
         self.tree = ""
         self.height = 0
+        self.top: Node | None = None  # root(), once asked
 
     def path_to_root(self) -> Iterable[Node]:
         """The ancestors, parent first."""
@@ -89,10 +93,13 @@ class Node:
             node = node.parent
 
     def root(self) -> Node:
-        node = self
-        while node.parent is not None:
-            node = node.parent
-        return node
+        """The top of this node's tree; the tree's shape is configuration, so it is found once per node."""
+        if self.top is None:
+            node = self
+            while node.parent is not None:
+                node = node.parent
+            self.top = node
+        return self.top
 
 
 def _quotas_of(groups: tuple[ResourceGroup, ...]) -> dict[FlavorResource, Limits]:
@@ -120,33 +127,54 @@ def local_available(node: Node, fr: FlavorResource) -> int:
 
 
 def available(node: Node, fr: FlavorResource) -> int:
-    """Free capacity for `node` now, within borrowing limits. Negative after over-admission."""
-    usage = node.usage.get(fr, 0)
-    subtree = node.subtree.get(fr, 0)
+    """Free capacity for `node` now, within borrowing limits. Negative after over-admission.
+
+    Kueue's recursion up to the root, computed root first in a loop, so a deep cohort chain cannot overflow the
+    stack."""
+    path: list[Node] = [node]
     parent = node.parent
-    if parent is None:
-        return sat_sub(subtree, usage)
-    parent_available = available(parent, fr)
-    lq = node.local.get(fr, 0)
-    limits = node.quotas.get(fr)
-    if limits is not None and limits.borrowing_limit is not None:
-        stored_in_parent = sat_sub(subtree, lq)
-        used_in_parent = max(0, usage - lq)
-        with_max_from_parent = sat_add(sat_sub(stored_in_parent, used_in_parent), limits.borrowing_limit)
-        parent_available = min(with_max_from_parent, parent_available)
-    return sat_add(max(0, sat_sub(lq, usage)), parent_available)
+    while parent is not None:
+        path.append(parent)
+        parent = parent.parent
+    root = path[-1]
+    avail = sat_sub(root.subtree.get(fr, 0), root.usage.get(fr, 0))
+    for n in reversed(path[:-1]):
+        usage = n.usage.get(fr, 0)
+        lq = n.local.get(fr, 0)
+        limits = n.quotas.get(fr)
+        if limits is not None and limits.borrowing_limit is not None:
+            stored_in_parent = sat_sub(n.subtree.get(fr, 0), lq)
+            used_in_parent = max(0, usage - lq)
+            with_max_from_parent = sat_add(sat_sub(stored_in_parent, used_in_parent), limits.borrowing_limit)
+            avail = min(with_max_from_parent, avail)
+        avail = sat_add(max(0, sat_sub(lq, usage)), avail)
+    return avail
 
 
 def potential_available(node: Node, fr: FlavorResource) -> int:
-    """The most `node` could ever hold with no usage anywhere, within borrowing limits."""
-    parent = node.parent
-    if parent is None:
-        return node.subtree.get(fr, 0)
-    avail = sat_add(node.local.get(fr, 0), potential_available(parent, fr))
-    limits = node.quotas.get(fr)
-    if limits is not None and limits.borrowing_limit is not None:
-        avail = min(sat_add(node.subtree.get(fr, 0), limits.borrowing_limit), avail)
-    return avail
+    """The most `node` could ever hold with no usage anywhere, within borrowing limits.
+
+    It depends on the configuration only, so each node keeps it once computed (`QuotaTree.build` makes new nodes
+    for a new configuration); computed root first in a loop, so a deep chain costs O(depth) once, not per call."""
+    hit = node.potential.get(fr)
+    if hit is not None:
+        return hit
+    path: list[Node] = []
+    n: Node | None = node
+    while n is not None and fr not in n.potential:
+        path.append(n)
+        n = n.parent
+    for n in reversed(path):
+        parent = n.parent
+        if parent is None:
+            avail = n.subtree.get(fr, 0)
+        else:
+            avail = sat_add(n.local.get(fr, 0), parent.potential[fr])
+            limits = n.quotas.get(fr)
+            if limits is not None and limits.borrowing_limit is not None:
+                avail = min(sat_add(n.subtree.get(fr, 0), limits.borrowing_limit), avail)
+        n.potential[fr] = avail
+    return node.potential[fr]
 
 
 def _set_usage(n: Node, fr: FlavorResource, old: int, new: int) -> None:
@@ -333,16 +361,23 @@ class QuotaTree:
 
 
 def _cohorts_in_or_under_cycles(cohorts: Mapping[str, Cohort]) -> set[str]:
-    """Names of cohorts on a parent cycle or below one: Kueue disables every member until the cycle is removed."""
+    """Names of cohorts on a parent cycle or below one: Kueue disables every member until the cycle is removed.
+
+    One walk up from each cohort not yet settled, each cohort settled once: O(number of cohorts) in all."""
     broken: set[str] = set()
+    settled: set[str] = set()
     for start in sorted(cohorts):
-        seen: list[str] = []
+        walk: list[str] = []
+        on_walk: set[str] = set()
         name: str | None = start
-        while name is not None and name in cohorts and name not in seen:
-            seen.append(name)
+        while name is not None and name in cohorts and name not in settled and name not in on_walk:
+            walk.append(name)
+            on_walk.add(name)
             name = cohorts[name].parent
-        if name is not None and name in seen:
-            broken.update(seen)
+        # The walk ends at a root, an undeclared parent, a cohort settled earlier, or a cohort met again (a cycle).
+        if name is not None and (name in on_walk or name in broken):
+            broken.update(walk)
+        settled.update(walk)
     return broken
 
 
@@ -352,31 +387,43 @@ def _set_local(node: Node) -> None:
             node.local[fr] = max(0, sat_sub(node.subtree.get(fr, 0), limits.lending_limit))
 
 
-def _accumulate_quota(cohort: Node, tree: str) -> None:
-    cohort.tree = tree
-    cohort.subtree = {fr: q.nominal for fr, q in cohort.quotas.items()}
-    height = min(len(cohort.child_cqs) + len(cohort.child_cohorts), 1)
-    for child in cohort.child_cohorts:
-        _accumulate_quota(child, tree)
-        height = max(height, child.height + 1)
-    for child in cohort.child_cqs:
-        child.tree = tree
-        _set_local(child)
-    for child in [*cohort.child_cohorts, *cohort.child_cqs]:
-        for fr, q in child.subtree.items():
-            cohort.subtree[fr] = sat_add(cohort.subtree.get(fr, 0), sat_sub(q, child.local.get(fr, 0)))
-    cohort.height = height
-    _set_local(cohort)
+def post_order(root: Node) -> list[Node]:
+    """The cohorts under `root` (itself included), every child before its parent: a loop, not a recursion, so a
+    Cohort chain thousands deep cannot overflow the stack."""
+    order: list[Node] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(reversed(node.child_cohorts))
+    order.reverse()
+    return order
 
 
-def _accumulate_usage(cohort: Node) -> None:
-    for child in cohort.child_cohorts:
-        _accumulate_usage(child)
-    for child in [*cohort.child_cohorts, *cohort.child_cqs]:
-        for fr, u in child.usage.items():
-            delta = max(0, u - child.local.get(fr, 0))
-            if delta:
-                cohort.usage[fr] = cohort.usage.get(fr, 0) + delta
+def _accumulate_quota(root: Node, tree: str) -> None:
+    for cohort in post_order(root):
+        cohort.tree = tree
+        cohort.subtree = {fr: q.nominal for fr, q in cohort.quotas.items()}
+        height = min(len(cohort.child_cqs) + len(cohort.child_cohorts), 1)
+        for child in cohort.child_cohorts:
+            height = max(height, child.height + 1)
+        for child in cohort.child_cqs:
+            child.tree = tree
+            _set_local(child)
+        for child in [*cohort.child_cohorts, *cohort.child_cqs]:
+            for fr, q in child.subtree.items():
+                cohort.subtree[fr] = sat_add(cohort.subtree.get(fr, 0), sat_sub(q, child.local.get(fr, 0)))
+        cohort.height = height
+        _set_local(cohort)
+
+
+def _accumulate_usage(root: Node) -> None:
+    for cohort in post_order(root):
+        for child in [*cohort.child_cohorts, *cohort.child_cqs]:
+            for fr, u in child.usage.items():
+                delta = max(0, u - child.local.get(fr, 0))
+                if delta:
+                    cohort.usage[fr] = cohort.usage.get(fr, 0) + delta
 
 
 # --- the per-cycle working snapshot -----------------------------------------------------------------------------
