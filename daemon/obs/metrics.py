@@ -501,14 +501,14 @@ class LogMetrics:
 
     def render(self) -> bytes:
         with self._lock:
-            live = generate_latest(LIVE)
             if self._reader is None:
                 if not self.path.exists():
-                    return live
+                    return generate_latest(LIVE)
                 self._reader = LogReader(self.path)
             reader = self._reader
             self.fm.follow(reader)
-            return self.renderer.render(self.fm, lambda: log_file_figures(reader, self.fm)) + live
+            folded = self.renderer.render(self.fm, lambda: log_file_figures(reader, self.fm))
+            return folded + generate_latest(LIVE)
 
     def close(self) -> None:
         with self._lock:

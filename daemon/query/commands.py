@@ -7,6 +7,7 @@ one line on stderr and exit status 2. Tables by default, one JSON object with `-
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -112,6 +113,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return _run(args, answer)
 
 
+_RELATIVE = re.compile(r"^-(\d+(\.\d+)?(ms|s|m|h|d)?)+$")
+
 _TIME_HELP = (
     "a moment: RFC 3339 (2026-12-01T03:00:00Z) or relative to now (-2h); on a simulated log an offset from the "
     "scenario's start (+1m30s) or relative to its end (-30s). Default: the log's end"
@@ -142,5 +145,8 @@ def add_query_parsers(sub: Any, *, db_default: Path, db_help: str) -> None:
     which.add_argument("--seq", type=_positive, metavar="N", help="the state right after event N")
     replay.set_defaults(func=_cmd_replay)
     for p in (explain, history, queues, pending, replay):
+        # So that `--at -2h` reads as a value, as argparse already does for negative numbers (private, but stable
+        # since Python 3.2; the alternative, `--at=-2h`, works too).
+        p._negative_number_matcher = _RELATIVE
         p.add_argument("--db", type=Path, default=db_default, help=db_help)
         p.add_argument("--json", action="store_true", help="one JSON object (replay always prints JSON)")

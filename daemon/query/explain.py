@@ -273,11 +273,13 @@ def _pending(
             ns_seq = _config_seq(reader, f"namespace/{wl.namespace}", at)
             labels = dict(ns.labels) if ns is not None else {}
             sel = cq.namespace_selector
+            shown = ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"
+            wanted = ",".join(f"{k}={v}" for k, v in sorted(sel.match_labels.items())) if sel is not None else ""
             x.say(
-                f"namespace {wl.namespace} has labels {labels or '{}'}"
+                f"namespace {wl.namespace} has labels {shown}"
                 + ("" if ns is not None else " (never observed)")
                 + f"; ClusterQueue {cq_name}'s namespaceSelector "
-                + ("is unset, which selects no namespace" if sel is None else f"matchLabels {dict(sel.match_labels)}")
+                + ("is unset, which selects no namespace" if sel is None else f"(matchLabels {wanted or 'none'})")
                 + f" {'selects' if selects(sel, labels) else 'does not select'} it",
                 ns_seq if ns_seq is not None else (cq_seq or x.moment.seq),
             )
@@ -391,20 +393,23 @@ def _flavors(x: Explanation, fits: list[FlavorFit], cohort: str | None, cq_seq: 
                 )
                 continue
             if r.verdict == "fits":
-                x.say(f"{head}: it fits now ({q(r.available, res)} available)", x.moment.seq)
+                x.say(
+                    f"{head}: quota is not what stops it, it would fit now ({q(r.available, res)} available)",
+                    x.moment.seq,
+                )
                 continue
             need_borrow = r.requested - r.free_own
             if cohort is None:
                 why = "it cannot borrow: ClusterQueue is in no cohort"
             elif r.borrow_left is not None and r.borrow_left < need_borrow and (r.cohort_free or 0) >= need_borrow:
                 why = (
-                    f"it would have to borrow {q(need_borrow, res)}; cohort {cohort} has {q(r.cohort_free or 0, res)} "
-                    f"unused, but borrowingLimit {q(r.borrowing_limit or 0, res)} allows only {q(r.borrow_left, res)} "
-                    "more: blocked by the borrowing limit"
+                    f"it would have to borrow {q(need_borrow, res)}; the rest of cohort {cohort} has "
+                    f"{q(r.cohort_free or 0, res)} unused, but borrowingLimit {q(r.borrowing_limit or 0, res)} "
+                    f"allows only {q(r.borrow_left, res)} more: blocked by the borrowing limit"
                 )
             else:
                 why = (
-                    f"it would have to borrow {q(need_borrow, res)}; cohort {cohort} has only "
+                    f"it would have to borrow {q(need_borrow, res)}; the rest of cohort {cohort} has only "
                     f"{q(r.cohort_free or 0, res)} unused"
                     + (
                         f" (and borrowingLimit {q(r.borrowing_limit or 0, res)} allows {q(r.borrow_left, res)} more)"

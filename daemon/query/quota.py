@@ -164,7 +164,7 @@ class ResourceFit:
     free_own: Milli  # unused nominal quota of the ClusterQueue
     available: Milli  # what it can use now, borrowing included, within its borrowing limit
     max_possible: Milli  # the most it could ever hold (no usage anywhere)
-    cohort_free: Milli | None  # unused in the cohort for it (None: no cohort)
+    cohort_free: Milli | None  # what the rest of the cohort has unused for it to borrow (None: no cohort)
     borrow_left: Milli | None  # how much more the borrowing limit allows (None: unlimited or no cohort)
     verdict: str  # fits | short | never
 
@@ -218,7 +218,9 @@ def flavor_analysis(state: State, tree: QuotaTree, cq_name: str, wl: Workload) -
                 if node.parent is None:
                     cohort_free, borrow_left = None, None
                 else:
-                    cohort_free = max(0, available(node.parent, fr))
+                    # What the rest of the cohort could lend: the parent's available capacity counts this
+                    # queue's own unused nominal quota too, which is not borrowing.
+                    cohort_free = max(0, available(node.parent, fr) - max(0, lim.nominal - used))
                     borrow_left = None if bl is None else max(0, bl - max(0, used - lim.nominal))
                 verdict = "never" if need > most else ("fits" if need <= avail else "short")
                 fits.append(
