@@ -58,7 +58,8 @@ from daemon.domain.events import (
     WorkloadPending,
     WorkloadPreempted,
 )
-from daemon.domain.fairsharing import fair_targets, tournament
+from daemon.domain.fairpreemption import DEFAULT_STRATEGIES, fair_targets
+from daemon.domain.fairsharing import tournament
 from daemon.domain.flavors import Assignment, FlavorAssigner, Mode, PMode
 from daemon.domain.model import (
     Admission,
@@ -96,6 +97,8 @@ from daemon.domain.view import (
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     fair_sharing: bool = False
+    fair_sharing_strategies: tuple[str, ...] = DEFAULT_STRATEGIES
+    """Kueue's `fairSharing.preemptionStrategies`, tried in this order (see `daemon.domain.fairpreemption`)."""
     reserve_without_candidates: bool = True
     """Kueue's resourcesToReserve: a workload that needs preemption but has no candidates holds quota against other
     queues for the rest of the cycle. It makes a cycle's outcome depend on the order of its passes, so a second
@@ -297,7 +300,7 @@ class _Cycle:
         self.config = config
         self.tree = tree
         self.memo = memo
-        self.snap = Snapshot(tree, view.admitted_by_cq, usage_cache)
+        self.snap = Snapshot(tree, view.admitted_by_cq, usage_cache, view.admitted_journal)
         self.events: list[Event] = []
         # Per tree: victims claimed this cycle and usage reserved by waiting preemptors, to recover real usage.
         self.claimed: dict[str, list[AdmittedWorkload]] = {}
@@ -306,13 +309,12 @@ class _Cycle:
             name: dict(node.usage) for name, node in tree.cqs.items()
         }
         self.evicting: dict[str, list[AdmittedWorkload]] = {}
-        for cq_name in sorted(view.admitted_by_cq):
-            node = tree.cqs.get(cq_name)
-            if node is None:
-                continue
-            for aw in view.admitted_by_cq[cq_name].values():
-                if aw.evicting:
-                    self.evicting.setdefault(node.tree, []).append(aw)
+        # The fold's evicting subset when it has one: a pass over every admitted workload per cycle is quadratic.
+        maybe_evicting = view.evicting.values() if view.evicting is not None else view.admitted.values()
+        for aw in maybe_evicting:
+            node = tree.cqs.get(aw.admission.cluster_queue)
+            if node is not None and aw.evicting:
+                self.evicting.setdefault(node.tree, []).append(aw)
         for lst in self.evicting.values():
             lst.sort(key=lambda aw: aw.key)
         self.ns_match: dict[tuple[str, str], bool] = {}
@@ -377,7 +379,9 @@ class _Cycle:
         for key in sorted(self.view.pending_unrouted):
             pw = self.view.pending_unrouted[key]
             lq = self.view.local_queues.get(pw.local_queue) if pw.local_queue else None
-            if lq is None:
+            if pw.held is not None:  # e.g. its priority class does not exist: no queue sees it
+                reason = pw.held
+            elif lq is None:
                 name = pw.local_queue or f"{pw.workload.namespace}/<none>"
                 reason = PendingReason(
                     kind=PendingReasonKind.LOCAL_QUEUE_NOT_FOUND, message=f"LocalQueue {name} doesn't exist"
@@ -697,7 +701,7 @@ class _Cycle:
     def _assess(self, q: _Queue, pw: PendingWorkload) -> _Result:
         preemptor = Preemptor(pw=pw, cq=q.cq, node=q.node, usage={}, frs=frozenset(), excluded=self.snap.removed)
 
-        targets_fn = fair_targets if self.config.fair_sharing else classical_targets
+        targets_fn = self._fair_targets if self.config.fair_sharing else classical_targets
 
         def oracle(fr: FlavorResource, quantity: int) -> tuple[PMode, int]:
             return oracle_mode(preemptor, self.snap, fr, quantity, targets_fn)
@@ -721,6 +725,9 @@ class _Cycle:
         if all(t.victim.evicting for t in targets):
             return _Result(_Kind.WAIT_EVICTIONS, assignment=a, waits_on=[t.victim for t in targets])
         return _Result(_Kind.PREEMPT, assignment=a, targets=targets)
+
+    def _fair_targets(self, p: Preemptor, snap: Snapshot) -> list[Target]:
+        return fair_targets(p, snap, self.config.fair_sharing_strategies)
 
     def _fits_after_evictions(self, q: _Queue, pw: PendingWorkload) -> _Result | None:
         """Would the workload fit once the tree's already-evicting workloads (not claimed this cycle) are gone?"""

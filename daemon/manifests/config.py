@@ -1,8 +1,8 @@
 """admitd's own settings, read from Kueue's Configuration file so that one file serves both.
 
-Only what admitd implements is read (`fairSharing`); every other Kueue setting is reported as ignored, never
-silently dropped. v1beta1 switches fair sharing on with `fairSharing.enable: true`; in v1beta2 a `fairSharing`
-section switches it on by being there, as in Kueue.
+Only what admitd implements is read (`fairSharing` with its `preemptionStrategies`); every other Kueue setting is
+reported as ignored, never silently dropped. v1beta1 switches fair sharing on with `fairSharing.enable: true`; in
+v1beta2 a `fairSharing` section switches it on by being there, as in Kueue.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from pathlib import Path
 import yaml
 
 from daemon.domain.admission import EngineConfig
+from daemon.domain.fairpreemption import DEFAULT_STRATEGIES, VALID_STRATEGY_SETS
 from daemon.manifests.errors import ManifestError
 
 CONFIG_GROUP = "config.kueue.x-k8s.io"
 _VERSIONS = ("v1beta1", "v1beta2")
-_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+_STRATEGIES = DEFAULT_STRATEGIES
 
 
 def _error(field: str, message: str, source: str) -> ManifestError:
@@ -41,6 +42,7 @@ def parse_config(doc: object, source: str = "<config>") -> tuple[EngineConfig, t
     ]
     section = doc.get("fairSharing")
     fair = False
+    chosen: tuple[str, ...] = DEFAULT_STRATEGIES
     if section is not None:
         if not isinstance(section, Mapping):
             raise _error("fairSharing", f"must be a mapping, got {type(section).__name__}", source)
@@ -60,15 +62,18 @@ def parse_config(doc: object, source: str = "<config>") -> tuple[EngineConfig, t
                     f"unknown strategy {unknown[0]!r}; allowed: {', '.join(_STRATEGIES)}",
                     source,
                 )
-            if tuple(strategies) != _STRATEGIES:
-                warnings.append(
-                    f"{source}: fairSharing.preemptionStrategies: admitd always uses Kueue's default "
-                    f"[{', '.join(_STRATEGIES)}]"
+            if tuple(strategies) not in VALID_STRATEGY_SETS:
+                allowed_sets = "; ".join(f"[{', '.join(v)}]" for v in VALID_STRATEGY_SETS)
+                raise _error(
+                    "fairSharing.preemptionStrategies",
+                    f"[{', '.join(strategies)}] is not one of the lists Kueue accepts: {allowed_sets}",
+                    source,
                 )
+            chosen = tuple(strategies)
         for name in sorted(str(k) for k in section):
             if name not in ("enable", "preemptionStrategies"):
                 warnings.append(f"{source}: fairSharing.{name} is not implemented by admitd; ignored")
-    return EngineConfig(fair_sharing=fair), tuple(warnings)
+    return EngineConfig(fair_sharing=fair, fair_sharing_strategies=chosen), tuple(warnings)
 
 
 def load_config(path: Path | str) -> tuple[EngineConfig, tuple[str, ...]]:

@@ -48,16 +48,35 @@ def test_kueue_settings_admitd_does_not_implement_are_named_not_dropped() -> Non
         {
             "apiVersion": V1B1,
             "kind": "Configuration",
-            "waitForPodsReady": {"enable": True},
             "fairSharing": {"enable": True, "preemptionStrategies": ["LessThanInitialShare"]},
+            "integrations": {"frameworks": ["batch/job"]},
         },
         "kueue.yaml",
     )
-    assert warnings == (
-        "kueue.yaml: waitForPodsReady is a Kueue setting admitd does not implement; ignored",
-        "kueue.yaml: fairSharing.preemptionStrategies: admitd always uses Kueue's default "
-        "[LessThanOrEqualToFinalShare, LessThanInitialShare]",
-    )
+    assert warnings == ("kueue.yaml: integrations is a Kueue setting admitd does not implement; ignored",)
+
+
+@pytest.mark.parametrize(
+    ("strategies", "expected"),
+    [
+        (None, ("LessThanOrEqualToFinalShare", "LessThanInitialShare")),
+        (["LessThanInitialShare"], ("LessThanInitialShare",)),
+        (["LessThanOrEqualToFinalShare"], ("LessThanOrEqualToFinalShare",)),
+        (
+            ["LessThanOrEqualToFinalShare", "LessThanInitialShare"],
+            ("LessThanOrEqualToFinalShare", "LessThanInitialShare"),
+        ),
+    ],
+    ids=["default", "S2-b only", "S2-a only", "both in Kueue's order"],
+)
+def test_preemption_strategies_reach_the_engine_in_the_order_given(
+    strategies: list[str] | None, expected: tuple[str, ...]
+) -> None:
+    section: dict[str, object] = {"enable": True}
+    if strategies is not None:
+        section["preemptionStrategies"] = strategies
+    config, warnings = parse_config({"apiVersion": V1B1, "kind": "Configuration", "fairSharing": section})
+    assert (config.fair_sharing_strategies, warnings) == (expected, ())
 
 
 @pytest.mark.parametrize(
@@ -76,8 +95,24 @@ def test_kueue_settings_admitd_does_not_implement_are_named_not_dropped() -> Non
             "fairSharing.preemptionStrategies",
             "unknown strategy 'Fastest'",
         ),
+        (
+            {
+                "apiVersion": V1B1,
+                "kind": "Configuration",
+                "fairSharing": {"preemptionStrategies": ["LessThanInitialShare", "LessThanOrEqualToFinalShare"]},
+            },
+            "fairSharing.preemptionStrategies",
+            "is not one of the lists Kueue accepts",
+        ),
     ],
-    ids=["wrong-kind", "wrong-group", "section-not-a-mapping", "enable-not-a-bool", "unknown-strategy"],
+    ids=[
+        "wrong-kind",
+        "wrong-group",
+        "section-not-a-mapping",
+        "enable-not-a-bool",
+        "unknown-strategy",
+        "strategies-in-an-order-kueue-rejects",
+    ],
 )
 def test_bad_configuration_names_the_field(doc: dict[str, object], field: str, message: str) -> None:
     with pytest.raises(ManifestError) as info:
