@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from daemon.domain import events as ev
+from daemon.domain.actuation import Placement
 from daemon.domain.model import (
     Admission,
     ClusterQueue,
@@ -110,8 +111,19 @@ def one_of_each() -> list[ev.Event]:
             admission=admission(),
             borrowed=(ev.Borrowed(flavor="h100-flavor", resource="nvidia.com/gpu", amount=0, cohort="all-teams"),),
         ),
-        ev.JobUnsuspended(job="research/train-a", at=1_003, node_selector=(("gpu-type", "h100"),)),
-        ev.ActuationFailed(job="research/train-a", at=1_004, error="409 Conflict", permanent=False),
+        ev.JobUnsuspended(
+            job="research/train-a",
+            at=1_003,
+            decision=17,
+            placements=(
+                Placement(
+                    pod_set="main",
+                    node_selector=(("gpu-type", "h100"),),
+                    tolerations=(Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),),
+                ),
+            ),
+        ),
+        ev.ActuationFailed(job="research/train-a", at=1_004, decision=17, error="409 Conflict", permanent=False),
         ev.WorkloadPreempted(
             workload="research/train-a",
             at=1_005,
@@ -122,7 +134,7 @@ def one_of_each() -> list[ev.Event]:
             policy="withinClusterQueue=LowerPriority",
             freed=(ev.Freed(flavor="h100-flavor", resource="nvidia.com/gpu", amount=4000),),
         ),
-        ev.JobSuspended(job="research/train-a", at=1_006),
+        ev.JobSuspended(job="research/train-a", at=1_006, decision=19, placements=(Placement(pod_set="main"),)),
         ev.WorkloadEvicted(workload="research/train-a", at=1_007, reason="Preempted"),
         ev.JobFinished(job="research/train-a", at=1_008, succeeded=True),
         ev.JobDeleted(job="research/train-a", at=1_009),

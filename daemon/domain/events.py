@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from daemon.domain.actuation import Placement
 from daemon.domain.model import (
     Admission,
     ClusterQueue,
@@ -285,11 +286,14 @@ class WorkloadEvicted:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobUnsuspended:
+    """The decision `decision` (a seq) was carried out: the job runs with `placements` on its pod templates."""
+
     TYPE: ClassVar[str] = "job.unsuspended"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
     job: str
     at: Millis
-    node_selector: tuple[tuple[str, str], ...] = ()
+    decision: int
+    placements: tuple[Placement, ...] = ()
 
     @property
     def subject(self) -> str:
@@ -298,10 +302,14 @@ class JobUnsuspended:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSuspended:
+    """The decision `decision` was carried out: the job is suspended with its original `placements` restored."""
+
     TYPE: ClassVar[str] = "job.suspended"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
     job: str
     at: Millis
+    decision: int
+    placements: tuple[Placement, ...] = ()
 
     @property
     def subject(self) -> str:
@@ -310,10 +318,13 @@ class JobSuspended:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ActuationFailed:
+    """Carrying out the decision `decision` failed. A permanent failure is not retried; a temporary one is."""
+
     TYPE: ClassVar[str] = "actuation.failed"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
     job: str
     at: Millis
+    decision: int
     error: str
     permanent: bool
 

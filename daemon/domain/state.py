@@ -14,6 +14,7 @@ from typing import assert_never
 
 from sortedcontainers import SortedKeyList
 
+from daemon.domain.actuation import Order, suspend_order, unsuspend_order
 from daemon.domain.events import (
     ActuationFailed,
     ClusterQueueDeleted,
@@ -46,13 +47,14 @@ from daemon.domain.model import (
     Millis,
     Namespace,
     PendingReason,
+    PendingReasonKind,
     PriorityClass,
     ResourceFlavor,
     Workload,
 )
 from daemon.domain.view import AdmittedWorkload, ClusterView, PendingIndex, PendingWorkload, Shape, queue_key
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
 
 
@@ -91,6 +93,7 @@ class StateSnapshot:
     generations: tuple[tuple[str, int], ...]
     config_generation: int
     counter: int
+    outbox: tuple[Order, ...] = ()
 
 
 class _Generations(Mapping[str, int]):
@@ -128,6 +131,8 @@ class State:
         self.priority_classes: dict[tuple[str, str], PriorityClass] = {}
         self.workloads: dict[str, WorkloadRecord] = {}
         self.finished: dict[str, Millis] = {}
+        # The outbox: per job, the decision that has no recorded actuation yet (what a restart must carry out).
+        self.outbox: dict[str, Order] = {}
         # Derived indexes, rebuilt from the above by _reindex(); never stored.
         self._pending_by_cq: dict[str, SortedKeyList] = {}
         self._pending_index: dict[str, PendingIndex] = {}  # the same workloads, grouped for the cycle
@@ -135,6 +140,8 @@ class State:
         self._pending_unrouted: dict[str, PendingWorkload] = {}
         self._admitted: dict[str, AdmittedWorkload] = {}
         self._admitted_by_cq: dict[str, dict[str, AdmittedWorkload]] = {}
+        self._admitted_journal: list[tuple[AdmittedWorkload, int]] = []  # see ClusterView.admitted_journal
+        self._evicting: dict[str, AdmittedWorkload] = {}
         self._pending_version: dict[str, int] = {}  # per ClusterQueue; derived, starts afresh on every load
         self._pending_version_counter = 0
         self._tree_generation: dict[str, int] = {}
@@ -144,7 +151,7 @@ class State:
     # --- the fold ----------------------------------------------------------------------------------------------
 
     def apply(self, event: Event, seq: int | None = None) -> None:
-        """Apply one event. `seq` is recorded for snapshots; the fold's outcome never depends on it."""
+        """Apply one event at `seq`. Only the outbox depends on seq: each order names the decision it carries out."""
         if seq is not None:
             self.seq = seq
         match event:
@@ -175,6 +182,7 @@ class State:
             case PriorityClassObserved(priority_class=pc):
                 # Kueue: a changed value does not re-prioritise existing workloads, only new ones.
                 self.priority_classes[(pc.kind, pc.name)] = pc
+                self._release_held()
             case NamespaceObserved(namespace=ns_obj):
                 self.namespaces[ns_obj.name] = ns_obj
                 self._config_changed()
@@ -182,15 +190,26 @@ class State:
                 self._observe_job(wl)
             case JobFinished(job=key, at=at) | JobDeleted(job=key, at=at):
                 self._remove_workload(key)
+                self.outbox.pop(key, None)
                 if isinstance(event, JobFinished):
                     self.finished[key] = at
             case WorkloadAdmitted(workload=key, at=at, admission=admission):
-                self._admit(key, at, admission)
-            case WorkloadPreempted(workload=key):
+                if self._admit(key, at, admission):
+                    wl = self.workloads[key].workload
+                    self.outbox[key] = unsuspend_order(wl, admission, self.flavors, self.seq)
+            case WorkloadPreempted(workload=key, preemptor=preemptor, reason=reason):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.ADMITTED and not rec.evicting:
                     self._set(replace(rec, evicting=True))
                     self._bump_tree_of(rec)
+                    victim_cq = rec.admission.cluster_queue if rec.admission is not None else ""
+                    self.outbox[key] = suspend_order(
+                        rec.workload,
+                        victim_cq,
+                        self.seq,
+                        reason="Preempted" if preemptor else reason,
+                        preemptor=preemptor,
+                    )
             case WorkloadEvicted(workload=key):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.ADMITTED:
@@ -204,8 +223,13 @@ class State:
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.PENDING:
                     self._set(replace(rec, last_reason=reason))
-            case JobUnsuspended() | JobSuspended() | ActuationFailed() | ObjectRejected():
-                pass  # audit facts: they change nothing the cycle reads
+            case JobUnsuspended(job=key, decision=decision) | JobSuspended(job=key, decision=decision):
+                self._settle(key, decision)
+            case ActuationFailed(job=key, decision=decision, permanent=permanent):
+                if permanent:  # recorded and surfaced, never retried; a temporary failure stays in the outbox
+                    self._settle(key, decision)
+            case ObjectRejected():
+                pass  # an audit fact: it changes nothing the cycle reads
             case _:
                 assert_never(event)
 
@@ -220,9 +244,47 @@ class State:
                 )
             )
         elif rec.phase is Phase.PENDING:
-            # While pending, the spec may change (e.g. its queue label); the priority stays as first resolved.
-            self._set(replace(rec, workload=wl))
+            # While pending, the spec may change (e.g. its queue label); the priority stays as first resolved,
+            # unless it never was: a job held for a missing priority class gets one when it stops being held.
+            if self._missing_class(rec.workload) is not None:
+                self._set(replace(rec, workload=wl, priority=self._resolve_priority(wl)))
+            else:
+                self._set(replace(rec, workload=wl))
         # An admitted workload's spec is frozen until it finishes or is evicted, as in Kueue.
+
+    def _missing_class(self, wl: Workload) -> PendingReason | None:
+        """Why Kueue would create no Workload for `wl` yet: the priority class it names does not exist. A job
+        held so is resolved again when the class appears (`_release_held`), as Kueue's reconciler retries."""
+        if wl.priority_class is not None:
+            if ("WorkloadPriorityClass", wl.priority_class) in self.priority_classes or (
+                "PriorityClass",
+                wl.priority_class,
+            ) in self.priority_classes:
+                return None
+            return PendingReason(
+                kind=PendingReasonKind.WORKLOAD_PRIORITY_CLASS_NOT_FOUND,
+                message=f'WorkloadPriorityClass "{wl.priority_class}" not found '
+                "(named by the label kueue.x-k8s.io/priority-class)",
+            )
+        if wl.pod_priority_class is not None and ("PriorityClass", wl.pod_priority_class) not in self.priority_classes:
+            return PendingReason(
+                kind=PendingReasonKind.PRIORITY_CLASS_NOT_FOUND,
+                message=f'PriorityClass "{wl.pod_priority_class}" not found '
+                "(named by spec.template.spec.priorityClassName)",
+            )
+        return None
+
+    def _release_held(self) -> None:
+        """After a priority class appears: every job held for a missing class that is no longer missing gets its
+        priority now (its first resolution) and is queued."""
+        released = [
+            key
+            for key, pw in self._pending_unrouted.items()
+            if pw.held is not None and not self._missing_class(pw.workload)
+        ]
+        for key in released:
+            rec = self.workloads[key]
+            self._set(replace(rec, priority=self._resolve_priority(rec.workload)))
 
     def _resolve_priority(self, wl: Workload) -> int:
         if wl.priority_class is not None:
@@ -240,10 +302,15 @@ class State:
         )
         return defaults[0].value if defaults else 0
 
-    def _admit(self, key: str, at: Millis, admission: Admission) -> None:
+    def _settle(self, key: str, decision: int) -> None:
+        order = self.outbox.get(key)
+        if order is not None and order.decision == decision:
+            del self.outbox[key]
+
+    def _admit(self, key: str, at: Millis, admission: Admission) -> bool:
         rec = self.workloads.get(key)
         if rec is None or rec.phase is not Phase.PENDING:
-            return
+            return False
         # Built directly rather than with dataclasses.replace: this runs once per admission on every replay.
         self._set(
             WorkloadRecord(
@@ -256,6 +323,7 @@ class State:
             )
         )
         self._bump_tree(self.tree_of_cq(admission.cluster_queue))
+        return True
 
     def _remove_workload(self, key: str) -> None:
         rec = self.workloads.pop(key, None)
@@ -288,16 +356,19 @@ class State:
             )
             self._admitted[key] = aw
             self._admitted_by_cq.setdefault(rec.admission.cluster_queue, {})[key] = aw
+            self._journal(aw, 1)
             return
         lq_key = f"{rec.workload.namespace}/{rec.workload.queue_name}" if rec.workload.queue_name else ""
+        held = self._missing_class(rec.workload)
         pw = PendingWorkload(
             workload=rec.workload,
             priority=rec.priority,
             local_queue=lq_key,
             queue_order_at=rec.queue_order_at,
             last_reason=rec.last_reason,
+            held=held,
         )
-        cq = self._route(lq_key)
+        cq = None if held is not None else self._route(lq_key)
         if cq is None:
             self._pending_unrouted[key] = pw
         else:
@@ -316,6 +387,7 @@ class State:
         """Drop `key` from the indexes; if it was pending in a ClusterQueue, return its workload and shape."""
         aw = self._admitted.pop(key, None)
         if aw is not None:
+            self._journal(aw, -1)
             by_cq = self._admitted_by_cq.get(aw.admission.cluster_queue)
             if by_cq is not None:
                 by_cq.pop(key, None)
@@ -337,6 +409,17 @@ class State:
                     del self._pending_index[cq]
                 return pw.workload, shape
         return None
+
+    def _journal(self, aw: AdmittedWorkload, sign: int) -> None:
+        """Record a change to the admitted set for `ClusterView.admitted_journal` (and keep the evicting subset)."""
+        if aw.evicting:
+            if sign > 0:
+                self._evicting[aw.key] = aw
+            else:
+                self._evicting.pop(aw.key, None)
+        if len(self._admitted_journal) > 2 * len(self._admitted) + 1024:
+            self._admitted_journal = []  # a new list: readers holding the old one start over
+        self._admitted_journal.append((aw, sign))
 
     def _bump_pending_version(self, cq: str) -> None:
         self._pending_version_counter += 1
@@ -400,6 +483,8 @@ class State:
             local_queues=self.local_queues,
             namespaces=self.namespaces,
             admitted=self._admitted,
+            admitted_journal=self._admitted_journal,
+            evicting=self._evicting,
             admitted_by_cq=self._admitted_by_cq,
             pending_by_cq=self._pending_by_cq,
             pending_index=self._pending_index,
@@ -422,6 +507,7 @@ class State:
             generations=tuple(sorted(self._tree_generation.items())),
             config_generation=self._config_generation[0],
             counter=self._counter,
+            outbox=tuple(self.outbox[k] for k in sorted(self.outbox)),
         )
 
     @classmethod
@@ -438,6 +524,7 @@ class State:
         state._tree_generation = dict(snap.generations)
         state._config_generation = [snap.config_generation]
         state._counter = snap.counter
+        state.outbox = {o.job: o for o in snap.outbox}
         for rec in snap.workloads:
             state.workloads[rec.workload.key] = rec
             state._index(rec)

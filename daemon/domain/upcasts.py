@@ -20,6 +20,20 @@ def _job_observed_v0_to_v1(payload: Payload) -> Payload:
     return upgraded
 
 
+def _actuation_v1_to_v2(payload: Payload) -> Payload:
+    # Version 1 did not name the decision it carried out (nothing wrote actuations before `admitd run`): 0 stands
+    # for "unknown"; the single nodeSelector of a v1 unsuspension was the `main` pod set's.
+    upgraded = dict(payload)
+    upgraded["decision"] = 0
+    selector = upgraded.pop("node_selector", None)
+    if selector:
+        upgraded["placements"] = [{"pod_set": "main", "node_selector": selector, "tolerations": []}]
+    return upgraded
+
+
 UPCASTERS: Mapping[tuple[str, int], Callable[[Payload], Payload]] = {
     ("job.observed", 0): _job_observed_v0_to_v1,
+    ("job.unsuspended", 1): _actuation_v1_to_v2,
+    ("job.suspended", 1): _actuation_v1_to_v2,
+    ("actuation.failed", 1): _actuation_v1_to_v2,
 }

@@ -1,33 +1,39 @@
-"""The simulator's virtual cluster: the real fold, engine and event log, driven by a virtual clock.
+"""The simulated world: a fake Cluster on a virtual clock, driven through the daemon's own stages.
 
-At each instant every creation and completion that is due is observed, then admission cycles run until one makes
-no admission or preemption. A preempted job stops at once (`workload.evicted` at the same instant) and goes back
-to its queue; when it is admitted again its runtime starts from zero.
+The stages (`daemon.stages`: ingest, admit, actuate) are the daemon's; only the world differs. At each instant every
+creation and completion that is due is observed, then the stages run until none has work: cycles repeat until one
+makes no admission or preemption, and each decision is carried out by the simulated cluster. A preempted job stops
+at once (the cluster reports `workload.evicted` in the same instant) and goes back to its queue; when it is
+admitted again its runtime starts from zero.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gc
 import heapq
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.domain import events as ev
+from daemon.domain.actuation import Action, Order
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.model import Millis, PendingReason
 from daemon.domain.state import State
-from daemon.eventlog import EventStore, save_snapshot
+from daemon.eventlog import EventStore
 from daemon.obs.logging import get_logger
 from daemon.sim.scenario import Scenario, SimJob
+from daemon.stages.actuate import Actuate
+from daemon.stages.admit import Admit
+from daemon.stages.ingest import Ingest
+from daemon.stages.ports import Done, Inbox, Observed, Outcome
+from daemon.stages.recorder import SNAPSHOT_EVERY, Recorder
+from daemon.stages.runner import run_stepped
 
 _CREATE, _FINISH = 0, 1
-_FLUSH_EVERY = 256  # submitted appends before the simulator waits for the log to catch up
-SNAPSHOT_EVERY = 20_000  # events between state snapshots in the simulation's log, as the daemon writes them
 
 log = get_logger("admitd.sim")
 
@@ -66,62 +72,99 @@ class SimResult:
     state: State | None = None
 
 
-class _Driver:
-    def __init__(self, store: EventStore, engine: AdmissionEngine, total_jobs: int) -> None:
-        self.store = store
-        self.engine = engine
-        self.state = State()
-        self.jobs: dict[str, JobOutcome] = {}
-        self.epoch: dict[str, int] = {}
-        self.by_key: dict[str, SimJob] = {}
+class VirtualClock:
+    """Virtual milliseconds since the scenario's start; only the simulated cluster moves it."""
+
+    def __init__(self) -> None:
+        self.at: Millis = 0
+
+    def now(self) -> Millis:
+        return self.at
+
+
+class SimulatedCluster:
+    """A fake Cluster on a virtual clock: jobs appear at their submit time, run for their runtime once unsuspended,
+    and stop at once when suspended (their quota is released in the same instant)."""
+
+    def __init__(self, scenario: Scenario, clock: VirtualClock, until: Millis | None) -> None:
+        self.scenario = scenario
+        self.clock = clock
+        self.until = until
+        self.by_key: dict[str, SimJob] = {job.workload.key: job for job in scenario.jobs}
         self.timeline: list[tuple[Millis, int, int, str, int]] = []
-        self.order = 0
-        self.now: Millis = 0
-        self.total_jobs = total_jobs
-        self.admitted = 0
-        self.finished = 0
-        self.cycles = 0
-        self.decisions = 0
-        self.events = 0
-        self.engine_seconds = 0.0
-        self._pending: list[tuple[asyncio.Future[list[int]], int, int]] = []
-        self._last_snapshot_seq = 0
+        self.epoch: dict[str, int] = {}
+        self.running: set[str] = set()
+        self.created = 0
+        self.cut_by_until = False
+        self._order = 0
+        self._inbox: Inbox | None = None
+        self._started = False
+        for job in scenario.jobs:
+            self._push(job.submit_at, _CREATE, job.workload.key)
+
+    def connect(self, inbox: Inbox) -> None:
+        self._inbox = inbox
+
+    def _put(self, observed: Observed) -> None:
+        if self._inbox is None:
+            raise RuntimeError("the simulated cluster is not connected to an inbox")
+        self._inbox.put(observed)
 
     def _push(self, at: Millis, kind: int, key: str, epoch: int = 0) -> None:
-        self.order += 1
-        heapq.heappush(self.timeline, (at, self.order, kind, key, epoch))
+        self._order += 1
+        heapq.heappush(self.timeline, (at, self._order, kind, key, epoch))
 
-    async def emit(self, events: Sequence[ev.Event], cause: int | None) -> int | None:
-        """Log and fold `events`; return the seq of the last one (`cause` when there are none). The log write is
-        awaited in batches."""
-        if not events:
-            return cause
-        first = self.store.expected_seq
-        future = self.store.submit([(e, cause) for e in events], recorded_at=self.now)
-        self._pending.append((future, first, len(events)))
-        for offset, event in enumerate(events):
-            self.state.apply(event, first + offset)
-            self._record(event)
-        self.events += len(events)
-        if len(self._pending) >= _FLUSH_EVERY:
-            await self.flush()
-        return first + len(events) - 1
+    async def advance(self) -> bool:
+        """Move the clock to the next instant with something due and deliver what happens then; False when done."""
+        if not self._started:
+            self._started = True
+            self._put(Observed(tuple(self.scenario.config)))
+            return True
+        while self.timeline:
+            at = self.timeline[0][0]
+            if self.until is not None and at > self.until:
+                self.cut_by_until = True
+                return False
+            self.clock.at = at
+            observed: list[ev.Event] = []
+            while self.timeline and self.timeline[0][0] == at:
+                _, _, kind, key, epoch = heapq.heappop(self.timeline)
+                if kind == _CREATE:
+                    observed.append(ev.JobObserved(workload=self.by_key[key].workload))
+                    self.created += 1
+                elif self.epoch.get(key) == epoch and key in self.running:
+                    self.running.discard(key)
+                    observed.append(ev.JobFinished(job=key, at=at))
+            if observed:
+                self._put(Observed(tuple(observed)))
+                return True
+        return False
 
-    async def flush(self) -> None:
-        pending, self._pending = self._pending, []
-        for future, first, count in pending:
-            seqs = await future
-            if seqs != list(range(first, first + count)):
-                raise RuntimeError(
-                    f"event log seqs {seqs[:3]}... differ from the expected {first}..: "
-                    "another process wrote to the simulation's log"
-                )
-        if self.state.seq - self._last_snapshot_seq >= SNAPSHOT_EVERY:
-            await save_snapshot(self.store, self.state)
-            self._last_snapshot_seq = self.state.seq
-            log.debug("snapshot written", seq=self.state.seq)
+    async def carry_out(self, order: Order) -> Outcome:
+        key, now = order.job, self.clock.now()
+        self.epoch[key] = self.epoch.get(key, 0) + 1  # a completion scheduled before this no longer applies
+        if order.action is Action.UNSUSPEND:
+            self.running.add(key)
+            runtime = self.by_key[key].runtime
+            if runtime is not None:
+                self._push(now + runtime, _FINISH, key, self.epoch[key])
+        else:
+            self.running.discard(key)
+            # A simulated job's pods stop at once: its quota is free in the same instant.
+            self._put(Observed((ev.WorkloadEvicted(workload=key, at=now, reason=order.reason),), order.decision))
+        return Done()
 
-    def _record(self, event: ev.Event) -> None:
+
+class _Outcomes:
+    """Each job's story for the report, kept up to date from the appended events."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.jobs: dict[str, JobOutcome] = {}
+        self.admitted = 0
+        self.finished = 0
+
+    def __call__(self, event: ev.Event, seq: int) -> None:
         match event:
             case ev.JobObserved(workload=wl):
                 out = self.jobs.setdefault(wl.key, JobOutcome(key=wl.key, created_at=wl.created_at))
@@ -135,15 +178,10 @@ class _Driver:
                 out.flavors = {ps.name: dict(ps.flavors) for ps in adm.pod_sets}
                 out.running, out.pending_reason = True, None
                 self.admitted += 1
-                self.epoch[key] = self.epoch.get(key, 0) + 1
-                runtime = self.by_key[key].runtime
-                if runtime is not None:
-                    self._push(at + runtime, _FINISH, key, self.epoch[key])
             case ev.WorkloadEvicted(workload=key, at=at):
                 out = self.jobs[key]
                 out.evicted_at.append(at)
                 out.running = False
-                self.epoch[key] = self.epoch.get(key, 0) + 1  # its pending completion no longer applies
             case ev.WorkloadPending(workload=key, reason=reason):
                 self.jobs[key].pending_reason = reason
             case ev.JobFinished(job=key, at=at):
@@ -153,87 +191,15 @@ class _Driver:
             case _:
                 pass
 
-    async def run(
-        self, scenario: Scenario, until: Millis | None, progress: Callable[[SimProgress, bool], None] | None
-    ) -> Millis:
-        await self.emit(scenario.config, None)
-        self.by_key = {job.workload.key: job for job in scenario.jobs}
-        for job in scenario.jobs:
-            self._push(job.submit_at, _CREATE, job.workload.key)
-        created = 0
-        last_report = time.monotonic()
-        cut_by_until = False
-        while self.timeline:
-            at = self.timeline[0][0]
-            if until is not None and at > until:
-                cut_by_until = True
-                break
-            self.now = at
-            observed: list[ev.Event] = []
-            while self.timeline and self.timeline[0][0] == at:
-                _, _, kind, key, epoch = heapq.heappop(self.timeline)
-                if kind == _CREATE:
-                    observed.append(ev.JobObserved(workload=self.by_key[key].workload))
-                    created += 1
-                elif self.epoch.get(key) == epoch and self.jobs[key].running:
-                    observed.append(ev.JobFinished(job=key, at=at))
-            cause = await self.emit(observed, None)
-            await self._cycles(cause)
-            if progress is not None and time.monotonic() - last_report > 0.5:
-                last_report = time.monotonic()
-                progress(self._progress(created), False)
-        await self.flush()
-        log.info(
-            "simulation finished",
-            seq=self.state.seq,
-            virtual_ms=self.now,
-            jobs=len(self.jobs),
-            admitted=self.admitted,
-            finished=self.finished,
-            cycles=self.cycles,
-        )
-        if progress is not None:
-            progress(self._progress(created), True)
-        if cut_by_until and until is not None:
-            return until
-        return self.now
 
-    def _progress(self, created: int) -> SimProgress:
-        return SimProgress(
-            now=self.now, created=created, total_jobs=self.total_jobs, admitted=self.admitted, finished=self.finished
-        )
-
-    async def _cycles(self, cause: int | None) -> None:
-        while True:
-            t0 = time.perf_counter()
-            decisions = self.engine.decide(self.state.view(), self.now)
-            self.engine_seconds += time.perf_counter() - t0
-            self.cycles += 1
-            if not decisions:
-                return
-            self.decisions += len(decisions)
-            first = self.store.expected_seq
-            last = await self.emit(decisions, cause)
-            admitted = sum(isinstance(d, ev.WorkloadAdmitted) for d in decisions)
-            evictions = [
-                ev.WorkloadEvicted(workload=d.workload, at=self.now, reason="Preempted" if d.preemptor else d.reason)
-                for d in decisions
-                if isinstance(d, ev.WorkloadPreempted)
-            ]
-            log.debug(
-                "admission cycle",
-                seq=first,
-                last_seq=last,
-                cause=cause,
-                virtual_ms=self.now,
-                admitted=admitted,
-                preempted=len(evictions),
-                pending=len(decisions) - admitted - len(evictions),
-                engine_ms=round((time.perf_counter() - t0) * 1000, 3),
-            )
-            await self.emit(evictions, last)
-            if not admitted and not evictions:
-                return
+def _progress(clock: VirtualClock, cluster: SimulatedCluster, outcomes: _Outcomes, total: int) -> SimProgress:
+    return SimProgress(
+        now=clock.now(),
+        created=cluster.created,
+        total_jobs=total,
+        admitted=outcomes.admitted,
+        finished=outcomes.finished,
+    )
 
 
 @contextlib.contextmanager
@@ -266,19 +232,51 @@ async def run_simulation(
         if db_path is None:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="admitd-sim-"))
             db_path = Path(tmp) / "simulation.db"
-        store = await EventStore.open(db_path, max_batch=5000, durable=False)
+        clock = VirtualClock()
+        store = await EventStore.open(db_path, clock=clock.now, max_batch=5000, durable=False)
         try:
-            driver = _Driver(store, AdmissionEngine(config or EngineConfig()), len(scenario.jobs))
-            end = await driver.run(scenario, until, progress)
+            state = State()
+            recorder = Recorder(store, state, clock, wait_durable=False, snapshot_every=SNAPSHOT_EVERY)
+            outcomes = _Outcomes(state)
+            recorder.listeners.append(outcomes)
+            cluster = SimulatedCluster(scenario, clock, until)
+            actuate = Actuate(recorder, cluster, clock)
+            admit = Admit(recorder, AdmissionEngine(config or EngineConfig()), clock, actuate.submit)
+            ingest = Ingest(recorder, admit.notify)
+            cluster.connect(ingest)
+            last_report = time.monotonic()
+
+            async def advance() -> bool:
+                nonlocal last_report
+                more = await cluster.advance()
+                if progress is not None and time.monotonic() - last_report > 0.5:
+                    last_report = time.monotonic()
+                    progress(_progress(clock, cluster, outcomes, len(scenario.jobs)), False)
+                return more
+
+            await run_stepped((ingest, actuate, admit), advance)
+            await recorder.catch_up()
         finally:
             await store.close()
+        end = until if cluster.cut_by_until and until is not None else clock.now()
+        log.info(
+            "simulation finished",
+            seq=state.seq,
+            virtual_ms=clock.now(),
+            jobs=len(outcomes.jobs),
+            admitted=outcomes.admitted,
+            finished=outcomes.finished,
+            cycles=admit.cycles,
+        )
+        if progress is not None:
+            progress(_progress(clock, cluster, outcomes, len(scenario.jobs)), True)
         return SimResult(
             end=end,
-            jobs=driver.jobs,
-            cycles=driver.cycles,
-            decisions=driver.decisions,
-            events=driver.events,
-            engine_seconds=driver.engine_seconds,
+            jobs=outcomes.jobs,
+            cycles=admit.cycles,
+            decisions=admit.decisions,
+            events=recorder.appended,
+            engine_seconds=admit.engine_seconds,
             wall_seconds=time.perf_counter() - wall0,
-            state=driver.state,
+            state=state,
         )

@@ -17,6 +17,7 @@ from daemon.eventlog import LogReader, replay
 from daemon.sim import run as sim_run
 from daemon.sim.reproduce import reproduce
 from daemon.sim.scenario import load_scenario
+from daemon.stages import recorder as stages_recorder
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "config" / "samples"
@@ -217,7 +218,7 @@ async def test_snapshots_written_during_a_simulation_replay_to_the_simulators_ow
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sim_run, "SNAPSHOT_EVERY", 5)
-    monkeypatch.setattr(sim_run, "_FLUSH_EVERY", 1)
+    monkeypatch.setattr(stages_recorder, "_CATCH_UP_EVERY", 1)
     db = tmp_path / "snap.db"
     result = await sim_run.run_simulation(load_scenario(SAMPLES / "cohort-borrow-reclaim.yaml"), db_path=db)
     assert result.state is not None

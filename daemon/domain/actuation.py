@@ -1,0 +1,127 @@
+"""What carrying out a decision means for a job, as pure values: the orders the actuate stage hands to a Cluster.
+
+An admission becomes an `Order` to unsuspend with each pod set's nodeSelector merged with its flavors' nodeLabels
+and the flavors' tolerations appended; a preemption becomes an order to suspend with the pod sets' original
+nodeSelector and tolerations restored (the fold has them from the job as first observed). The fold keeps every order
+that has no recorded actuation yet (its outbox), so a restarted daemon carries out exactly what was decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from daemon.domain.model import Admission, PodSet, ResourceFlavor, Toleration, Workload
+
+
+class Action(StrEnum):
+    UNSUSPEND = "unsuspend"
+    SUSPEND = "suspend"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    """One pod set's scheduling constraints: what its pod template's nodeSelector and tolerations are set to."""
+
+    pod_set: str
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Order:
+    """One decision to carry out on the job `job` (namespace/name) of kind `kind`.
+
+    `decision` is the seq of the decision event; every actuation event points back at it. `conflict` is set when the
+    order cannot be carried out as decided (a pod template's nodeSelector already pins a key to another value than
+    the flavor's): the actuate stage records that as a permanent failure instead of overwriting the user's value.
+    """
+
+    job: str
+    kind: str
+    decision: int
+    action: Action
+    cluster_queue: str
+    placements: tuple[Placement, ...]
+    reason: str = ""  # for a suspension: Preempted | ClusterQueueStopped | LocalQueueStopped
+    preemptor: str | None = None
+    conflict: str | None = None
+
+
+def _as_created(ps: PodSet) -> Placement:
+    return Placement(
+        pod_set=ps.name, node_selector=tuple(sorted(ps.node_selector.items())), tolerations=tuple(ps.tolerations)
+    )
+
+
+def original_placements(workload: Workload) -> tuple[Placement, ...]:
+    """The pod sets' nodeSelector and tolerations as the job was created with them."""
+    return tuple(_as_created(ps) for ps in workload.pod_sets)
+
+
+def _admitted_placement(ps: PodSet, flavor_names: list[str], flavors: Mapping[str, ResourceFlavor]) -> Placement:
+    selector = dict(ps.node_selector)
+    tolerations = list(ps.tolerations)
+    for name in flavor_names:
+        flavor = flavors.get(name)
+        if flavor is None:
+            continue  # a flavor deleted after the decision: the decision stands, its labels are no longer known
+        for key in sorted(flavor.node_labels):
+            value = flavor.node_labels[key]
+            if selector.get(key, value) != value:
+                raise _Conflict(
+                    f"pod set {ps.name}: nodeSelector {key}={selector[key]} conflicts with flavor {name}'s "
+                    f"nodeLabel {key}={value}"
+                )
+            selector[key] = value
+        for toleration in flavor.tolerations:
+            if toleration not in tolerations:
+                tolerations.append(toleration)
+    return Placement(pod_set=ps.name, node_selector=tuple(sorted(selector.items())), tolerations=tuple(tolerations))
+
+
+class _Conflict(Exception):
+    pass
+
+
+def unsuspend_order(
+    workload: Workload, admission: Admission, flavors: Mapping[str, ResourceFlavor], decision: int
+) -> Order:
+    """The order that carries out `admission`: each admitted pod set gets its flavors' nodeLabels and tolerations."""
+    assigned = {a.name: a for a in admission.pod_sets}
+    placements: list[Placement] = []
+    conflict: str | None = None
+    for ps in workload.pod_sets:
+        assignment = assigned.get(ps.name)
+        names = [] if assignment is None else sorted(set(assignment.flavors.values()))
+        try:
+            placements.append(_admitted_placement(ps, names, flavors))
+        except _Conflict as e:
+            conflict = str(e)
+            placements.append(_as_created(ps))
+    return Order(
+        job=workload.key,
+        kind=workload.kind,
+        decision=decision,
+        action=Action.UNSUSPEND,
+        cluster_queue=admission.cluster_queue,
+        placements=tuple(placements),
+        conflict=conflict,
+    )
+
+
+def suspend_order(
+    workload: Workload, cluster_queue: str, decision: int, *, reason: str, preemptor: str | None
+) -> Order:
+    """The order that carries out a preemption or a drain: suspend, with the original placements restored."""
+    return Order(
+        job=workload.key,
+        kind=workload.kind,
+        decision=decision,
+        action=Action.SUSPEND,
+        cluster_queue=cluster_queue,
+        placements=original_placements(workload),
+        reason=reason,
+        preemptor=preemptor,
+    )

@@ -1,0 +1,131 @@
+"""admit -> actuate: carry each decision out through the Cluster, exactly as recorded, and append the result.
+
+The orders come from the fold's outbox (`State.outbox`), so at start-up the decisions that have no recorded
+actuation are carried out again; repeating one is harmless (the Cluster's actuations are idempotent). Each result
+is appended pointing at its decision (`cause` and the event's `decision`): `job.unsuspended`, `job.suspended` or
+`actuation.failed`. A temporary failure is retried with jittered exponential backoff; a permanent one is recorded,
+logged and never retried. An order that a later decision superseded is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import random
+from collections import deque
+
+from daemon.domain import events as ev
+from daemon.domain.actuation import Action, Order
+from daemon.domain.model import Millis
+from daemon.obs.logging import get_logger
+from daemon.stages.ports import Clock, Cluster, Done, Failed, Outcome
+from daemon.stages.recorder import Recorder
+
+BACKOFF_FIRST_MS = 500
+BACKOFF_MAX_MS = 60_000
+_BATCH = 1000  # orders whose results share one append
+
+log = get_logger("admitd.actuate")
+
+
+def backoff_ms(attempt: int, rng: random.Random) -> Millis:
+    """Exponential from 0.5 s, capped at 60 s, with ±20% jitter so that many retries do not arrive together."""
+    base = min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** min(attempt, 16))
+    return int(base * rng.uniform(0.8, 1.2))
+
+
+class Actuate:
+    name = "actuate"
+
+    def __init__(
+        self, recorder: Recorder, cluster: Cluster, clock: Clock, *, parallelism: int = 1, seed: int | None = None
+    ) -> None:
+        self.recorder = recorder
+        self.parallelism = parallelism  # orders carried out at once (API calls in flight)
+        self.cluster = cluster
+        self.clock = clock
+        self.wake = asyncio.Event()
+        self.ready: deque[Order] = deque()
+        self._later: list[tuple[Millis, int, Order]] = []  # (due, decision, order): retries waiting for backoff
+        self._attempts: dict[int, int] = {}  # decision seq -> failed attempts so far
+        self._rng = random.Random(seed)
+        self.carried_out = 0
+        self.failures = 0
+
+    def submit(self, order: Order) -> None:
+        self.ready.append(order)
+        self.wake.set()
+
+    def resume(self) -> int:
+        """Queue every order of the fold's outbox (start-up after replay), oldest decision first."""
+        orders = sorted(self.recorder.state.outbox.values(), key=lambda o: o.decision)
+        for order in orders:
+            self.submit(order)
+        return len(orders)
+
+    def next_due(self) -> Millis | None:
+        return self._later[0][0] if self._later else None
+
+    def has_work(self) -> bool:
+        return bool(self.ready) or (bool(self._later) and self._later[0][0] <= self.clock.now())
+
+    async def step(self) -> None:
+        now = self.clock.now()
+        while self._later and self._later[0][0] <= now:
+            self.ready.append(heapq.heappop(self._later)[2])
+        while self.ready:
+            batch = [self.ready.popleft() for _ in range(min(len(self.ready), _BATCH))]
+            results: list[ev.Event | None] = []
+            for i in range(0, len(batch), self.parallelism):
+                chunk = batch[i : i + self.parallelism]
+                if len(chunk) == 1:
+                    results.append(await self._carry_out(chunk[0]))
+                else:
+                    results.extend(await asyncio.gather(*(self._carry_out(order) for order in chunk)))
+            # One append for the batch: each result points at its own decision.
+            await self.recorder.append(
+                [(result, order.decision) for order, result in zip(batch, results, strict=True) if result is not None]
+            )
+
+    async def _carry_out(self, order: Order) -> ev.Event | None:
+        current = self.recorder.state.outbox.get(order.job)
+        if current is None or current.decision != order.decision:
+            return None  # already carried out, or superseded by a later decision about the same job
+        if order.conflict is not None:
+            outcome: Outcome = Failed(order.conflict, permanent=True)
+        else:
+            outcome = await self.cluster.carry_out(order)
+        at = self.clock.now()
+        result: ev.Event
+        match outcome:
+            case Done():
+                self._attempts.pop(order.decision, None)
+                self.carried_out += 1
+                if order.action is Action.UNSUSPEND:
+                    result = ev.JobUnsuspended(
+                        job=order.job, at=at, decision=order.decision, placements=order.placements
+                    )
+                else:
+                    result = ev.JobSuspended(job=order.job, at=at, decision=order.decision, placements=order.placements)
+            case Failed(error=error, permanent=permanent):
+                self.failures += 1
+                result = ev.ActuationFailed(
+                    job=order.job, at=at, decision=order.decision, error=error, permanent=permanent
+                )
+                attempt = self._attempts.get(order.decision, 0)
+                if permanent:
+                    self._attempts.pop(order.decision, None)
+                    log.error("actuation failed for good", job=order.job, decision=order.decision, error=error)
+                else:
+                    self._attempts[order.decision] = attempt + 1
+                    delay = backoff_ms(attempt, self._rng)
+                    heapq.heappush(self._later, (at + delay, order.decision, order))
+                    log.warning(
+                        "actuation failed, will retry",
+                        job=order.job,
+                        decision=order.decision,
+                        attempt=attempt + 1,
+                        retry_in_ms=delay,
+                        error=error,
+                    )
+        return result

@@ -1,0 +1,94 @@
+"""replay -> admit: run an admission cycle on the folded state when it changed; append the decisions.
+
+A cycle that admitted or preempted is followed by another, because what it decided can change what fits (the
+simulator has always done this; the daemon does the same). A cycle that only explains pending workloads ends the
+round until the fold changes again. Decisions reach the actuate stage only after `Recorder.append` returned, which
+in the daemon means they are durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from daemon.domain import events as ev
+from daemon.domain.actuation import Order
+from daemon.domain.admission import AdmissionEngine
+from daemon.domain.state import State
+from daemon.obs.logging import get_logger
+from daemon.stages.ports import Clock
+from daemon.stages.recorder import Recorder
+
+log = get_logger("admitd.admit")
+
+
+class Admit:
+    name = "admit"
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        engine: AdmissionEngine,
+        clock: Clock,
+        to_actuate: Callable[[Order], None],
+    ) -> None:
+        self.recorder = recorder
+        self.state: State = recorder.state
+        self.engine = engine
+        self.clock = clock
+        self.to_actuate = to_actuate
+        self.wake = asyncio.Event()
+        self.cause: int | None = None
+        self._dirty = False
+        self.cycles = 0
+        self.decisions = 0
+        self.engine_seconds = 0.0
+
+    def notify(self, cause: int | None) -> None:
+        """The fold changed at `cause`: run a cycle soon."""
+        self.cause = cause
+        self._dirty = True
+        self.wake.set()
+
+    def has_work(self) -> bool:
+        return self._dirty
+
+    async def step(self) -> None:
+        self._dirty = False
+        now = self.clock.now()
+        t0 = time.perf_counter()
+        decisions = self.engine.decide(self.state.view(), now)
+        engine_s = time.perf_counter() - t0
+        self.engine_seconds += engine_s
+        self.cycles += 1
+        if not decisions:
+            return
+        self.decisions += len(decisions)
+        seqs = await self.recorder.append([(d, self.cause) for d in decisions])
+        admitted = preempted = 0
+        outbox = self.state.outbox
+        for decision, seq in zip(decisions, seqs, strict=True):
+            if isinstance(decision, ev.WorkloadAdmitted):
+                admitted += 1
+            elif isinstance(decision, ev.WorkloadPreempted):
+                preempted += 1
+            else:
+                continue
+            order = outbox.get(decision.workload)
+            if order is not None and order.decision == seq:
+                self.to_actuate(order)
+        log.debug(
+            "admission cycle",
+            seq=seqs[0],
+            last_seq=seqs[-1],
+            cause=self.cause,
+            at=now,
+            admitted=admitted,
+            preempted=preempted,
+            pending=len(decisions) - admitted - preempted,
+            engine_ms=round(engine_s * 1000, 3),
+        )
+        if admitted or preempted:
+            self._dirty = True
+            self.wake.set()

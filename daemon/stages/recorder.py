@@ -1,0 +1,86 @@
+"""Append, then fold: the one place where events enter the log and the state, for every stage and both worlds.
+
+The fold is applied as soon as the events are submitted (seqs follow submission order, so they are known at once):
+a cycle that runs next sees its own decisions, and an admission counts against quota from the moment it is decided.
+What the outside world may see waits for durability: `append` returns only once the batch is fsynced when
+`wait_durable` is set (the daemon); the simulator, whose world cannot be harmed, lets the log catch up every few
+hundred appends instead, which keeps simulations fast and their event order identical.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from daemon.domain.events import Event
+from daemon.domain.state import State
+from daemon.eventlog import EventStore, save_snapshot
+from daemon.obs.logging import get_logger
+from daemon.stages.ports import Clock
+
+SNAPSHOT_EVERY = 20_000  # events between state snapshots
+_CATCH_UP_EVERY = 256  # unawaited appends before a non-waiting recorder lets the log catch up
+
+Listener = Callable[[Event, int], None]
+
+log = get_logger("admitd.recorder")
+
+
+class LogDiverged(RuntimeError):
+    """The log gave other seqs than this process expected: another process wrote to it. Fatal."""
+
+
+class Recorder:
+    def __init__(
+        self,
+        store: EventStore,
+        state: State,
+        clock: Clock,
+        *,
+        wait_durable: bool,
+        snapshot_every: int = SNAPSHOT_EVERY,
+    ) -> None:
+        self.store = store
+        self.state = state
+        self.clock = clock
+        self.wait_durable = wait_durable
+        self.snapshot_every = snapshot_every
+        self.listeners: list[Listener] = []
+        self.appended = 0
+        self._unawaited: deque[tuple[asyncio.Future[list[int]], int, int]] = deque()
+        self._last_snapshot_seq = state.seq
+
+    async def append(self, items: Sequence[tuple[Event, int | None]]) -> list[int]:
+        """Log and fold `items` (event, cause); return their seqs."""
+        if not items:
+            return []
+        first = self.store.expected_seq
+        future = self.store.submit(items, recorded_at=self.clock.now())
+        apply, listeners = self.state.apply, self.listeners
+        for offset, (event, _) in enumerate(items):
+            apply(event, first + offset)
+            for listener in listeners:
+                listener(event, first + offset)
+        self.appended += len(items)
+        self._unawaited.append((future, first, len(items)))
+        if self.wait_durable or len(self._unawaited) >= _CATCH_UP_EVERY:
+            await self.catch_up()
+        return list(range(first, first + len(items)))
+
+    async def catch_up(self) -> None:
+        """Wait until everything appended so far is durable; write a snapshot when one is due."""
+        # Each batch leaves the list only once awaited, so a cancelled wait (shutdown) can be resumed by a later one.
+        while self._unawaited:
+            future, first, count = self._unawaited[0]
+            seqs = await asyncio.shield(future)
+            self._unawaited.popleft()
+            if seqs != list(range(first, first + count)):
+                raise LogDiverged(
+                    f"{self.store.path}: the log gave seqs {seqs[:3]}..., this process expected {first}..: "
+                    "another process wrote to it"
+                )
+        if self.state.seq - self._last_snapshot_seq >= self.snapshot_every:
+            await save_snapshot(self.store, self.state)
+            self._last_snapshot_seq = self.state.seq
+            log.debug("snapshot written", seq=self.state.seq)
