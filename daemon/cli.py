@@ -1,11 +1,15 @@
 """The `admitd` command: `log verify|export|stats` read the event log; `simulate` runs a scenario.
 
-Every failure is one line on stderr naming the file and the problem; bad input exits 2, a broken chain exits 1.
+Every failure is one line on stderr naming the file and the problem. Exit status: 0 done; 1 the log failed (the
+writer stopped: disk full, I/O error, a value SQLite cannot store) or `log verify` found a broken chain or a bad
+snapshot; 2 bad input or an unusable file (nothing was done); 130 interrupted (Ctrl-C); 70 a bug in admitd.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -15,7 +19,9 @@ import msgspec
 
 from daemon.eventlog import EventLogError, LogReader, default_db_path
 from daemon.eventlog.codec import encode_json
+from daemon.eventlog.store import INTEGER_MAX
 from daemon.obs.logging import configure as configure_logging
+from daemon.obs.logging import get_logger
 from daemon.query.moment import format_duration, is_virtual
 
 _DB_HELP = "event log file (default: $STATE_DIRECTORY/admitd.db under systemd, else ./admitd.db)"
@@ -40,14 +46,19 @@ def _iso(ms: int | None) -> str | None:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     with LogReader(args.db) as reader:
-        count = reader.verify()
-    print(f"{args.db}: ok, {count} events, hash chain intact")
+        v = reader.check()
+    # The head lets an operator compare with a copy kept elsewhere: a restored old copy, a lost -wal or a cut tail
+    # leaves a shorter chain that is intact on its own.
+    print(
+        f"{args.db}: ok, {v.events} events, hash chain intact, {v.snapshots} snapshots check; "
+        f"head seq {v.head_seq} hash {v.head_hash.hex()}"
+    )
     return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
-    with LogReader(args.db) as reader:
+    with LogReader(args.db) as reader, reader.consistent():
         for ev in reader.iter_events(args.since):
             row = _ExportRow(
                 seq=ev.seq,
@@ -101,6 +112,8 @@ def _non_negative(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    if value > INTEGER_MAX:  # a seq is a SQLite INTEGER
+        raise argparse.ArgumentTypeError(f"must be at most {INTEGER_MAX} (2^63 - 1), got {value}")
     return value
 
 
@@ -135,16 +148,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in admitd, not a problem with the input or the log
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(level=args.log_level)
+    """Run one command. Whatever happens, stderr gets one line and the exit status says what kind of failure it was
+    (module docstring); `--log-level debug` adds the traceback of an internal error."""
     try:
+        args = build_parser().parse_args(argv)
+        configure_logging(level=args.log_level)
         code: int = args.func(args)
     except EventLogError as e:
         print(f"admitd: {e}", file=sys.stderr)
         return e.exit_code
+    except KeyboardInterrupt:
+        print("admitd: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
+        # The reader of stdout went away (e.g. `| head`): not an error. Point stdout at /dev/null so that the
+        # interpreter's final flush does not report it again.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:  # e.g. stdout on a full disk
+        where = e.filename if e.filename is not None else "output"
+        print(f"admitd: {where}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug: still one line, and a status no expected failure uses
+        get_logger("admitd").debug("internal error", exc_info=e)
+        print(
+            f"admitd: internal error: {type(e).__name__}: {e} (a bug; --log-level debug shows where)", file=sys.stderr
+        )
+        return EXIT_INTERNAL
     return code
 
 

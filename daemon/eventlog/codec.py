@@ -79,3 +79,9 @@ def row_bytes(
 
 def chain_hash(previous: bytes, row: bytes) -> bytes:
     return hashlib.sha256(previous + row).digest()
+
+
+def snapshot_digest(seq: int, state_version: int, event_hash: bytes, body: bytes) -> bytes:
+    """What a snapshot row's `digest` holds: it covers every column a replay trusts (the event hash is 32 bytes,
+    so the framing is unambiguous)."""
+    return hashlib.sha256(_encoder.encode([seq, state_version]) + b"\n" + event_hash + body).digest()

@@ -1,14 +1,17 @@
 """Errors of the event log. Every one names the database file and says what is wrong with it.
 
 EventLogError
-├── DatabaseUnavailable      missing, unreadable or unopenable file            (permanent; exit 2)
-├── NotAnEventLog            a SQLite file, but not one admitd wrote           (permanent; exit 2)
-├── CorruptDatabase          SQLite says the file is damaged                   (permanent; exit 2)
-├── SchemaTooNew             written by a newer admitd                         (permanent; exit 2)
-├── MigrationFailed          a migration did not apply; nothing was changed    (permanent; exit 2)
-├── UnknownEvent             a stored (type, version) this build cannot read   (permanent; names the seq)
-├── AppendFailed             a batch was not written; none of it is durable    (temporary: retry)
-└── ChainBroken              `log verify` found a row whose hash does not fit  (names the first bad seq)
+├── DatabaseUnavailable   missing, unreadable or unopenable file; a new log that exists   (permanent; exit 2)
+├── NotAnEventLog         a SQLite file, but not one admitd wrote                          (permanent; exit 2)
+├── CorruptDatabase       SQLite says the file is damaged                                  (permanent; exit 2)
+├── SchemaTooNew          written by a newer admitd                                        (permanent; exit 2)
+├── MigrationFailed       a migration did not apply; nothing was changed                   (permanent; exit 2)
+├── UnknownEvent          a stored (type, version) this build cannot read; names the seq   (permanent; exit 2)
+├── LogLocked             another process is this log's writer; names its PID              (permanent; exit 2)
+├── AppendFailed          a batch was not written, none of it is durable; the writer then  (exit 1)
+│                         stops, and every pending and later append fails naming the cause
+├── ChainBroken           `log verify`: a row whose hash does not fit; names the first seq (exit 1)
+└── BadSnapshot           `log verify`: a snapshot that does not check; names its seq      (exit 1)
 """
 
 from __future__ import annotations
@@ -65,6 +68,16 @@ class UnknownEvent(EventLogError):
         self.version = version
 
 
+class LogLocked(EventLogError):
+    """A second writer: the lock file names the process that holds the log."""
+
+    def __init__(self, path: Path | str, lock_file: Path | str, holder: int | None) -> None:
+        who = f"process {holder}" if holder is not None else "another process (PID not yet written)"
+        super().__init__(f"{path}: {who} is writing this log (lock {lock_file} is held); a log has one writer")
+        self.path = Path(path)
+        self.holder = holder
+
+
 class AppendFailed(EventLogError):
     exit_code = 1
 
@@ -74,5 +87,14 @@ class ChainBroken(EventLogError):
 
     def __init__(self, path: Path | str, seq: int, problem: str) -> None:
         super().__init__(f"{path}: hash chain broken at seq {seq}: {problem}")
+        self.path = Path(path)
+        self.seq = seq
+
+
+class BadSnapshot(EventLogError):
+    exit_code = 1
+
+    def __init__(self, path: Path | str, seq: int, problem: str) -> None:
+        super().__init__(f"{path}: snapshot at seq {seq} does not check: {problem}")
         self.path = Path(path)
         self.seq = seq

@@ -1,13 +1,18 @@
 """The SQLite event log: one writer with group commit (aiosqlite), and read-only readers that never block it.
 
-Durability: WAL with `synchronous=FULL`, so every committed batch is fsynced before its appenders are told it is
-done. A power loss can cost only the batch being written at that moment, which nobody was told about.
+One writer per log: `EventStore.open` takes an exclusive `flock` on the sidecar `<log>.lock`, which names the
+holder's PID, before SQLite touches the file. Durability: WAL with `synchronous=FULL`, so every committed batch is
+fsynced before its appenders are told it is done; a power loss can cost only the batch being written at that
+moment, which nobody was told about. Any failure in the write path stops the writer: every pending and every later
+append fails with `AppendFailed` naming the first cause, so nothing waits forever on a dead writer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import os
 import sqlite3
 import time
@@ -15,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiosqlite
 
@@ -23,19 +29,32 @@ from daemon.eventlog import codec
 from daemon.eventlog.codec import GENESIS_HASH, StoredEvent
 from daemon.eventlog.errors import (
     AppendFailed,
+    BadSnapshot,
     ChainBroken,
     CorruptDatabase,
     DatabaseUnavailable,
     EventLogError,
+    LogLocked,
     NotAnEventLog,
 )
-from daemon.eventlog.migrate import check_identity, migrate
+from daemon.eventlog.migrate import APPLICATION_ID, check_identity, migrate
+from daemon.obs.logging import get_logger
+
+log = get_logger(__name__)
 
 Clock = Callable[[], int]
 """Milliseconds since the epoch (a virtual clock in simulations)."""
 
+SNAPSHOTS_KEPT = 3
+"""Snapshots kept per log; older ones are pruned in the transaction that writes a new one. Migration 0003's
+`snapshots_keep_the_newest_three` trigger holds the same number: change both together, in a new migration."""
+
+INTEGER_MIN, INTEGER_MAX = -(2**63), 2**63 - 1
+"""SQLite's INTEGER range: every number stored in a column must be inside it."""
+
 _COLUMNS = "seq, recorded_at, type, version, subject, payload, cause, hash"
 _INSERT = f"INSERT INTO events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def wall_clock_ms() -> int:
@@ -48,6 +67,13 @@ def default_db_path() -> Path:
     if state_dir:
         return Path(state_dir.split(":")[0]) / "admitd.db"
     return Path("admitd.db")
+
+
+def _describe(e: BaseException) -> str:
+    """One line for an error met in the write path: SQLite's own text, else the exception's type and text."""
+    if isinstance(e, EventLogError | sqlite3.Error):
+        return str(e)
+    return f"{type(e).__name__}: {e}"
 
 
 def _classify(path: Path, e: sqlite3.Error) -> EventLogError:
@@ -66,6 +92,116 @@ def _check_readable_file(path: Path) -> None:
         raise DatabaseUnavailable(path, "not a regular file")
     if not os.access(path, os.R_OK):
         raise DatabaseUnavailable(path, "permission denied")
+
+
+def _check_writable_target(path: Path) -> None:
+    """Refuse what a writer must not open or create: a dangling symlink (SQLite would create the file wherever it
+    points), something that is not a regular file, a missing directory."""
+    if path.is_symlink() and not path.exists():
+        raise DatabaseUnavailable(
+            path, f"a symbolic link to {os.readlink(path)}, which does not exist; refusing to create a log there"
+        )
+    if path.exists() and not path.is_file():
+        raise DatabaseUnavailable(path, "not a regular file")
+    if not path.parent.exists():
+        raise DatabaseUnavailable(path, f"directory {path.parent} does not exist")
+
+
+def _header_kind(path: Path) -> str:
+    """Identify the file from its first 100 bytes, before SQLite opens it, so that nothing (no -wal, -shm or lock
+    file) is ever created beside a file that is not an admitd log. Returns "missing", "empty" (0 bytes), "blank"
+    (a SQLite database with no schema and no application id) or "ours"; raises NotAnEventLog otherwise."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(100)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as e:
+        raise DatabaseUnavailable(path, e.strerror or str(e)) from e
+    if not head:
+        return "empty"
+    if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
+        raise NotAnEventLog(path, "not a SQLite database")
+    app_id = int.from_bytes(head[68:72], "big")
+    schema_cookie = int.from_bytes(head[40:44], "big")
+    if app_id == APPLICATION_ID:
+        return "ours"
+    if app_id == 0 and schema_cookie == 0:
+        return "blank"
+    raise NotAnEventLog(path, f"application_id is {app_id:#x}, expected {APPLICATION_ID:#x}")
+
+
+def lock_path(path: Path | str) -> Path:
+    """The writer's lock file: beside the real file (symlinks resolved, so two names of one file share a lock)."""
+    return Path(os.path.realpath(path) + ".lock")
+
+
+def create_new_log(path: Path | str) -> None:
+    """Create `path` as a new, empty file, atomically refusing one that exists (O_EXCL), including any symlink.
+
+    For callers whose log must be new (`admitd simulate --db`): two of them started together cannot both get it.
+    """
+    path = Path(path)
+    _check_writable_target(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        raise DatabaseUnavailable(path, "already exists; a new log needs a new file (choose another path)") from None
+    except OSError as e:
+        raise DatabaseUnavailable(path, f"cannot create: {e.strerror or e}") from e
+    os.close(fd)
+
+
+class _WriterLock:
+    """An exclusive `flock` on `<log>.lock`, held for the writer's lifetime; the file holds the holder's PID.
+
+    Why a sidecar file and not the database itself: SQLite locks the database with POSIX `fcntl` locks, and closing
+    *any* descriptor of a file drops every POSIX lock the process holds on it, so a descriptor of our own on the
+    database could silently release SQLite's locks (sqlite.org/howtocorrupt.html, 2.2). `flock` on a separate file
+    cannot interfere with them. The lock file is left in place after the writer exits (unlinking it would let two
+    writers lock two different files); the kernel releases the lock when the holder dies, even by SIGKILL.
+    Limit: a second hard link to the same log has a different lock file; admitd never makes one.
+    """
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    @classmethod
+    def acquire(cls, db: Path) -> _WriterLock:
+        path = lock_path(db)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise DatabaseUnavailable(db, f"cannot open the writer's lock file {path}: {e.strerror or e}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = _read_pid(fd)
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise LogLocked(db, path, holder) from None
+            raise DatabaseUnavailable(db, f"cannot lock {path}: {e.strerror or e}") from e
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:
+            os.close(fd)
+            raise DatabaseUnavailable(db, f"cannot write the writer's lock file {path}: {e.strerror or e}") from e
+        return cls(path, fd)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def _bytes(value: bytes | str) -> bytes:
@@ -106,19 +242,81 @@ class LogStats:
     schema_version: int
 
 
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """What `log verify` read in one consistent snapshot: the head lets an operator compare with a copy kept
+    elsewhere (a restored old copy, a lost -wal or a cut tail is a shorter chain that verifies on its own)."""
+
+    events: int
+    head_seq: int
+    head_hash: bytes
+    snapshots: int
+
+
+def _snapshot_problem(
+    seq: int, state_version: int, event_hash: bytes, body: bytes, digest: bytes, chain_hash: bytes | None
+) -> str | None:
+    """Why a snapshot row cannot be trusted, or None when it checks."""
+    if chain_hash is None:
+        return f"event {seq} it was taken at is missing"
+    if event_hash != chain_hash:
+        return f"its event hash does not match event {seq}'s hash in the chain"
+    if codec.snapshot_digest(seq, state_version, event_hash, body) != digest:
+        return "its digest does not match its contents (the snapshot was edited or damaged)"
+    return None
+
+
 class LogReader:
-    """Read-only access (CLI, metrics, offline replay). Opens with `mode=ro`; WAL keeps it off the writer's path."""
+    """Read-only access (CLI, metrics, offline replay): never writes the log and never blocks its writer (WAL).
+
+    How it opens, so that it leaves no -wal/-shm files behind and can read a log in a read-only directory:
+
+    - the header is checked first (`_header_kind`): SQLite never opens a file that is not an admitd log;
+    - a `-wal` exists (a writer is running, or one was killed): `mode=ro`, with SQLite's normal locking;
+    - no `-wal`, and the file and its directory are writable: `mode=rw` with `PRAGMA query_only=1`, so SQLite
+      refuses any write through this connection, and, as every SQLite connection does, the last one to close
+      checkpoints and removes the -wal/-shm files (here, the ones it created);
+    - no `-wal` and a directory we cannot write: `immutable=1`. No writer can be running there (it could not create
+      its -wal), so the file cannot change under the reader;
+    - otherwise (a file we may not write in a directory we may): `mode=ro`, which leaves -wal/-shm files behind.
+    """
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         _check_readable_file(self.path)
+        kind = _header_kind(self.path)
+        if kind in ("empty", "blank"):
+            raise NotAnEventLog(self.path, "the database is empty")
+        if kind == "missing":
+            raise DatabaseUnavailable(self.path, "no such file")
+        real = Path(os.path.realpath(self.path))
+        query_only = False
+        if Path(f"{real}-wal").exists():
+            params = "mode=ro"
+        elif os.access(real, os.W_OK) and os.access(real.parent, os.W_OK | os.X_OK):
+            params, query_only = "mode=rw", True
+        elif not os.access(real.parent, os.W_OK | os.X_OK):
+            params = "mode=ro&immutable=1"
+        else:
+            params = "mode=ro"
         try:
-            self._conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            self._conn = sqlite3.connect(
+                f"file:{quote(str(real))}?{params}", uri=True, check_same_thread=False, isolation_level=None
+            )
+        except sqlite3.Error as e:
+            raise _classify(self.path, e) from e
+        try:
+            if query_only:
+                self._conn.execute("PRAGMA query_only = 1")
             self.schema_version = check_identity(self._conn, self.path, allow_empty=False)
             if self.schema_version < 1:
                 raise NotAnEventLog(self.path, "no events table")
         except sqlite3.Error as e:
+            self._conn.close()
             raise _classify(self.path, e) from e
+        except BaseException:
+            self._conn.close()
+            raise
 
     def close(self) -> None:
         self._conn.close()
@@ -129,29 +327,60 @@ class LogReader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _query(self, sql: str, params: Sequence[object] = ()) -> sqlite3.Cursor:
+    # SQLite reports damage when a page is read, which may be while rows are fetched rather than when the query
+    # starts: every fetch goes through these, so that an error always names the file and says what is wrong.
+
+    def _all(self, sql: str, params: Sequence[object] = ()) -> list[Any]:
         try:
-            return self._conn.execute(sql, params)
+            return self._conn.execute(sql, params).fetchall()
         except sqlite3.Error as e:
             raise _classify(self.path, e) from e
 
+    def _one(self, sql: str, params: Sequence[object] = ()) -> Any:
+        try:
+            return self._conn.execute(sql, params).fetchone()
+        except sqlite3.Error as e:
+            raise _classify(self.path, e) from e
+
+    def _stream(self, sql: str, params: Sequence[object] = (), size: int = 5000) -> Iterator[Any]:
+        try:
+            cursor = self._conn.execute(sql, params)
+            while rows := cursor.fetchmany(size):
+                yield from rows
+        except sqlite3.Error as e:
+            raise _classify(self.path, e) from e
+
+    @contextlib.contextmanager
+    def consistent(self) -> Iterator[None]:
+        """Everything read inside sees one state of the log (one read transaction), however a writer appends."""
+        if self._conn.in_transaction:
+            yield
+            return
+        try:
+            self._conn.execute("BEGIN")
+        except sqlite3.Error as e:
+            raise _classify(self.path, e) from e
+        try:
+            yield
+        finally:
+            with contextlib.suppress(sqlite3.Error):  # a read transaction has nothing to lose
+                self._conn.execute("ROLLBACK")
+
     def last_seq(self) -> int:
-        return int(self._query("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+        return int(self._one("SELECT coalesce(max(seq), 0) FROM events")[0])
 
     def _chunks(self, columns: str, since: int, chunk: int) -> Iterator[list[tuple[Any, ...]]]:
         """Rows with seq > since, in order, a chunk at a time, so memory stays flat on large logs."""
-        last = since
+        last = min(since, INTEGER_MAX)
         while True:
-            rows = self._query(
-                f"SELECT {columns} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (last, chunk)
-            ).fetchall()
+            rows = self._all(f"SELECT {columns} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (last, chunk))
             if not rows:
                 return
             yield rows
             last = rows[-1][0]
 
     def iter_events(self, since: int = 0, *, chunk: int = 5000) -> Iterator[StoredEvent]:
-        """Events with seq > since, in order, every column."""
+        """Events with seq > since, in order, every column. Inside `consistent()` for one view of a live log."""
         for rows in self._chunks(_COLUMNS, since, chunk):
             for r in rows:
                 yield _row(r)
@@ -162,51 +391,92 @@ class LogReader:
             yield from rows
 
     def verify(self) -> int:
-        """Walk the hash chain; return the number of events, or raise ChainBroken at the first bad seq."""
-        previous = GENESIS_HASH
-        expected_seq = 1
-        count = 0
-        for ev in self.iter_events():
-            if ev.seq != expected_seq:
-                raise ChainBroken(self.path, expected_seq, f"row missing (next stored row is seq {ev.seq})")
-            digest = codec.chain_hash(
-                previous,
-                codec.row_bytes(ev.seq, ev.recorded_at, ev.type, ev.version, ev.subject, ev.cause, ev.payload),
+        """The number of events, once `check` passes."""
+        return self.check().events
+
+    def check(self) -> Verified:
+        """Walk the hash chain and check every snapshot, all in one read transaction, so that a writer appending
+        meanwhile can never look like a cut tail. Raises ChainBroken at the first bad seq, BadSnapshot."""
+        with self.consistent():
+            previous = GENESIS_HASH
+            expected = 1
+            row_bytes, chain_hash = codec.row_bytes, codec.chain_hash
+            for seq, at, type_, version, subject, payload, cause, stored in self._stream(
+                f"SELECT {_COLUMNS} FROM events ORDER BY seq"
+            ):
+                if seq != expected:
+                    raise ChainBroken(self.path, expected, f"row missing (next stored row is seq {seq})")
+                digest = chain_hash(previous, row_bytes(seq, at, type_, version, subject, cause, _bytes(payload)))
+                if digest != _bytes(stored):
+                    raise ChainBroken(self.path, seq, "stored hash does not match the row's contents")
+                previous = digest
+                expected += 1
+            # AUTOINCREMENT remembers the highest seq ever written, so a cut-off tail shows as well.
+            row = self._one("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+            if row is not None and int(row[0]) >= expected:
+                raise ChainBroken(self.path, expected, f"rows {expected}..{row[0]} at the end are missing")
+            snapshots = 0
+            for seq, version, event_hash, body, digest, in_chain in self._stream(
+                "SELECT s.seq, s.state_version, s.event_hash, s.body, s.digest, e.hash "
+                "FROM snapshots s LEFT JOIN events e ON e.seq = s.seq ORDER BY s.seq",
+                size=1,
+            ):
+                problem = _snapshot_problem(
+                    seq,
+                    version,
+                    _bytes(event_hash),
+                    _bytes(body),
+                    _bytes(digest),
+                    None if in_chain is None else _bytes(in_chain),
+                )
+                if problem is not None:
+                    raise BadSnapshot(self.path, seq, problem)
+                snapshots += 1
+        return Verified(events=expected - 1, head_seq=expected - 1, head_hash=previous, snapshots=snapshots)
+
+    def snapshot_at_or_before(self, state_version: int, seq: int) -> tuple[int, bytes] | None:
+        """`(seq, body)` of the newest snapshot of this shape at or before `seq`, if it checks against the chain
+        and its digest. One that does not check is never used: a warning is logged and None returned, so the
+        caller replays from the start (slower, never wrong)."""
+        with self.consistent():
+            row = self._one(
+                "SELECT s.seq, s.event_hash, s.body, s.digest, e.hash FROM snapshots s "
+                "LEFT JOIN events e ON e.seq = s.seq WHERE s.state_version = ? AND s.seq <= ? "
+                "ORDER BY s.seq DESC LIMIT 1",
+                (state_version, min(seq, INTEGER_MAX)),
             )
-            if digest != ev.hash:
-                raise ChainBroken(self.path, ev.seq, "stored hash does not match the row's contents")
-            previous = ev.hash
-            expected_seq += 1
-            count += 1
-        # AUTOINCREMENT remembers the highest seq ever written, so a cut-off tail shows as well.
-        row = self._query("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
-        if row is not None and int(row[0]) >= expected_seq:
-            raise ChainBroken(self.path, expected_seq, f"rows {expected_seq}..{row[0]} at the end are missing")
-        return count
+        if row is None:
+            return None
+        at, body = int(row[0]), _bytes(row[2])
+        problem = _snapshot_problem(
+            at, state_version, _bytes(row[1]), body, _bytes(row[3]), None if row[4] is None else _bytes(row[4])
+        )
+        if problem is not None:
+            log.warning(
+                "snapshot ignored; replaying from the first event", path=str(self.path), seq=at, problem=problem
+            )
+            return None
+        return at, body
 
     def latest_snapshot(self, state_version: int) -> tuple[int, bytes] | None:
-        """The newest snapshot of this shape whose event is still the one it was taken at."""
-        rows = self._query(
-            "SELECT s.seq, s.body FROM snapshots s JOIN events e ON e.seq = s.seq "
-            "WHERE s.state_version = ? AND s.event_hash = e.hash ORDER BY s.seq DESC LIMIT 1",
-            (state_version,),
-        ).fetchall()
-        return None if not rows else (int(rows[0][0]), bytes(rows[0][1]))
+        """The newest snapshot of this shape, if it checks (see `snapshot_at_or_before`)."""
+        return self.snapshot_at_or_before(state_version, INTEGER_MAX)
 
     # --- point reads for `admitd explain|history|queues|pending|replay` and the metrics (daemon.query, obs) ---
 
     def events_of(self, subject: str, upto: int | None = None) -> list[StoredEvent]:
         """Every event about `subject` (e.g. `job/ns/name`) with seq <= upto, in order: the events_by_subject index."""
-        rows = self._query(
+        rows = self._all(
             f"SELECT {_COLUMNS} FROM events WHERE subject = ? AND seq <= ? ORDER BY seq",
-            (subject, 2**62 if upto is None else upto),
-        ).fetchall()
+            (subject, INTEGER_MAX if upto is None else min(upto, INTEGER_MAX)),
+        )
         return [_row(r) for r in rows]
 
     def bounds(self) -> tuple[int, int, int, int] | None:
         """`(first_seq, first_recorded_at, last_seq, last_recorded_at)` by primary key (no scan); None when empty."""
-        first = self._query("SELECT seq, recorded_at FROM events ORDER BY seq LIMIT 1").fetchone()
-        last = self._query("SELECT seq, recorded_at FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        with self.consistent():
+            first = self._one("SELECT seq, recorded_at FROM events ORDER BY seq LIMIT 1")
+            last = self._one("SELECT seq, recorded_at FROM events ORDER BY seq DESC LIMIT 1")
         return None if first is None else (int(first[0]), int(first[1]), int(last[0]), int(last[1]))
 
     def seq_at(self, recorded_at: int) -> int:
@@ -218,36 +488,27 @@ class LogReader:
         lo, hi = b[0], b[2]  # invariant: recorded_at(lo) <= t; the answer is in [lo, hi]
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            row = self._query("SELECT recorded_at FROM events WHERE seq >= ? ORDER BY seq LIMIT 1", (mid,)).fetchone()
+            row = self._one("SELECT recorded_at FROM events WHERE seq >= ? ORDER BY seq LIMIT 1", (mid,))
             if row is not None and int(row[0]) <= recorded_at:
                 lo = mid
             else:
                 hi = mid - 1
         return lo
 
-    def snapshot_at_or_before(self, state_version: int, seq: int) -> tuple[int, bytes] | None:
-        """The newest valid snapshot (as `latest_snapshot`) taken at or before `seq`: a moment's replay starts there."""
-        rows = self._query(
-            "SELECT s.seq, s.body FROM snapshots s JOIN events e ON e.seq = s.seq "
-            "WHERE s.state_version = ? AND s.event_hash = e.hash AND s.seq <= ? ORDER BY s.seq DESC LIMIT 1",
-            (state_version, seq),
-        ).fetchall()
-        return None if not rows else (int(rows[0][0]), bytes(rows[0][1]))
-
     def newest_snapshot_info(self) -> tuple[int, int] | None:
         """`(seq, created_at)` of the newest snapshot row, without its body (the metrics' snapshot age)."""
-        row = self._query("SELECT seq, created_at FROM snapshots ORDER BY seq DESC LIMIT 1").fetchone()
+        row = self._one("SELECT seq, created_at FROM snapshots ORDER BY seq DESC LIMIT 1")
         return None if row is None else (int(row[0]), int(row[1]))
 
     def stats(self) -> LogStats:
-        first_seq, last_seq, first_at, last_at, n = self._query(
-            "SELECT min(seq), max(seq), min(recorded_at), max(recorded_at), count(*) FROM events"
-        ).fetchone()
-        by_type = tuple(
-            TypeStats(t, c)
-            for t, c in self._query("SELECT type, count(*) FROM events GROUP BY type ORDER BY type").fetchall()
-        )
-        snaps = self._query("SELECT count(*) FROM snapshots").fetchone()[0]
+        with self.consistent():
+            first_seq, last_seq, first_at, last_at, n = self._one(
+                "SELECT min(seq), max(seq), min(recorded_at), max(recorded_at), count(*) FROM events"
+            )
+            by_type = tuple(
+                TypeStats(t, c) for t, c in self._all("SELECT type, count(*) FROM events GROUP BY type ORDER BY type")
+            )
+            snaps = self._one("SELECT count(*) FROM snapshots")[0]
         size = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
         return LogStats(
             path=str(self.path),
@@ -277,23 +538,40 @@ class _Prepared:
     first_seq: int  # the seq this batch starts at; the log must end at first_seq - 1 when it commits
 
 
+def _fail(future: asyncio.Future[list[int]], error: AppendFailed) -> None:
+    if not future.done():
+        future.set_exception(error)
+        # Mark it retrieved: an appender that awaits it still gets the error, but a future nobody awaits any more
+        # (the process is already stopping on the first one) adds no "exception was never retrieved" noise.
+        future.exception()
+
+
 class EventStore:
     """The single writer. `append` returns only once the batch holding its events is committed and fsynced.
 
     Appends that arrive while a batch is being written are grouped into the next one (group commit), up to
     `max_batch` events, so a burst costs one fsync instead of one per event. Two tasks form a pipeline: one
     encodes and chains the next batch while the other commits the previous one in SQLite's thread.
+
+    Failure: seqs are promised in submission order (`expected_seq`), and every prepared batch chains onto the one
+    before it, so a batch that cannot be written (an event that does not encode, a number beyond SQLite's
+    INTEGER, a full disk, an I/O error, any bug) stops the writer. Every pending and every later append then fails
+    with `AppendFailed` naming that first cause; the process should exit, and replay on restart recovers.
     """
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, max_batch: int) -> None:
+    def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, max_batch: int, lock: _WriterLock) -> None:
         self.path = path
         self._conn = conn
         self._clock = clock
         self._max_batch = max_batch
+        self._lock = lock
         self._queue: asyncio.Queue[_Request] = asyncio.Queue()
         self._prepared: asyncio.Queue[_Prepared] = asyncio.Queue(maxsize=2)
         self._tasks: list[asyncio.Task[None]] = []
-        self._failure: BaseException | None = None
+        self._failure: str | None = None
+        self._preparing: list[_Request] = []
+        self._committing: list[_Request] = []
+        self._write_lock = asyncio.Lock()  # one transaction at a time on the connection: batches and snapshots
         self._seq = 0
         self._tail_hash = GENESIS_HASH
         self._base_seq = 0
@@ -301,48 +579,75 @@ class EventStore:
 
     @classmethod
     async def open(
-        cls, path: Path | str, *, clock: Clock = wall_clock_ms, max_batch: int = 1000, durable: bool = True
+        cls,
+        path: Path | str,
+        *,
+        clock: Clock = wall_clock_ms,
+        max_batch: int = 1000,
+        durable: bool = True,
+        new: bool = False,
     ) -> EventStore:
-        """Open (creating and migrating if needed) the log at `path` for writing.
+        """Open (creating and migrating if needed) the log at `path` for writing; the caller is its only writer
+        until `close` (LogLocked names the process that already is).
 
-        `durable=False` (simulations only) skips the fsyncs: a crash may then lose the tail, never corrupt it.
+        `new=True` requires that `path` does not exist yet and creates it exclusively (`create_new_log`).
+        `durable=False` (simulations only) runs SQLite with `synchronous=OFF`: nothing is fsynced. A crash of the
+        process loses nothing committed (SQLite has handed it to the OS); an OS crash or a power loss may lose the
+        tail or leave a file that `log verify` reports as damaged.
         """
         path = Path(path)
-        if path.exists() and not path.is_file():
-            raise DatabaseUnavailable(path, "not a regular file")
-        if not path.parent.exists():
-            raise DatabaseUnavailable(path, f"directory {path.parent} does not exist")
+        _check_writable_target(path)
+        _header_kind(path)  # a foreign file is refused before even a lock file is made beside it
+        lock = _WriterLock.acquire(path)
+        conn: aiosqlite.Connection | None = None
         try:
-            # Identity and migrations on a plain connection first: nothing is written to a foreign file.
-            with contextlib.closing(sqlite3.connect(path)) as setup:
-                migrate(setup, path)
-                setup.execute("PRAGMA journal_mode=WAL").fetchone()
-            conn = await aiosqlite.connect(path, isolation_level=None)
-            await conn.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=OFF")
-            await conn.execute("PRAGMA busy_timeout=5000")
-            await conn.execute("PRAGMA cache_size=-65536")  # 64 MiB: the subject index stays in memory
-            async with conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1") as cur:
-                tail = await cur.fetchone()
-        except sqlite3.Error as e:
-            raise _classify(path, e) from e
-        store = cls(conn, path, clock, max_batch)
+            if new:
+                create_new_log(path)
+            try:
+                # Identity and migrations on a plain connection first: nothing is written to a foreign file.
+                with contextlib.closing(sqlite3.connect(path)) as setup:
+                    migrate(setup, path)
+                    setup.execute("PRAGMA journal_mode=WAL").fetchone()
+                conn = await aiosqlite.connect(path, isolation_level=None)
+                await conn.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=OFF")
+                await conn.execute("PRAGMA busy_timeout=5000")
+                await conn.execute("PRAGMA cache_size=-65536")  # 64 MiB: the subject index stays in memory
+                async with conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1") as cur:
+                    tail = await cur.fetchone()
+            except sqlite3.Error as e:
+                raise _classify(path, e) from e
+        except BaseException:
+            if conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    await conn.close()
+            lock.release()
+            raise
+        store = cls(conn, path, clock, max_batch, lock)
         if tail is not None:
             store._seq, store._tail_hash = int(tail[0]), _bytes(tail[1])
             store._base_seq = store._seq
         store._tasks = [
-            asyncio.create_task(store._prepare_loop(), name="eventlog-prepare"),
-            asyncio.create_task(store._commit_loop(), name="eventlog-commit"),
+            asyncio.create_task(store._guard(store._prepare_loop), name="eventlog-prepare"),
+            asyncio.create_task(store._guard(store._commit_loop), name="eventlog-commit"),
         ]
         return store
 
     async def close(self) -> None:
+        """Stop the writer and release the log. Appends not yet written fail (AppendFailed); none is left waiting."""
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-        await self._conn.close()
+        self._fail_all("the log was closed before this batch was written")
+        try:
+            await self._conn.close()
+        except sqlite3.Error as e:
+            if self._failure is None:  # after a failure, closing is expected to fail the same way
+                raise _classify(self.path, e) from e
+        finally:
+            self._lock.release()
 
     async def __aenter__(self) -> EventStore:
         return self
@@ -368,7 +673,7 @@ class EventStore:
         `expected_seq` says what the next one will be. `recorded_at` overrides the clock (virtual time).
         """
         if self._failure is not None:
-            raise AppendFailed(f"{self.path}: the writer stopped earlier: {self._failure}") from self._failure
+            raise AppendFailed(f"{self.path}: not written, the writer stopped earlier: {self._failure}")
         done: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait(_Request(items, done, recorded_at))
         self._submitted += len(items)
@@ -380,20 +685,91 @@ class EventStore:
         return self._base_seq + self._submitted + 1
 
     async def write_snapshot(self, seq: int, state_version: int, body: bytes) -> None:
-        async with self._conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)) as cur:
-            row = await cur.fetchone()
-        if row is None:
-            raise AppendFailed(f"{self.path}: cannot snapshot at seq {seq}: no such event")
-        await self._conn.execute(
-            "INSERT OR REPLACE INTO snapshots (seq, event_hash, state_version, created_at, body) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (seq, row[0], state_version, self._clock(), body),
-        )
+        """Store a snapshot of the state after event `seq` (committed), tied to the chain by that event's hash and a
+        digest; in the same transaction, prune all but the newest SNAPSHOTS_KEPT. A failure raises AppendFailed and
+        leaves the snapshots as they were; it does not stop the writer (snapshots are only an accelerator)."""
+        if self._failure is not None:
+            raise AppendFailed(f"{self.path}: snapshot not written, the writer stopped earlier: {self._failure}")
+        conn = self._conn
+        async with self._write_lock:
+            try:
+                await conn.execute("BEGIN IMMEDIATE")
+                try:
+                    async with conn.execute(
+                        "SELECT e.hash, (SELECT max(seq) FROM snapshots) FROM events e WHERE e.seq = ?", (seq,)
+                    ) as cur:
+                        row = await cur.fetchone()
+                    if row is None:
+                        raise AppendFailed(f"{self.path}: snapshot at seq {seq} not written: no such event")
+                    if row[1] is not None and seq <= row[1]:
+                        raise AppendFailed(
+                            f"{self.path}: snapshot at seq {seq} not written: one at seq {row[1]} is newer or equal"
+                        )
+                    event_hash = _bytes(row[0])
+                    digest = codec.snapshot_digest(seq, state_version, event_hash, body)
+                    await conn.execute(
+                        "INSERT INTO snapshots (seq, event_hash, state_version, created_at, body, digest) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (seq, event_hash, state_version, self._clock(), body, digest),
+                    )
+                    await conn.execute(
+                        "DELETE FROM snapshots WHERE seq < "
+                        "(SELECT min(seq) FROM (SELECT seq FROM snapshots ORDER BY seq DESC LIMIT ?))",
+                        (SNAPSHOTS_KEPT,),
+                    )
+                    await conn.commit()
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        await conn.rollback()
+                    raise
+            except (sqlite3.Error, OverflowError) as e:
+                raise AppendFailed(f"{self.path}: snapshot at seq {seq} not written: {_describe(e)}") from e
+
+    async def _guard(self, loop: Callable[[], Any]) -> None:
+        """Run a writer loop; any exception stops the writer loudly instead of leaving appenders waiting forever."""
+        try:
+            await loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # every failure, expected or not, must reach the appenders
+            self._stop(e, in_commit=loop == self._commit_loop)
+
+    def _stop(self, e: BaseException, *, in_commit: bool) -> None:
+        """Refuse every later append, and fail each pending one that can no longer be written.
+
+        A failure while preparing leaves the batches already prepared to be committed (they are whole and chained);
+        a failed commit also fails them, since each chains onto the batch that was not written.
+        """
+        if self._failure is None:
+            self._failure = _describe(e)
+            log.debug("event log writer stopped", path=str(self.path), cause=self._failure, exc_info=e)
+        failed, self._preparing = self._preparing, []
+        if in_commit:
+            failed += self._committing
+            self._committing = []
+            for task in self._tasks:
+                if task is not asyncio.current_task():
+                    task.cancel()
+        for req in failed:
+            _fail(req.done, AppendFailed(f"{self.path}: batch not written: {self._failure}"))
+        self._fail_all(f"not written, the writer stopped: {self._failure}", prepared=in_commit)
+
+    def _fail_all(self, why: str, *, prepared: bool = True) -> None:
+        """Fail every request not yet written: queued, in preparation, and (`prepared`) prepared or committing."""
+        requests = [*self._preparing]
+        if prepared:
+            requests += self._committing
+            while not self._prepared.empty():
+                requests.extend(self._prepared.get_nowait().requests)
+        while not self._queue.empty():
+            requests.append(self._queue.get_nowait())
+        for req in requests:
+            _fail(req.done, AppendFailed(f"{self.path}: {why}"))
 
     async def _prepare_loop(self) -> None:
         while True:
             first = await self._queue.get()
-            batch = [first]
+            batch = self._preparing = [first]
             size = len(first.items)
             while size < self._max_batch and not self._queue.empty():
                 nxt = self._queue.get_nowait()
@@ -402,33 +778,34 @@ class EventStore:
             first_seq = self._seq + 1
             seq, previous, clock_now = self._seq, self._tail_hash, self._clock()
             rows: list[tuple[int, int, str, int, str, bytes, int | None, bytes]] = []
-            try:
-                for req in batch:
-                    now = clock_now if req.recorded_at is None else req.recorded_at
-                    for event, cause in req.items:
-                        seq += 1
-                        payload = codec.encode_payload(event)
-                        subject = event.subject
-                        previous = codec.chain_hash(
-                            previous, codec.row_bytes(seq, now, event.TYPE, event.VERSION, subject, cause, payload)
-                        )
-                        rows.append((seq, now, event.TYPE, event.VERSION, subject, payload, cause, previous))
-            except Exception as e:  # an event that cannot be encoded fails its batch, not the writer
-                for req in batch:
-                    req.done.set_exception(AppendFailed(f"{self.path}: batch not written: {e}"))
-                continue
+            for req in batch:
+                now = clock_now if req.recorded_at is None else req.recorded_at
+                if not INTEGER_MIN <= now <= INTEGER_MAX:
+                    raise AppendFailed(f"{self.path}: recorded_at {now} is outside SQLite's INTEGER range")
+                for event, cause in req.items:
+                    seq += 1
+                    if cause is not None and not INTEGER_MIN <= cause <= INTEGER_MAX:
+                        raise AppendFailed(f"{self.path}: cause {cause} is outside SQLite's INTEGER range")
+                    payload = codec.encode_payload(event)
+                    subject = event.subject
+                    previous = codec.chain_hash(
+                        previous, codec.row_bytes(seq, now, event.TYPE, event.VERSION, subject, cause, payload)
+                    )
+                    rows.append((seq, now, event.TYPE, event.VERSION, subject, payload, cause, previous))
             self._seq, self._tail_hash = seq, previous
             await self._prepared.put(_Prepared(batch, rows, first_seq))
+            self._preparing = []  # only now: while put waits, a failed commit must still find this batch
 
     async def _commit_loop(self) -> None:
         conn = self._conn
         while True:
             prepared = await self._prepared.get()
-            try:
+            self._committing = prepared.requests
+            async with self._write_lock:
                 await conn.execute("BEGIN IMMEDIATE")
                 try:
-                    # Under the write lock: the log must end where this writer thinks it does. Another process
-                    # writing the same file would otherwise fork the chain.
+                    # Under the write lock: the log must end where this writer thinks it does. The writer's lock
+                    # file keeps other admitd processes out; this catches anything else writing the file.
                     async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
                         row = await cur.fetchone()
                     last = 0 if row is None else int(row[0])
@@ -443,17 +820,7 @@ class EventStore:
                     with contextlib.suppress(sqlite3.Error):
                         await conn.rollback()
                     raise
-            except (sqlite3.Error, EventLogError) as e:
-                # Later prepared batches chained onto this one: fail them too and stop taking appends.
-                self._failure = e
-                failed = [prepared]
-                while not self._prepared.empty():
-                    failed.append(self._prepared.get_nowait())
-                for p in failed:
-                    for req in p.requests:
-                        if not req.done.done():
-                            req.done.set_exception(AppendFailed(f"{self.path}: batch not written: {e}"))
-                continue
+            self._committing = []
             offset = 0
             for req in prepared.requests:
                 n = len(req.items)

@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shlex
+import stat
 import sys
 import tempfile
 import threading
@@ -13,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.domain.admission import EngineConfig
-from daemon.eventlog.errors import DatabaseUnavailable
+from daemon.eventlog.store import create_new_log
 from daemon.manifests import ManifestError
 from daemon.manifests.config import load_config
 from daemon.sim.durations import DurationError, format_seconds, parse_duration
@@ -108,18 +110,36 @@ def _progress(p: SimProgress, final: bool) -> None:
     sys.stderr.flush()
 
 
+def _input_problem(path: Path) -> str | None:
+    """Why `path` cannot be read as an input file: checked before opening it, since opening a FIFO blocks and
+    reading /dev/zero never ends."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:
+        return e.strerror or str(e)
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    for path in (args.config, args.scenario):
+        if path is not None and (problem := _input_problem(path)) is not None:
+            print(f"admitd: {path}: {problem}", file=sys.stderr)
+            return 2
     try:
         config, config_warnings = (EngineConfig(), ()) if args.config is None else load_config(args.config)
         scenario = load_scenario(args.scenario)
     except ManifestError as e:
         print(f"admitd: {e}", file=sys.stderr)
         return 2
-    except OSError as e:
-        print(f"admitd: {args.scenario}: {e.strerror or e}", file=sys.stderr)
+    except UnicodeDecodeError as e:  # load_config reads text; a file that is not UTF-8 is bad input
+        print(f"admitd: {args.config}: not UTF-8 text ({e.reason} at byte {e.start})", file=sys.stderr)
         return 2
-    if args.db is not None and args.db.exists():
-        raise DatabaseUnavailable(args.db, "already exists; simulate writes a new log (choose another --db)")
+    except OSError as e:
+        print(f"admitd: {e.filename or args.scenario}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    if args.db is not None:
+        # Exclusively (O_EXCL, no symlink followed): of two runs given the same --db, exactly one gets it.
+        create_new_log(args.db)
     if args.fair_sharing:
         config = EngineConfig(fair_sharing=True)
     for line in (*config_warnings, *scenario.warnings):
@@ -143,5 +163,5 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         if scenario.unmanaged_jobs:
             print(f"({scenario.unmanaged_jobs} jobs without a kueue.x-k8s.io/queue-name label are not managed)")
         if args.db is not None:
-            print(f"event log: {args.db} (try: admitd log stats --db {args.db})")
+            print(f"event log: {args.db} (try: admitd log stats --db {shlex.quote(str(args.db))})")
     return 0
