@@ -236,6 +236,10 @@ class PendingReasonKind(StrEnum):
     WAITING_FOR_QUOTA = "WaitingForQuota"
     WAITING_FOR_PREEMPTED_WORKLOADS = "WaitingForPreemptedWorkloads"
     BLOCKED_BY_HEAD = "BlockedByHead"  # StrictFIFO: an earlier workload that does not fit blocks the queue
+    # Kueue creates no Workload for a job whose priority class does not exist (event reason
+    # WorkloadPriorityClassNotFound); the job waits until the class appears.
+    WORKLOAD_PRIORITY_CLASS_NOT_FOUND = "WorkloadPriorityClassNotFound"  # label kueue.x-k8s.io/priority-class
+    PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"  # spec.template.spec.priorityClassName
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

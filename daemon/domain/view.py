@@ -33,6 +33,9 @@ class PendingWorkload:
     local_queue: str  # namespace/name
     queue_order_at: Millis  # creation time; the eviction time after an eviction
     last_reason: PendingReason | None  # the reason last written to the log, to write only changes
+    held: PendingReason | None = None
+    """Set when the fold already knows the workload cannot be queued (its priority class does not exist, so Kueue
+    would not create its Workload): it is then among `pending_unrouted`, and the cycle reports this reason."""
 
     @property
     def key(self) -> str:
@@ -72,6 +75,14 @@ class ClusterView:
     """Optional, per ClusterQueue with pending workloads: the same workloads as `pending_by_cq`, grouped (see
     `PendingIndex`). With it, a BestEffortFIFO walk steps over workloads whose outcome is known without visiting
     them; without it (None) the engine visits every pending workload, with the same decisions."""
+    admitted_journal: Sequence[tuple[AdmittedWorkload, int]] | None = None
+    """Optional: every change to `admitted` since the fold started this list, in order, as (workload, +1 or -1).
+    The fold starts a new list (a new object) when the old one grows past twice the admitted count, so a reader
+    that remembers the list and its position can apply the changes since, and must start over on a new list. With
+    it, `AdmissionEngine` keeps per-ClusterQueue usage across cycles instead of summing every admitted workload
+    in every cycle."""
+    evicting: Mapping[str, AdmittedWorkload] | None = None
+    """Optional: the admitted workloads that are being evicted, by key (a subset of `admitted`)."""
     pending_version: Mapping[str, int] | None = None
     """Optional, per ClusterQueue: a counter bumped whenever its pending sequence changes (a workload added, removed
     or replaced). With it, `AdmissionEngine` skips an unchanged queue of unfitting workloads in O(1); without it
