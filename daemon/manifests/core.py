@@ -10,6 +10,7 @@ from daemon.domain.model import LabelRequirement, LabelSelector, Namespace, Prio
 from daemon.manifests.fields import (
     INT32_MAX,
     INT32_MIN,
+    MAX_ANNOTATIONS_BYTES,
     Reader,
     at,
     index,
@@ -21,7 +22,9 @@ __all__ = [
     "TAINT_EFFECTS",
     "parse_namespace",
     "parse_priority_class",
+    "read_annotations",
     "read_label_selector",
+    "read_labels",
     "read_taints",
     "read_tolerations",
 ]
@@ -32,6 +35,22 @@ _SELECTOR_OPERATORS = {"In": "In", "NotIn": "NotIn", "Exists": "Exists", "DoesNo
 
 # scheduling.k8s.io: user-defined PriorityClasses may not go above this; only the built-in system-* ones do.
 _HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
+
+
+def read_labels(r: Reader, meta: Mapping[str, object]) -> dict[str, str]:
+    """`metadata.labels`, checked as the apiserver checks them (ValidateLabels): qualified-name keys, values of at
+    most 63 characters in the label-value syntax."""
+    return r.string_map(meta.get("labels"), "metadata.labels", key_syntax=qualified_name, value_syntax=label_value)
+
+
+def read_annotations(r: Reader, meta: Mapping[str, object]) -> dict[str, str]:
+    """`metadata.annotations` (ValidateAnnotations): qualified-name keys, string values, and at most 256 KiB of
+    keys and values together."""
+    annotations = r.string_map(meta.get("annotations"), "metadata.annotations", key_syntax=qualified_name)
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    if size > MAX_ANNOTATIONS_BYTES:
+        r.error("metadata.annotations", f"may not have more than {MAX_ANNOTATIONS_BYTES} bytes in all (got {size})")
+    return annotations
 
 
 def read_label_selector(r: Reader, value: object, path: str) -> LabelSelector | None:
@@ -119,8 +138,7 @@ def read_tolerations(r: Reader, value: object, path: str, *, max_items: int | No
 
 def parse_namespace(r: Reader, doc: Mapping[str, object]) -> Namespace:
     meta = r.mapping(doc.get("metadata"), "metadata") or {}
-    labels = r.string_map(meta.get("labels"), "metadata.labels", key_syntax=qualified_name, value_syntax=label_value)
-    return Namespace(name=r.name, labels=labels)
+    return Namespace(name=r.name, labels=read_labels(r, meta))
 
 
 def parse_priority_class(r: Reader, doc: Mapping[str, object], *, kind: str) -> PriorityClass | None:

@@ -6,6 +6,7 @@ Paths are written as Kubernetes writes them: ``spec.resourceGroups[0].coveredRes
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,16 +19,21 @@ from daemon.manifests.errors import ManifestError
 __all__ = [
     "INT32_MAX",
     "INT32_MIN",
+    "INT64_MAX",
+    "MAX_ANNOTATIONS_BYTES",
     "Quantity",
     "Reader",
     "at",
     "describe",
     "dns_label",
+    "dns_label_name",
     "dns_subdomain",
     "index",
     "key",
     "label_value",
+    "printable",
     "qualified_name",
+    "shown",
 ]
 
 E = TypeVar("E")
@@ -37,6 +43,11 @@ _Syntax = Callable[[str], "str | None"]
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+"""Every integer the event log stores (SQLite INTEGER, Kueue's int64 milli-values) must fit below this."""
+
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+"""apimachinery's TotalAnnotationSizeLimitB: keys and values of one object's annotations together."""
 
 _DNS1123_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
@@ -64,15 +75,37 @@ def describe(value: object) -> str:
         return "null"
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int) and abs(value) >= 10**40:
+        return f"a number ({value.bit_length()} bits long)"  # repr of a 5,000-digit int raises
     if isinstance(value, int | float):
         return f"a number ({value!r})"
     if isinstance(value, str):
-        return f"a string ({value!r})"
+        return f"a string ({shown(value)})"
     if isinstance(value, Mapping):
         return "an object"
     if isinstance(value, Sequence):
         return "a list"
     return type(value).__name__
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:32]}... ({len(text)} characters)"
+
+
+def printable(text: str) -> str:
+    """`text` safe for a terminal: every non-printable character (newline, ESC, bidi overrides) is written as
+    its escape (``\\n``, ``\\x1b``, ``\\u202e``), so no input can move the cursor, recolour or forge a line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def shown(value: str, limit: int = 64) -> str:
+    """`value` quoted for a message: repr escapes newlines and control characters, and a long value is cut, so
+    a hostile name can neither forge a line nor flood the terminal."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
 
 
 # --- syntax checks: each returns what is wrong, or None ----------------------------------------------------
@@ -94,6 +127,14 @@ def dns_label(value: str) -> str | None:
     if not _DNS1123_LABEL.fullmatch(value):
         return "must consist of lower case alphanumeric characters or '-', and start and end alphanumerically"
     return None
+
+
+def dns_label_name(value: str) -> str | None:
+    """An object name that must also be a label value: a DNS-1123 subdomain of at most 63 characters. A Job's name
+    is copied into its pods' `batch.kubernetes.io/job-name` label, so the apiserver refuses longer ones."""
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    return dns_subdomain(value)
 
 
 def qualified_name(value: str) -> str | None:
@@ -198,7 +239,7 @@ class Reader:
             if known is not None and k not in known:
                 hint = (hints or {}).get(k)
                 detail = hint if hint else f"known fields: {', '.join(sorted(known))}"
-                self.error(at(path, k), f"unknown field ({detail})")
+                self.error(at(path, k if k.isprintable() and len(k) <= 64 else shown(k)), f"unknown field ({detail})")
                 continue
             out[k] = v
         return out
@@ -251,7 +292,7 @@ class Reader:
         if syntax is not None:
             problem = syntax(value)
             if problem:
-                self.error(path, f"invalid value {value!r}: {problem}")
+                self.error(path, f"invalid value {shown(value)}: {problem}")
                 return None
         return value
 
@@ -292,7 +333,7 @@ class Reader:
             if key_syntax is not None:
                 problem = key_syntax(k)
                 if problem:
-                    self.error(key(path, k), f"invalid key {k!r}: {problem}")
+                    self.error(key(path, shown(k)[1:-1]), f"invalid key {shown(k)}: {problem}")
                     continue
             s = self.string(v, key(path, k), syntax=value_syntax)
             if s is not None:
@@ -314,6 +355,9 @@ class Reader:
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             self.error(path, f"expected an integer, got {describe(value)}")
+            return None
+        if not -INT64_MAX - 1 <= value <= INT64_MAX:
+            self.error(path, f"must fit in a 64-bit integer (got {_short(str(value))})")
             return None
         if minimum is not None and value < minimum:
             self.error(path, f"must be at least {minimum} (got {value})")
@@ -364,5 +408,13 @@ class Reader:
         text = value.strip() if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value)
         if non_negative and exact < 0:
             self.error(path, f"{context}must not be negative (got {text})")
+            return None
+        # Kueue (and the event log) hold quantities as int64 milli-units; whole units are counted rounded up.
+        if math.ceil(abs(exact)) * 1000 > INT64_MAX:
+            self.error(
+                path,
+                f"{context}too large (got {_short(text)}): at most {INT64_MAX // 1000 - 1} units, "
+                "as quantities are held in 64-bit integers of milli-units",
+            )
             return None
         return Quantity(exact=exact, text=text)

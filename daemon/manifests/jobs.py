@@ -13,8 +13,22 @@ from typing import Protocol
 
 from daemon.domain.model import Millis, PodSet, Workload
 from daemon.domain.quantity import format_quantity, resource_milli
-from daemon.manifests.core import read_tolerations
-from daemon.manifests.fields import INT32_MAX, Reader, at, describe, index, key, qualified_name
+from daemon.manifests.core import read_annotations, read_labels, read_tolerations
+from daemon.manifests.fields import (
+    INT32_MAX,
+    INT64_MAX,
+    Reader,
+    at,
+    describe,
+    dns_label,
+    dns_label_name,
+    dns_subdomain,
+    index,
+    key,
+    label_value,
+    qualified_name,
+    shown,
+)
 
 __all__ = [
     "PRIORITY_CLASS_LABEL",
@@ -103,10 +117,21 @@ class BatchJobAdapter:
     def read(self, r: Reader, obj: Mapping[str, object], *, created_at: Millis, uid: str) -> Workload | None:
         """Like `to_workload`, but records every problem in `r` instead of raising the first."""
         meta = r.mapping(obj.get("metadata"), "metadata") or {}
-        name = r.string(meta.get("name"), "metadata.name", required=True)
-        namespace = r.string(meta.get("namespace"), "metadata.namespace") or "default"
-        r.name, r.namespace = name or "", namespace
-        labels = r.string_map(meta.get("labels"), "metadata.labels")
+        # The subject of later messages; a name or namespace that fails its syntax is named escaped (repr).
+        raw_name, raw_ns = meta.get("name"), meta.get("namespace")
+        name = r.string(raw_name, "metadata.name", required=True, syntax=dns_label_name)
+        namespace = r.string(raw_ns, "metadata.namespace", syntax=dns_label) or "default"
+        r.name = name if name is not None else (shown(raw_name) if isinstance(raw_name, str) and raw_name else "")
+        r.namespace = namespace if raw_ns is None or raw_ns == namespace else shown(str(raw_ns))
+        labels = read_labels(r, meta)
+        read_annotations(r, meta)
+        # Kueue's job webhook (ValidateQueueName) also requires the queue name to be a DNS-1123 subdomain.
+        queue_name = r.string(
+            labels.get(QUEUE_NAME_LABEL), key("metadata.labels", QUEUE_NAME_LABEL), syntax=dns_subdomain
+        )
+        priority_class = r.string(
+            labels.get(PRIORITY_CLASS_LABEL), key("metadata.labels", PRIORITY_CLASS_LABEL), syntax=dns_subdomain
+        )
         spec = r.mapping(obj.get("spec"), "spec", required=True)
         if spec is None:
             return None
@@ -121,9 +146,24 @@ class BatchJobAdapter:
         if pod is None:
             return None
         requests = pod_requests(r, pod, "spec.template.spec")
-        node_selector = r.string_map(pod.get("nodeSelector"), "spec.template.spec.nodeSelector")
+        for resource, milli in requests.items():
+            # What the admission holds (and the log stores) is count x request, an int64 of milli-units in Kueue.
+            if count * milli > INT64_MAX:
+                r.error(
+                    "spec.parallelism",
+                    f"{count} pods x {format_quantity(milli, resource)} {resource} per pod do not fit in a 64-bit "
+                    "integer of milli-units; request less per pod or run fewer pods",
+                )
+        node_selector = r.string_map(
+            pod.get("nodeSelector"),
+            "spec.template.spec.nodeSelector",
+            key_syntax=qualified_name,
+            value_syntax=label_value,
+        )
         tolerations = read_tolerations(r, pod.get("tolerations"), "spec.template.spec.tolerations")
-        pod_priority_class = r.string(pod.get("priorityClassName"), "spec.template.spec.priorityClassName") or None
+        pod_priority_class = (
+            r.string(pod.get("priorityClassName"), "spec.template.spec.priorityClassName", syntax=dns_subdomain) or None
+        )
         if r.errors or name is None:
             return None
         return Workload(
@@ -132,8 +172,8 @@ class BatchJobAdapter:
             kind=self.kind,
             uid=uid,
             created_at=created_at,
-            queue_name=labels.get(QUEUE_NAME_LABEL) or None,
-            priority_class=labels.get(PRIORITY_CLASS_LABEL) or None,
+            queue_name=queue_name or None,
+            priority_class=priority_class or None,
             pod_priority_class=pod_priority_class,
             pod_sets=(
                 PodSet(
@@ -197,7 +237,13 @@ def pod_requests(r: Reader, pod: Mapping[str, object], path: str) -> dict[str, i
     out: dict[str, int] = {}
     for name in sorted(total):
         milli = resource_milli(total[name], name)
-        if milli:
+        if milli > INT64_MAX:
+            r.error(
+                path,
+                f"the pod's total request for {name} ({format_quantity(milli, name)}) does not fit in a 64-bit "
+                "integer of milli-units",
+            )
+        elif milli:
             out[name] = milli
     return out
 
@@ -234,8 +280,8 @@ def _resource_list(r: Reader, value: object, path: str, context: str) -> Request
     if m is None:
         return out
     for name, raw in m.items():
-        p = key(path, name)
         problem = qualified_name(name)
+        p = key(path, name if problem is None else shown(name))
         if problem:
             r.error(p, f"{context}invalid resource name {name!r}: {problem}")
             continue

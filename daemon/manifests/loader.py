@@ -6,6 +6,7 @@ Content problems never raise and never stop the next document; only an unreadabl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +23,9 @@ from daemon.domain.model import (
     ResourceFlavor,
     Workload,
 )
-from daemon.manifests.core import parse_namespace, parse_priority_class
+from daemon.manifests.core import parse_namespace, parse_priority_class, read_annotations, read_labels
 from daemon.manifests.errors import ManifestError
-from daemon.manifests.fields import Reader, describe, dns_label, dns_subdomain
+from daemon.manifests.fields import Reader, describe, dns_label, dns_subdomain, shown
 from daemon.manifests.jobs import BatchJobAdapter, adapter_for, registered_adapters
 from daemon.manifests.kueue import (
     KUEUE_GROUP,
@@ -82,6 +83,7 @@ class _Kind:
     namespaced: bool = False
     fields: tuple[str, ...] = ("apiVersion", "kind", "metadata", "spec", "status")
     name_syntax: Callable[[str], str | None] = dns_subdomain
+    reads_labels: bool = False  # `parse` reads (and checks) metadata.labels itself
 
 
 def _kueue(parse: Callable[[Reader, Mapping[str, object], str], ParsedObject | None], version: str) -> _Parse:
@@ -104,7 +106,7 @@ def _kinds() -> dict[tuple[str, str], _Kind]:
         parse=lambda r, doc: parse_priority_class(r, doc, kind="PriorityClass"),
         fields=("apiVersion", "kind", "metadata", "value", "globalDefault", "description", "preemptionPolicy"),
     )
-    kinds[("v1", "Namespace")] = _Kind(parse=parse_namespace, name_syntax=dns_label)
+    kinds[("v1", "Namespace")] = _Kind(parse=parse_namespace, name_syntax=dns_label, reads_labels=True)
     return kinds
 
 
@@ -119,6 +121,21 @@ def _supported() -> str:
     for adapter in registered_adapters():
         by_kind.setdefault(adapter.kind, []).append(adapter.api_version)
     return "; ".join(f"{kind} ({', '.join(avs)})" for kind, avs in by_kind.items())
+
+
+_KIND = re.compile(r"[A-Za-z][A-Za-z0-9]{0,62}")
+
+
+def _kind_syntax(value: str) -> str | None:
+    return None if _KIND.fullmatch(value) else "not a kind name"
+
+
+def _subject_part(value: object, syntax: Callable[[str], str | None]) -> str:
+    """A kind, name or namespace as the subject of a message: as written when it is well formed, else quoted and
+    escaped (its own error says what is wrong), so no message can carry a raw newline or terminal escape."""
+    if not isinstance(value, str) or not value:
+        return ""
+    return value if syntax(value) is None else shown(value)
 
 
 def parse_object(
@@ -150,7 +167,7 @@ def parse_object(
     raw_meta = doc.get("metadata")
     meta_view: Mapping[Any, object] = raw_meta if isinstance(raw_meta, Mapping) else {}
     raw_name, raw_ns = meta_view.get("name"), meta_view.get("namespace")
-    lenient_kind = raw_kind if isinstance(raw_kind, str) else ""
+    lenient_kind = _subject_part(raw_kind, _kind_syntax)
     lenient_av = raw_av if isinstance(raw_av, str) else ""
     adapter = adapter_for(lenient_av, lenient_kind)
     spec = _KINDS.get((lenient_av, lenient_kind))
@@ -158,8 +175,8 @@ def parse_object(
     scoped_away = spec is not None and not spec.namespaced and namespace is not None
     r = Reader(
         kind=lenient_kind,
-        name=raw_name if isinstance(raw_name, str) else "",
-        namespace=None if scoped_away else namespace,
+        name=_subject_part(raw_name, dns_subdomain),
+        namespace=None if scoped_away or namespace is None else _subject_part(namespace, dns_label),
         document=doc_index,
     )
     api_version = r.string(raw_av, "apiVersion", required=True)
@@ -181,6 +198,9 @@ def parse_object(
         meta = r.mapping(raw_meta, "metadata") or {}
         r.string(meta.get("name"), "metadata.name", required=True, syntax=spec.name_syntax)
         r.string(meta.get("namespace"), "metadata.namespace", syntax=dns_label)
+        if not spec.reads_labels:
+            read_labels(r, meta)
+        read_annotations(r, meta)
         r.mapping(doc, "", known=spec.fields)
         if spec.namespaced and namespace is None:
             r.error("metadata.namespace", f"required: {kind} is namespaced")
@@ -207,13 +227,16 @@ def parse_object(
         warnings=tuple(r.warnings),
         errors=tuple(r.errors),
         doc_index=doc_index,
-        kind=kind or r.kind,
+        kind=r.kind if r.errors else kind or r.kind,
         name=r.name,
-        namespace=namespace,
+        namespace=r.namespace if r.errors and namespace is not None else namespace,
         api_version=api_version or "",
         source=source,
         line=line,
     )
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
 
 
 class _Loader(_BaseLoader):
@@ -221,6 +244,10 @@ class _Loader(_BaseLoader):
     the apiserver's strict decoding rejects it, and silently keeping the last one hides typos."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        # Fast path (most mappings): plain string keys, all different as written, cannot collide once constructed.
+        raw = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.tag == _STR_TAG]
+        if len(raw) == len(node.value) and len(set(raw)) == len(raw):
+            return super().construct_mapping(node, deep=deep)
         seen: dict[object, int] = {}
         for key_node, _ in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
@@ -236,6 +263,19 @@ class _Loader(_BaseLoader):
                     )
                 seen[k] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+    def construct_bounded_int(self, node: yaml.ScalarNode) -> int:
+        """A YAML integer; one too long for Python to convert (over 4,300 digits) is a YAML error, not a crash."""
+        try:
+            value: int = super().construct_yaml_int(node)
+        except ValueError as e:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"integer too long ({len(str(node.value))} characters)", node.start_mark
+            ) from e
+        return value
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)
 
 
 def parse_documents(text: str, *, source: str = "<string>") -> list[Parsed]:

@@ -1,10 +1,14 @@
-"""What `admitd simulate` prints: the JSON contract (`--json`) or a table and a summary for people."""
+"""What `admitd simulate` prints: the JSON contract (`--json`) or a table and a summary for people.
+
+Every string in the table is escaped for the terminal (`printable`); JSON escapes control characters itself.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from daemon.domain.model import Millis
+from daemon.manifests.fields import printable
 from daemon.sim.durations import format_seconds
 from daemon.sim.run import JobOutcome, SimResult
 
@@ -48,7 +52,7 @@ def _flavor_summary(out: JobOutcome) -> str:
 
 
 def to_table(result: SimResult) -> str:
-    rows = [("JOB", "CLUSTERQUEUE", "FLAVOR", "ADMITTED", "FINISHED", "WAITED", "STATUS")]
+    rows: list[tuple[str, ...]] = [("JOB", "CLUSTERQUEUE", "FLAVOR", "ADMITTED", "FINISHED", "WAITED", "STATUS")]
     waits: list[Millis] = []
     for key, out in sorted(result.jobs.items(), key=lambda kv: (kv[1].created_at, kv[0])):
         first = out.admitted_at[0] if out.admitted_at else None
@@ -74,6 +78,8 @@ def to_table(result: SimResult) -> str:
                 status,
             )
         )
+    # Names are validated at the border; escaping here too means no input can ever reach the terminal raw.
+    rows = [tuple(printable(c) for c in r) for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows]
     jobs = result.jobs.values()

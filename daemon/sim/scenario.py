@@ -22,6 +22,7 @@ from daemon.domain.model import (
     Workload,
 )
 from daemon.manifests import ManifestError, Parsed, adapter_for, load_documents
+from daemon.manifests.fields import printable
 from daemon.sim.durations import DurationError, parse_duration
 
 SUBMIT_AT = "simulate.admitd.io/submit-at"
@@ -40,8 +41,8 @@ class Scenario:
     source: str
     config: tuple[ev.Event, ...]  # observations of the queue objects, in document order (rejections included)
     jobs: tuple[SimJob, ...]  # in creation order
-    problems: tuple[str, ...] = ()  # one line each: an object or job that was rejected, and why
-    warnings: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()  # one line each (escaped for a terminal): an object or job rejected, and why
+    warnings: tuple[str, ...] = ()  # one line each, escaped likewise
     unmanaged_jobs: int = 0  # jobs without a queue label: not managed, not simulated
     rejected: Mapping[str, str] = field(default_factory=dict)  # job key -> why it was not simulated
 
@@ -60,6 +61,20 @@ def _observed(parsed: Parsed) -> ev.Event | None:
             return ev.PriorityClassObserved(priority_class=pc)
         case Namespace() as ns:
             return ev.NamespaceObserved(namespace=ns)
+        case None:
+            return None
+
+
+def _identity(parsed: Parsed) -> tuple[str, str] | None:
+    """What makes two queue objects the same object in a cluster: the kind (any API version) and the name (with
+    the namespace for a LocalQueue). None for jobs and rejected documents."""
+    match parsed.obj:
+        case LocalQueue() as lq:
+            return ("LocalQueue", lq.key)
+        case PriorityClass() as pc:
+            return (pc.kind, pc.name)
+        case ResourceFlavor() | ClusterQueue() | Cohort() | Namespace() as obj:
+            return (type(obj).__name__, obj.name)
         case None:
             return None
 
@@ -88,11 +103,27 @@ def load_scenario(path: Path | str) -> Scenario:
     timed: list[tuple[Millis, int, Workload, Millis | None]] = []
     unmanaged = 0
     seen_jobs: set[str] = set()
-    for parsed in docs:
-        warnings.extend(f"{_where(parsed)}: {w}" for w in parsed.warnings)
+    declared: dict[tuple[str, str], str] = {}  # queue object -> where it was first declared
+    for document in docs:
+        parsed = document
+        warnings.extend(printable(f"{_where(parsed)}: {w}") for w in parsed.warnings)
+        identity = _identity(parsed)
+        if identity is not None and identity in declared:
+            # kubectl apply would silently replace the first with the second; in one file that is a mistake.
+            duplicate = ManifestError(
+                f"a {identity[0]} of this name was already declared at {declared[identity]}; "
+                "the first one is kept and this one is ignored",
+                kind=parsed.kind,
+                name=parsed.name,
+                namespace=parsed.namespace,
+                field="metadata.name",
+            )
+            parsed = replace(parsed, obj=None, errors=(duplicate,))
+        elif identity is not None:
+            declared[identity] = _where(parsed)
         if parsed.errors:
             for err in parsed.errors:
-                problems.append(f"{_where(parsed)}: {err}")
+                problems.append(printable(f"{_where(parsed)}: {err}"))
             config.append(
                 ev.ObjectRejected(
                     kind=parsed.kind or "Unknown",
@@ -134,7 +165,7 @@ def load_scenario(path: Path | str) -> Scenario:
             # The loader already ran the adapter; only the identity and creation time are the simulator's.
             workload = replace(parsed.workload, uid=f"sim-{parsed.doc_index}")
         except ManifestError as e:
-            problems.append(f"{_where(parsed)}: {e}")
+            problems.append(printable(f"{_where(parsed)}: {e}"))
             rejected[key] = str(e)
             config.append(ev.ObjectRejected(kind=parsed.kind, name=parsed.name, namespace=ns, errors=(str(e),)))
             continue
