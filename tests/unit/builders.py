@@ -1,18 +1,32 @@
-"""Fluent builders for admission tests (Kueue's `Make*().Obj()` style) and a tiny fold to drive cycles.
+"""Fluent builders for admission tests (Kueue's `Make*().Obj()` style) and a World to drive cycles on the real fold.
 
 `cq("a").cohort("c").flavor("h100", gpu=8, borrow=4)`, `job("a").queue("q").gpus(4).priority(100)`; a `World`
-holds objects, folds decision events back in (`apply`), and `view()` assembles the ClusterView the engine reads.
+turns them into observation events for the real fold (`daemon.domain.state`), folds decision events back in
+(`apply`), and `view()` is the fold's own ClusterView, the one the engine reads in the simulator and the daemon.
 Quantities in builders are whole units; the model's milli-units are derived (x1000).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from daemon.domain.admission import AdmissionEngine, EngineConfig, decide
-from daemon.domain.events import Event, WorkloadAdmitted, WorkloadPending, WorkloadPreempted
+from daemon.domain.events import (
+    ClusterQueueObserved,
+    CohortObserved,
+    Event,
+    JobFinished,
+    JobObserved,
+    LocalQueueObserved,
+    NamespaceObserved,
+    PriorityClassObserved,
+    ResourceFlavorObserved,
+    WorkloadAdmitted,
+    WorkloadEvicted,
+    WorkloadPreempted,
+)
 from daemon.domain.model import (
     Admission,
     ClusterQueue,
@@ -25,11 +39,11 @@ from daemon.domain.model import (
     LabelSelector,
     LocalQueue,
     Namespace,
-    PendingReason,
     PodSet,
     PodSetAssignment,
     Preemption,
     PreemptionPolicy,
+    PriorityClass,
     QueueingStrategy,
     ResourceFlavor,
     ResourceGroup,
@@ -39,7 +53,8 @@ from daemon.domain.model import (
     Toleration,
     Workload,
 )
-from daemon.domain.view import AdmittedWorkload, ClusterView, PendingIndex, PendingWorkload
+from daemon.domain.state import Phase, State, WorkloadRecord
+from daemon.domain.view import AdmittedWorkload, ClusterView
 
 M = 1000  # milli-units per unit
 
@@ -301,33 +316,16 @@ def namespace(name: str, **labels: str) -> Namespace:
     return Namespace(name=name, labels=labels)
 
 
-# --- a tiny fold over the decision events (the real one is daemon.domain.state) --------------------------------
-
-
-@dataclass
-class _Pending:
-    workload: Workload
-    priority: int
-    queue_order_at: int
-    last_reason: PendingReason | None = None
+# --- the real fold, fed by the builders -------------------------------------------------------------------------
 
 
 class World:
-    """Mutable test state. Only tests mutate it; the engine only ever sees `view()`."""
+    """Test state: the real fold (`daemon.domain.state.State`), fed observation events built from the builders and
+    the engine's own decision events. Only tests feed it; the engine only ever sees `view()`."""
 
-    def __init__(self) -> None:
-        self.flavors: dict[str, ResourceFlavor] = {}
-        self.cluster_queues: dict[str, ClusterQueue] = {}
-        self.cohorts: dict[str, Cohort] = {}
-        self.local_queues: dict[str, LocalQueue] = {}
-        self.namespaces: dict[str, Namespace] = {}
-        self.pending: dict[str, _Pending] = {}
-        self.admitted: dict[str, AdmittedWorkload] = {}
-        self.generation: dict[str, int] = {}
-        self.pending_version: dict[str, int] = {}
-        self.counter = 0
-        self.config_gen = 0
-        self.indexed = True  # view() carries a PendingIndex per ClusterQueue, as the real fold's view does
+    def __init__(self, state: State | None = None) -> None:
+        self.state = state if state is not None else State()
+        self._clock = 0  # `at` of the events the builders make up (finishes); the fold does not read it
 
     # setup ----------------------------------------------------------------------------------------------------------
 
@@ -335,32 +333,43 @@ class World:
         for raw in items:
             item = raw.obj() if isinstance(raw, CQBuilder | CohortBuilder) else raw
             if isinstance(item, ResourceFlavor):
-                self.flavors[item.name] = item
+                self._feed(ResourceFlavorObserved(flavor=item))
             elif isinstance(item, ClusterQueue):
-                self.cluster_queues[item.name] = item
+                self._feed(ClusterQueueObserved(cluster_queue=item))
             elif isinstance(item, Cohort):
-                self.cohorts[item.name] = item
+                self._feed(CohortObserved(cohort=item))
             elif isinstance(item, LocalQueue):
-                self.local_queues[item.key] = item
+                self._feed(LocalQueueObserved(local_queue=item))
             elif isinstance(item, Namespace):
-                self.namespaces[item.name] = item
+                self._feed(NamespaceObserved(namespace=item))
             elif isinstance(item, JobBuilder):
                 self.submit(item)
             elif isinstance(item, Running):
                 self.run(item)
             else:
                 raise TypeError(item)
-            if not isinstance(item, JobBuilder | Running):
-                self._config()
         return self
 
-    def submit(self, jb: JobBuilder) -> None:
+    def copy(self) -> World:
+        """An independent World with the same state (through a snapshot, as the daemon restarts)."""
+        return World(State.from_snapshot(self.state.to_snapshot()))
+
+    def _workload(self, jb: JobBuilder) -> Workload:
+        """The builder's workload, with a WorkloadPriorityClass of its priority (observed first) when not 0."""
         wl = jb.obj()
-        self.pending[wl.key] = _Pending(wl, jb.prio, jb.created)
-        self._touch_pending(wl)
+        if jb.prio == 0:
+            return wl
+        name = f"prio{jb.prio}".replace("-", "m")
+        if ("WorkloadPriorityClass", name) not in self.state.priority_classes:
+            self._feed(PriorityClassObserved(priority_class=PriorityClass(name=name, value=jb.prio)))
+        return replace(wl, priority_class=name)
+
+    def submit(self, jb: JobBuilder) -> None:
+        self._feed(JobObserved(workload=self._workload(jb)))
 
     def run(self, r: Running) -> None:
-        wl = r.job.obj()
+        """An already-admitted workload (observed, then admitted; preempted too when `evicting`)."""
+        wl = self._workload(r.job)
         flavors = r.flavors
         pod_sets = tuple(
             PodSetAssignment(
@@ -371,133 +380,66 @@ class World:
             )
             for ps in wl.pod_sets
         )
-        aw = AdmittedWorkload(
-            workload=wl,
-            priority=r.job.prio,
-            admission=Admission(cluster_queue=r.cluster_queue, pod_sets=pod_sets),
-            admitted_at=r.admitted_at,
-            queue_order_at=r.job.created,
-            evicting=r.evicting,
-        )
-        self.admitted[wl.key] = aw
-        self._bump(r.cluster_queue)
+        admission = Admission(cluster_queue=r.cluster_queue, pod_sets=pod_sets)
+        self._feed(JobObserved(workload=wl))
+        self._feed(WorkloadAdmitted(workload=wl.key, at=r.admitted_at, admission=admission))
+        if r.evicting:
+            self._feed(
+                WorkloadPreempted(
+                    workload=wl.key,
+                    at=r.admitted_at,
+                    cluster_queue=r.cluster_queue,
+                    preemptor=None,
+                    preemptor_cluster_queue=None,
+                    reason="Preempted",
+                    policy="",
+                )
+            )
 
     # the fold ------------------------------------------------------------------------------------------------------
 
+    def _feed(self, event: Event) -> None:
+        self.state.apply(event)
+
     def apply(self, events: Iterable[Event]) -> None:
         for ev in events:
-            if isinstance(ev, WorkloadAdmitted):
-                p = self.pending.pop(ev.workload)
-                self._touch_pending(p.workload)
-                self.admitted[ev.workload] = AdmittedWorkload(
-                    workload=p.workload,
-                    priority=p.priority,
-                    admission=ev.admission,
-                    admitted_at=ev.at,
-                    queue_order_at=p.queue_order_at,
-                )
-                self._bump(ev.admission.cluster_queue)
-            elif isinstance(ev, WorkloadPreempted):
-                aw = self.admitted[ev.workload]
-                if not aw.evicting:
-                    self.admitted[ev.workload] = replace(aw, evicting=True)
-                    self._bump(aw.admission.cluster_queue)
-            elif isinstance(ev, WorkloadPending):
-                p = self.pending[ev.workload]
-                p.last_reason = ev.reason
-                self._touch_pending(p.workload)
+            self._feed(ev)
 
     def evict(self, key: str, at: int) -> None:
-        """The victim's pods are gone: it releases quota and queues again, ordered by its eviction time."""
-        aw = self.admitted.pop(key)
-        self._bump(aw.admission.cluster_queue)
-        self.pending[key] = _Pending(aw.workload, aw.priority, at)
-        self._touch_pending(aw.workload)
+        """The victim's pods are gone: it releases quota and queues again."""
+        self._feed(WorkloadEvicted(workload=key, at=at, reason="Preempted"))
 
     def finish(self, key: str) -> None:
-        if key in self.admitted:
-            aw = self.admitted.pop(key)
-            self._bump(aw.admission.cluster_queue)
-        elif key in self.pending:
-            p = self.pending.pop(key)
-            self._touch_pending(p.workload)
+        self._clock += 1
+        self._feed(JobFinished(job=key, at=self._clock))
 
-    # views ----------------------------------------------------------------------------------------------------------
+    # reading --------------------------------------------------------------------------------------------------------
 
-    def tree_of(self, cq_name: str) -> str:
-        c = self.cluster_queues.get(cq_name)
-        if c is None or c.cohort is None:
-            return f"cq:{cq_name}"
-        name = c.cohort
-        seen = {name}
-        while True:
-            parent = self.cohorts.get(name)
-            if parent is None or parent.parent is None or parent.parent in seen:
-                return name
-            name = parent.parent
-            seen.add(name)
+    @property
+    def flavors(self) -> Mapping[str, ResourceFlavor]:
+        return self.state.flavors
 
-    def route(self, wl: Workload) -> str | None:
-        if wl.queue_name is None:
-            return None
-        q = self.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
-        if q is None or q.cluster_queue not in self.cluster_queues:
-            return None
-        return q.cluster_queue
+    @property
+    def cluster_queues(self) -> Mapping[str, ClusterQueue]:
+        return self.state.cluster_queues
+
+    @property
+    def cohorts(self) -> Mapping[str, Cohort]:
+        return self.state.cohorts
+
+    @property
+    def admitted(self) -> Mapping[str, AdmittedWorkload]:
+        return self.state.view().admitted
+
+    @property
+    def pending(self) -> Mapping[str, WorkloadRecord]:
+        return {k: r for k, r in self.state.workloads.items() if r.phase is Phase.PENDING}
 
     def view(self, indexed: bool | None = None) -> ClusterView:
-        """The engine's input. `indexed=False` leaves out the pending index, so the engine visits every pending
-        workload one by one (the reference walk the indexed one must match)."""
-        by_cq: dict[str, list[PendingWorkload]] = {}
-        unrouted: dict[str, PendingWorkload] = {}
-        for key, p in self.pending.items():
-            wl = p.workload
-            pw = PendingWorkload(
-                workload=wl,
-                priority=p.priority,
-                local_queue=f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else "",
-                queue_order_at=p.queue_order_at,
-                last_reason=p.last_reason,
-            )
-            target = self.route(wl)
-            if target is None:
-                unrouted[key] = pw
-            else:
-                by_cq.setdefault(target, []).append(pw)
-        for lst in by_cq.values():
-            lst.sort(key=lambda pw: (-pw.priority, pw.queue_order_at, pw.key))
-        admitted_by_cq: dict[str, dict[str, AdmittedWorkload]] = {}
-        for key, aw in self.admitted.items():
-            admitted_by_cq.setdefault(aw.admission.cluster_queue, {})[key] = aw
-        trees = {self.tree_of(name) for name in self.cluster_queues} | set(self.generation)
-        return ClusterView(
-            flavors=dict(self.flavors),
-            cluster_queues=dict(self.cluster_queues),
-            cohorts=dict(self.cohorts),
-            local_queues=dict(self.local_queues),
-            namespaces=dict(self.namespaces),
-            admitted=dict(self.admitted),
-            admitted_by_cq=admitted_by_cq,
-            pending_by_cq=by_cq,
-            pending_index={cq: PendingIndex.build(lst) for cq, lst in by_cq.items()}
-            if (self.indexed if indexed is None else indexed)
-            else None,
-            pending_unrouted=unrouted,
-            generation={t: max(self.generation.get(t, 0), self.config_gen) for t in trees},
-            pending_version=dict(self.pending_version),
-        )
-
-    def _bump(self, cq_name: str) -> None:
-        self.counter += 1
-        self.generation[self.tree_of(cq_name)] = self.counter
-
-    def _config(self) -> None:
-        self.counter += 1
-        self.config_gen = self.counter
-
-    def _touch_pending(self, wl: Workload) -> None:
-        self.counter += 1
-        self.pending_version[self.route(wl) or ""] = self.counter
+        """The engine's input, read from the fold. `indexed=False` leaves out the pending index, so the engine visits
+        every pending workload one by one (the reference walk the indexed one must match)."""
+        v = self.state.view()
+        return v if indexed is None or indexed else replace(v, pending_index=None)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The admission cycle end to end: routing, quota, flavors, FIFO strategies, pending reasons, stop policies.
 
-Real: `daemon.domain.admission.decide` and everything under it. Faked: the replayed state is a builder `World`
-with a tiny fold (tests/unit/builders.py) instead of `daemon.domain.state`; time is a fixed integer.
+Real: `daemon.domain.admission.decide` and everything under it. The state is the real fold (`daemon.domain.state`) fed
+by the builders' `World`. Faked: observations come from builders, not a cluster; time is a fixed integer.
 """
 
 from __future__ import annotations
@@ -479,7 +479,8 @@ def test_deep_queue_walked_by_runs_writes_exactly_what_visiting_each_workload_wr
     w.add(running(job("r2").gpus(8), "a", "h100"), job("new").gpus(4).at(101))
     reason = w.pending["default/j70"].last_reason
     assert reason is not None
-    w.pending["default/j70"].last_reason = reason.__class__(kind=K.NO_MATCHING_FLAVOR, message="stale")
+    stale = reason.__class__(kind=K.NO_MATCHING_FLAVOR, message="stale")
+    w.apply([WorkloadPending(workload="default/j70", at=NOW, cluster_queue="a", reason=stale)])
     events = cycle(w)
     assert events == decide(w.view(indexed=False), NOW)
     assert list(pending(events)) == ["default/j0", "default/new", "default/j70"]

@@ -1,7 +1,8 @@
 """Invariants of the cycle over random clusters and random histories (hypothesis).
 
-Real: `decide`, `AdmissionEngine` and the quota tree. Faked: the replayed state is the builder `World` with its tiny
-fold; jobs finish and victims are evicted when the test says so, not on a clock.
+Real: `decide`, `AdmissionEngine`, the quota tree and the fold (`daemon.domain.state`, through the builders' `World`).
+Faked: the observations (jobs, queues) come from builders, not a cluster; jobs finish and victims are evicted when the
+test says so, not on a clock.
 """
 
 from __future__ import annotations
@@ -147,11 +148,7 @@ def test_a_cycle_applied_to_its_own_output_admits_nothing_more(s: Scenario) -> N
 
     def step(w: World, now: int) -> list[Event]:
         events = decide(w.view(), now, config)
-        probe = World()
-        probe.__dict__.update({k: (dict(v) if isinstance(v, dict) else v) for k, v in w.__dict__.items()})
-        probe.pending = {
-            k: type(p)(p.workload, p.priority, p.queue_order_at, p.last_reason) for k, p in w.pending.items()
-        }
+        probe = w.copy()
         probe.apply(events)
         again = decide(probe.view(), now, config)
         assert not [e for e in again if isinstance(e, WorkloadAdmitted)], again

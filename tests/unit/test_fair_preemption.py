@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from daemon.domain.admission import EngineConfig, decide
+from daemon.domain.events import WorkloadPreempted
 from daemon.domain.fairpreemption import (
     DEFAULT_STRATEGIES,
     LESS_THAN_INITIAL_SHARE,
@@ -23,7 +25,19 @@ from daemon.domain.model import PodSet
 from daemon.domain.preemption import Preemptor
 from daemon.domain.quota import QuotaTree, Snapshot
 from daemon.domain.view import PendingWorkload
-from tests.unit.builders import CohortBuilder, CQBuilder, JobBuilder, cohort, cq, flavor, job, running, world
+from tests.unit.builders import (
+    CohortBuilder,
+    CQBuilder,
+    JobBuilder,
+    cohort,
+    cq,
+    flavor,
+    job,
+    lq,
+    namespace,
+    running,
+    world,
+)
 
 CPU = ("default", "cpu")
 FS, CQ, RECL = "InCohortFairSharing", "InClusterQueue", "InCohortReclamation"
@@ -187,15 +201,18 @@ CASES = {
         want={},
     ),
     "can preempt lower priority workloads from same CQ": Case(
-        admitted=[(wl("a1_low", priority=-1), "a"), (wl("a2_low", priority=-1), "a")]
-        + units("a", "a", 2, start=3)
-        + units("b", "b", 5),
+        admitted=[
+            (wl("a1_low", priority=-1), "a"),
+            (wl("a2_low", priority=-1), "a"),
+            *units("a", "a", 2, start=3),
+            *units("b", "b", 5),
+        ],
         incoming=wl("a_incoming", 2),
         target_cq="a",
         want={"a1_low": CQ, "a2_low": CQ},
     ),
     "can preempt a combination of same CQ and highest user": Case(
-        admitted=[(wl("a_low", priority=-1), "a")] + units("a", "a", 2, start=2) + units("b", "b", 6),
+        admitted=[(wl("a_low", priority=-1), "a"), *units("a", "a", 2, start=2), *units("b", "b", 6)],
         incoming=wl("a_incoming", 2),
         target_cq="a",
         want={"a_low": CQ, "b1": FS},
@@ -404,10 +421,6 @@ def test_fair_preemption_targets_match_kueue(case: Case) -> None:
 
 
 def preempted_by_cycle(*items: Any) -> dict[str, str]:
-    from daemon.domain.admission import EngineConfig, decide
-    from daemon.domain.events import WorkloadPreempted
-    from tests.unit.builders import lq, namespace
-
     w = world(flavor("default"), namespace("default"), *items)
     for name in w.cluster_queues:
         w.add(lq("default", f"q-{name}", name))

@@ -1,7 +1,7 @@
 """Fair sharing: DRS values and weights, the admission tournament, and fair-sharing preemption (S2-a, S2-b).
 
 Real: `daemon.domain.fairsharing` through `decide(..., EngineConfig(fair_sharing=True))` and the quota tree.
-Faked: state is the builder `World` with its tiny fold.
+The state is the real fold fed by the builders' `World`. Faked: observations come from builders.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Classic preemption: policies, reclaim, borrowWithinCohort, minimal victim sets, overlap and reservation.
 
-Real: `daemon.domain.admission.decide` with `daemon.domain.preemption`. Faked: state is a builder `World` with a tiny
-fold; evictions happen at once when a test calls `settle` (as the simulator does), or never when it calls `cycle`.
+Real: `daemon.domain.admission.decide` with `daemon.domain.preemption`. The state is the real fold, fed by the
+builders' `World`. Faked: observations come from builders; evictions happen at once when a test calls `settle` (as the
+simulator does), or never when it calls `cycle`.
 """
 
 from __future__ import annotations
