@@ -295,7 +295,7 @@ def parse_documents(text: str, *, source: str = "<string>") -> list[Parsed]:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         problem = getattr(e, "problem", None) or str(e)
         context = getattr(e, "context", None)
-        detail = f"{problem} ({context})" if context else problem
+        detail = " ".join(str(f"{problem} ({context})" if context else problem).split())  # one line
         raise ManifestError(
             f"invalid YAML: {detail}",
             source=source,
