@@ -318,6 +318,9 @@ class _Cycle:
         for lst in self.evicting.values():
             lst.sort(key=lambda aw: aw.key)
         self.ns_match: dict[tuple[str, str], bool] = {}
+        # Waiting preemptors that keep the victims they claimed in an earlier cycle (see `_keep_claims`).
+        self.kept: dict[str, list[AdmittedWorkload]] = {}
+        self.own_victims: dict[str, list[AdmittedWorkload]] = {}
 
     # --- driver -------------------------------------------------------------------------------------------------
 
@@ -325,6 +328,7 @@ class _Cycle:
         self._unrouted()
         self._drain()
         queues = self._queues()
+        self._keep_claims(queues)
         while True:
             entries: list[_Entry] = []
             for q in queues:
@@ -366,6 +370,49 @@ class _Cycle:
 
     def _generation(self, tree: str) -> int:
         return self.view.generation.get(tree, 0)
+
+    # --- step 2b: claims kept from earlier cycles ---------------------------------------------------------------
+
+    def _keep_claims(self, queues: list[_Queue]) -> None:
+        """A waiting preemptor keeps the victims it claimed (its last reason names them, the fold remembers it) as
+        long as they are still leaving: first every such victim leaves the projected usage, then each preemptor, in
+        queue order, reserves its usage if it fits there. One that no longer fits (something else was admitted
+        meanwhile) is assessed as usual, but the victims of others stay theirs, so no cycle re-derives a different
+        set for a preemptor that still fits with its own (which would let a second cycle undo the first one)."""
+        owners: list[tuple[tuple[int, int, str], _Queue, PendingWorkload, list[AdmittedWorkload]]] = []
+        for q in queues:
+            if q.done:
+                continue
+            candidates = q.seq[:1] if q.strict else q.seq
+            for pw in candidates:
+                reason = pw.last_reason
+                if reason is None or reason.kind is not PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS:
+                    break  # sticky members come first in a BestEffortFIFO walk
+                live = [
+                    aw
+                    for key in reason.victims
+                    if (aw := self.view.admitted.get(key)) is not None
+                    and aw.evicting
+                    and key not in self.snap.removed
+                    and aw.admission.cluster_queue in self.tree.cqs
+                ]
+                if live and self._precheck(q, pw) is None:
+                    owners.append((queue_key(pw), q, pw, live))
+        if not owners:
+            return
+        owners.sort(key=lambda o: o[0])
+        for _, _, pw, live in owners:
+            for aw in live:
+                if aw.key not in self.snap.removed:
+                    self._claim(aw)
+            self.own_victims[pw.key] = live
+        for _, q, pw, live in owners:
+            saved, q.assigner.oracle = q.assigner.oracle, None
+            a = q.assigner.assign(pw.workload)
+            q.assigner.oracle = saved
+            if a.mode is Mode.FIT:
+                self._reserve(q.node, a.usage)
+                self.kept[pw.key] = live
 
     # --- step 1: routing, stop policies, inactive queues ----------------------------------------------------------
 
@@ -565,6 +612,13 @@ class _Cycle:
             if pre is not None:
                 q.emitted |= self._pending(pw, q.name, pre)
                 self._advance(q, pw)
+                continue
+            kept = self.kept.get(pw.key)
+            if kept is not None:
+                q.acted = True
+                self._wait(q, pw, kept, "")
+                if q.done:
+                    return None
                 continue
             result = self._evaluate(q, pw)
             if result.kind is _Kind.NO_TARGETS and not q.reserved and not self._holds_anything(q, result):
@@ -827,7 +881,7 @@ class _Cycle:
                     self._admit(q, pw, alt)
                     return
                 self._reserve(q.node, a.usage)
-                self._wait(q, pw, [], "workloads preempted in this cycle")
+                self._wait(q, pw, self.own_victims.get(pw.key, []), "workloads preempted in this cycle")
                 return
             self._admit(q, pw, a)
             return
@@ -865,6 +919,7 @@ class _Cycle:
             kind=PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS,
             message=message,
             blocked_by=keys[0] if keys else None,
+            victims=tuple(keys),
         )
         q.emitted |= self._pending(pw, q.name, reason)
         self._after_head_failed(q, pw)

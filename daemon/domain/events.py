@@ -252,10 +252,11 @@ class WorkloadPreempted:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadPending:
-    """The workload is not admitted, and why. Written only when the reason changes."""
+    """The workload is not admitted, and why. Written only when the reason changes. Version 2: the reason names
+    the victims a waiting preemptor claimed (`PendingReason.victims`)."""
 
     TYPE: ClassVar[str] = "workload.pending"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
     workload: str
     at: Millis
     cluster_queue: str | None

@@ -258,3 +258,6 @@ class PendingReason:
     message: str
     shortages: tuple[Shortage, ...] = ()
     blocked_by: str | None = None  # workload key, for BlockedByHead / WaitingForPreemptedWorkloads
+    victims: tuple[str, ...] = ()
+    """WaitingForPreemptedWorkloads: the workloads this one claimed (sorted keys). Remembered by the fold so that the
+    next cycle keeps the same victims for it instead of choosing again."""

@@ -54,7 +54,7 @@ from daemon.domain.model import (
 )
 from daemon.domain.view import AdmittedWorkload, ClusterView, PendingIndex, PendingWorkload, Shape, queue_key
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
 
 

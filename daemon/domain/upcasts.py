@@ -6,6 +6,7 @@ reaches the class's current VERSION. Rows are never rewritten; old logs are upgr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,8 +32,25 @@ def _actuation_v1_to_v2(payload: Payload) -> Payload:
     return upgraded
 
 
+_WAITING_FOR = re.compile(r"^waiting for \d+ preempted workloads: (.+)$")
+
+
+def _workload_pending_v1_to_v2(payload: Payload) -> Payload:
+    # Version 1 named a waiting preemptor's victims only in its message ("waiting for 2 preempted workloads: a, b",
+    # written by admitd itself): read them back so that an old log remembers the same claims.
+    upgraded = dict(payload)
+    reason = dict(upgraded["reason"])
+    match = (
+        _WAITING_FOR.match(reason.get("message", "")) if reason.get("kind") == "WaitingForPreemptedWorkloads" else None
+    )
+    reason["victims"] = match.group(1).split(", ") if match else []
+    upgraded["reason"] = reason
+    return upgraded
+
+
 UPCASTERS: Mapping[tuple[str, int], Callable[[Payload], Payload]] = {
     ("job.observed", 0): _job_observed_v0_to_v1,
+    ("workload.pending", 1): _workload_pending_v1_to_v2,
     ("job.unsuspended", 1): _actuation_v1_to_v2,
     ("job.suspended", 1): _actuation_v1_to_v2,
     ("actuation.failed", 1): _actuation_v1_to_v2,
