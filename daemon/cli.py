@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     from daemon.sim.cli import add_simulate_parser  # noqa: PLC0415  (keeps `admitd log` start-up light)
 
     add_query_parsers(sub, db_default=default_db_path(), db_help=_DB_HELP)
+    from daemon.kube.cli import add_run_parser  # noqa: PLC0415  (the Kubernetes client loads only for `run`)
+
+    add_run_parser(sub, db_default=default_db_path(), db_help=_DB_HELP)
     add_simulate_parser(sub)
     return parser
 

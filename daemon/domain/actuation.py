@@ -40,6 +40,7 @@ class Order:
 
     job: str
     kind: str
+    uid: str  # the job's uid when it was observed: an order never touches a job recreated under the same name
     decision: int
     action: Action
     cluster_queue: str
@@ -103,6 +104,7 @@ def unsuspend_order(
     return Order(
         job=workload.key,
         kind=workload.kind,
+        uid=workload.uid,
         decision=decision,
         action=Action.UNSUSPEND,
         cluster_queue=admission.cluster_queue,
@@ -118,6 +120,7 @@ def suspend_order(
     return Order(
         job=workload.key,
         kind=workload.kind,
+        uid=workload.uid,
         decision=decision,
         action=Action.SUSPEND,
         cluster_queue=cluster_queue,

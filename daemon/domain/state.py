@@ -75,6 +75,7 @@ class WorkloadRecord:
     admission: Admission | None = None
     admitted_at: Millis | None = None
     evicting: bool = False
+    eviction_reason: str | None = None  # while evicting: Preempted | ClusterQueueStopped | LocalQueueStopped
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,7 +201,7 @@ class State:
             case WorkloadPreempted(workload=key, preemptor=preemptor, reason=reason):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.ADMITTED and not rec.evicting:
-                    self._set(replace(rec, evicting=True))
+                    self._set(replace(rec, evicting=True, eviction_reason="Preempted" if preemptor else reason))
                     self._bump_tree_of(rec)
                     victim_cq = rec.admission.cluster_queue if rec.admission is not None else ""
                     self.outbox[key] = suspend_order(
@@ -216,7 +217,13 @@ class State:
                     self._bump_tree_of(rec)
                     self._set(
                         replace(
-                            rec, phase=Phase.PENDING, admission=None, admitted_at=None, evicting=False, last_reason=None
+                            rec,
+                            phase=Phase.PENDING,
+                            admission=None,
+                            admitted_at=None,
+                            evicting=False,
+                            eviction_reason=None,
+                            last_reason=None,
                         )
                     )
             case WorkloadPending(workload=key, reason=reason):

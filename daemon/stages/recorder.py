@@ -10,7 +10,6 @@ hundred appends instead, which keeps simulations fast and their event order iden
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable, Sequence
 
 from daemon.domain.events import Event
@@ -48,7 +47,8 @@ class Recorder:
         self.snapshot_every = snapshot_every
         self.listeners: list[Listener] = []
         self.appended = 0
-        self._unawaited: deque[tuple[asyncio.Future[list[int]], int, int]] = deque()
+        self._unawaited: dict[int, tuple[asyncio.Future[list[int]], int]] = {}  # first seq -> (future, count)
+        self._snapshotting = False
         self._last_snapshot_seq = state.seq
 
     async def append(self, items: Sequence[tuple[Event, int | None]]) -> list[int]:
@@ -63,24 +63,39 @@ class Recorder:
             for listener in listeners:
                 listener(event, first + offset)
         self.appended += len(items)
-        self._unawaited.append((future, first, len(items)))
-        if self.wait_durable or len(self._unawaited) >= _CATCH_UP_EVERY:
+        self._unawaited[first] = (future, len(items))
+        if self.wait_durable:
+            await self._settle(first)
+        elif len(self._unawaited) >= _CATCH_UP_EVERY:
             await self.catch_up()
         return list(range(first, first + len(items)))
 
     async def catch_up(self) -> None:
         """Wait until everything appended so far is durable; write a snapshot when one is due."""
-        # Each batch leaves the list only once awaited, so a cancelled wait (shutdown) can be resumed by a later one.
-        while self._unawaited:
-            future, first, count = self._unawaited[0]
-            seqs = await asyncio.shield(future)
-            self._unawaited.popleft()
-            if seqs != list(range(first, first + count)):
-                raise LogDiverged(
-                    f"{self.store.path}: the log gave seqs {seqs[:3]}..., this process expected {first}..: "
-                    "another process wrote to it"
-                )
-        if self.state.seq - self._last_snapshot_seq >= self.snapshot_every:
-            await save_snapshot(self.store, self.state)
-            self._last_snapshot_seq = self.state.seq
-            log.debug("snapshot written", seq=self.state.seq)
+        for first in list(self._unawaited):
+            await self._settle(first)
+
+    async def _settle(self, first: int) -> None:
+        # Several stages may wait for the same batch: each awaits it (shielded, so a cancelled waiter does not
+        # cancel the write), and the entry leaves the table only once it is durable.
+        entry = self._unawaited.get(first)
+        if entry is None:
+            return
+        future, count = entry
+        seqs = await asyncio.shield(future)
+        if seqs != list(range(first, first + count)):
+            raise LogDiverged(
+                f"{self.store.path}: the log gave seqs {seqs[:3]}..., this process expected {first}..: "
+                "another process wrote to it"
+            )
+        self._unawaited.pop(first, None)
+        # A snapshot is taken only when every folded event is durable, so that its seq exists in the log.
+        due = self.state.seq - self._last_snapshot_seq >= self.snapshot_every
+        if due and not self._unawaited and not self._snapshotting:
+            self._snapshotting = True
+            try:
+                await save_snapshot(self.store, self.state)
+                self._last_snapshot_seq = self.state.seq
+                log.debug("snapshot written", seq=self.state.seq)
+            finally:
+                self._snapshotting = False

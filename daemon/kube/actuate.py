@@ -1,0 +1,109 @@
+"""Orders carried out on real Jobs: idempotent patches, each guarded by the job's uid.
+
+An admission is one JSON patch: `suspend: false`, and each pod template's nodeSelector and tolerations set to the
+order's placement (the user's own values merged with the flavor's, computed when the decision was folded). A
+preemption suspends the Job, then restores the pod templates as they were created; Kubernetes lets a Job's
+template change only while it is suspended and not started, so the restore waits until the Job controller has
+cleared `status.startTime`. Each patch first tests the uid, so a Job deleted and recreated under the same name is
+never touched by an order meant for its predecessor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from daemon.domain.actuation import Action, Order, Placement
+from daemon.domain.model import Toleration
+from daemon.kube.client import JSON_PATCH, MERGE_PATCH, KubeClient
+from daemon.kube.errors import Conflict, KubeError, NotFound, Permanent, Temporary
+from daemon.obs.logging import get_logger
+from daemon.stages.ports import Done, Failed, Outcome
+
+log = get_logger("admitd.actuate")
+
+RESTORE_TRIES = 20  # x 0.25 s: how long a suspension waits for the Job controller before the restore is retried
+_KINDS = {"Job": ("/apis/batch/v1/namespaces/{ns}/jobs/{name}", {"main": "/spec/template/spec"})}
+
+
+def job_path(kind: str, key: str) -> str:
+    namespace, _, name = key.partition("/")
+    return _KINDS[kind][0].format(ns=namespace, name=name)
+
+
+def _toleration(t: Toleration) -> dict[str, Any]:
+    out: dict[str, Any] = {"operator": t.operator}
+    if t.key:
+        out["key"] = t.key
+    if t.value:
+        out["value"] = t.value
+    if t.effect:
+        out["effect"] = t.effect
+    return out
+
+
+def placement_patch(kind: str, placements: Sequence[Placement]) -> list[dict[str, Any]]:
+    """JSON patch operations that set each pod set's nodeSelector and tolerations to exactly the placement."""
+    pod_spec_paths = _KINDS[kind][1]
+    ops: list[dict[str, Any]] = []
+    for p in placements:
+        base = pod_spec_paths[p.pod_set]
+        ops.append({"op": "add", "path": f"{base}/nodeSelector", "value": dict(p.node_selector)})
+        ops.append({"op": "add", "path": f"{base}/tolerations", "value": [_toleration(t) for t in p.tolerations]})
+    return ops
+
+
+class JobActuator:
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+
+    async def carry_out(self, order: Order) -> Outcome:
+        if order.kind not in _KINDS:
+            return Failed(f"admitd cannot actuate a {order.kind} yet", permanent=True)
+        path = job_path(order.kind, order.job)
+        guard = [{"op": "test", "path": "/metadata/uid", "value": order.uid}] if order.uid else []
+        try:
+            if order.action is Action.UNSUSPEND:
+                ops = [*guard, *placement_patch(order.kind, order.placements)]
+                ops.append({"op": "replace", "path": "/spec/suspend", "value": False})
+                await self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+            else:
+                await self.client.request(
+                    "PATCH",
+                    path,
+                    body=[*guard, {"op": "add", "path": "/spec/suspend", "value": True}],
+                    content_type=JSON_PATCH,
+                )
+                await self._restore(path, guard, order)
+        except NotFound:
+            return Failed(f"{order.kind} {order.job} no longer exists", permanent=True)
+        except (Temporary, Conflict) as e:
+            return Failed(str(e), permanent=False)
+        except Permanent as e:
+            if order.uid and "uid" in e.message and e.status == 422:
+                return Failed(f"{order.kind} {order.job} was recreated (uid is no longer {order.uid})", permanent=True)
+            return Failed(str(e), permanent=True)
+        return Done()
+
+    async def _restore(self, path: str, guard: list[dict[str, Any]], order: Order) -> None:
+        ops = [*guard, *placement_patch(order.kind, order.placements)]
+        for attempt in range(RESTORE_TRIES):
+            try:
+                await self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+                return
+            except Permanent as e:
+                # 422 "field is immutable" until the Job controller has seen the suspension and cleared startTime.
+                if e.status != 422 or "immutable" not in e.message or attempt == RESTORE_TRIES - 1:
+                    raise
+                await asyncio.sleep(0.25)
+
+    async def suspend_now(self, kind: str, key: str, uid: str) -> None:
+        """A managed Job that started unsuspended (the webhook was bypassed or down): suspend it at once."""
+        path = job_path(kind, key)
+        body = {"spec": {"suspend": True}, "metadata": {"uid": uid}} if uid else {"spec": {"suspend": True}}
+        try:
+            await self.client.request("PATCH", path, body=body, content_type=MERGE_PATCH)
+            log.warning("suspended a queued job that started unsuspended", job=key)
+        except KubeError as e:
+            log.error("could not suspend a queued job that started unsuspended", job=key, error=str(e))

@@ -1,0 +1,90 @@
+"""`admitd run [--kubeconfig F] [--db F] ...`: the daemon's command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from daemon.domain.admission import EngineConfig
+from daemon.kube.errors import KubeError
+from daemon.kube.run import RunOptions, StartupError, run_daemon
+from daemon.manifests import ManifestError
+from daemon.manifests.config import load_config
+
+
+def _service(text: str) -> tuple[str, str, int]:
+    try:
+        namespace, name, port = text.split("/")
+        return namespace, name, int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME/PORT, got {text!r}") from None
+
+
+def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
+    p = sub.add_parser(
+        "run",
+        help="the daemon: watch the cluster, admit Jobs against quota, record every decision in the event log",
+        description="Run admitd against a Kubernetes cluster (a kubeconfig, or the pod's service account).",
+    )
+    p.add_argument("--db", type=Path, default=db_default, help=db_help)
+    p.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--config", type=Path, metavar="FILE", help="admitd settings (a Kueue Configuration file)")
+    p.add_argument("--webhook-port", type=int, default=9443, help="HTTPS port of the webhook server (default 9443)")
+    p.add_argument("--webhook-host", default="0.0.0.0", help="address the webhook server binds (default 0.0.0.0)")
+    p.add_argument(
+        "--webhook-url",
+        help="register the webhook by URL, for running outside the cluster (e.g. https://127.0.0.1:9443)",
+    )
+    p.add_argument(
+        "--webhook-service",
+        type=_service,
+        default=("admitd-system", "admitd-webhook", 443),
+        metavar="NS/NAME/PORT",
+        help="the Service in front of the webhook inside the cluster (default admitd-system/admitd-webhook/443)",
+    )
+    p.add_argument(
+        "--webhook-failure-policy",
+        choices=["Fail", "Ignore"],
+        default="Fail",
+        help="while admitd is down: Fail refuses labelled Jobs (default, as Kueue); Ignore creates them unsuspended "
+        "and admitd suspends them when it is back",
+    )
+    p.add_argument("--no-register-webhook", action="store_true", help="do not create the MutatingWebhookConfiguration")
+    p.add_argument("--cert-dir", type=Path, default=Path("certs"), help="where the webhook's certificate is kept")
+    p.add_argument("--health-port", type=int, default=8080, help="port of /healthz, /readyz and /metrics (8080)")
+    p.add_argument("--health-host", default="0.0.0.0", help="address of the health server (default 0.0.0.0)")
+    p.set_defaults(func=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    try:
+        engine, warnings = (EngineConfig(), ()) if args.config is None else load_config(args.config)
+    except ManifestError as e:
+        print(f"admitd: {e}", file=sys.stderr)
+        return 2
+    for line in warnings:
+        print(f"admitd: warning: {line}", file=sys.stderr)
+    options = RunOptions(
+        db=args.db,
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        engine=engine,
+        webhook_host=args.webhook_host,
+        webhook_port=args.webhook_port,
+        webhook_url=args.webhook_url,
+        webhook_service=args.webhook_service,
+        webhook_failure_policy=args.webhook_failure_policy,
+        register_webhook=not args.no_register_webhook,
+        cert_dir=args.cert_dir,
+        health_host=args.health_host,
+        health_port=args.health_port,
+    )
+    try:
+        return asyncio.run(run_daemon(options))
+    except (StartupError, KubeError) as e:
+        print(f"admitd: {e}", file=sys.stderr)
+        return 2

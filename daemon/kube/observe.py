@@ -1,0 +1,263 @@
+"""Raw objects from the API server to typed events, at the border; only what changes admission is passed on.
+
+The fold is the reference: an object is news only when it differs from what the fold already holds (a Job's pod
+counts ticking is not; its queue label changing while it waits is). A full list (start-up, or after a 410) is
+compared as a whole, so what disappeared while nobody watched is appended as deleted. A bad object becomes one
+`object.rejected` event naming the object and the field, once per distinct problem, and never stops the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from daemon.domain import events as ev
+from daemon.domain import model
+from daemon.domain.actuation import Action
+from daemon.domain.state import Phase, State
+from daemon.kube.client import Obj
+from daemon.manifests import ManifestError, adapter_for, parse_object
+from daemon.obs.logging import get_logger
+from daemon.stages.ports import Clock, Observed
+
+log = get_logger("admitd.observe")
+
+_KEEP_META = ("name", "namespace", "labels", "annotations")
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def as_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What a user wrote: apiVersion, kind, the user-set metadata and spec; the server's own fields dropped."""
+    meta = _meta(obj)
+    out: dict[str, Any] = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {k: meta[k] for k in _KEEP_META if k in meta},
+    }
+    annotations = out["metadata"].get("annotations")
+    if isinstance(annotations, Mapping):
+        # kubectl's copy of the whole object is not the user's annotation, and can exceed what we accept.
+        trimmed = {k: v for k, v in annotations.items() if k != "kubectl.kubernetes.io/last-applied-configuration"}
+        out["metadata"]["annotations"] = trimmed
+    for key in ("spec", "value", "globalDefault", "description", "preemptionPolicy"):
+        if key in obj:
+            out[key] = obj[key]
+    if obj.get("kind") == "PriorityClass":
+        out.pop("preemptionPolicy", None)
+        out.pop("description", None)
+    if obj.get("kind") == "Namespace":
+        out.pop("spec", None)
+    return out
+
+
+def timestamp_ms(value: object) -> int | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What the observer reads of a Job's status."""
+
+    suspended: bool
+    active: int
+    finished: str | None  # "Complete" | "Failed" | None
+
+
+def job_view(obj: Mapping[str, Any]) -> JobView:
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    finished = None
+    for cond in status.get("conditions") or ():
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            finished = cond["type"]
+    active = int(status.get("active") or 0) + int(status.get("terminating") or 0)
+    return JobView(suspended=bool(spec.get("suspend")), active=active, finished=finished)
+
+
+class Observer:
+    """Turns watch events and lists into `Observed` batches for the ingest stage."""
+
+    def __init__(
+        self,
+        state: State,
+        put: Callable[[Observed], None],
+        clock: Clock,
+        *,
+        on_started_unsuspended: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.state = state
+        self.put = put
+        self.clock = clock
+        self.on_started_unsuspended = on_started_unsuspended
+        self._rejected: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, ns/name) -> errors last reported
+
+    # --- jobs ------------------------------------------------------------------------------------------------
+
+    def job_event(self, type_: str, obj: Obj) -> None:
+        events = self._job(obj, deleted=type_ == "DELETED")
+        if events:
+            self.put(Observed(tuple(events)))
+
+    def jobs_listed(self, items: list[Obj]) -> None:
+        events: list[ev.Event] = []
+        seen: set[str] = set()
+        for obj in items:
+            meta = _meta(obj)
+            seen.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+            events.extend(self._job(obj, deleted=False))
+        now = self.clock.now()
+        for key, rec in list(self.state.workloads.items()):
+            if key not in seen and rec.workload.kind == "Job":
+                events.append(ev.JobDeleted(job=key, at=now))
+        if events:
+            self.put(Observed(tuple(events)))
+
+    def _job(self, obj: Obj, *, deleted: bool) -> list[ev.Event]:
+        adapter = adapter_for(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+        if adapter is None or not adapter.is_managed(obj):
+            return []
+        meta = _meta(obj)
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        rec = self.state.workloads.get(key)
+        now = self.clock.now()
+        if deleted:
+            return [ev.JobDeleted(job=key, at=now)] if rec is not None else []
+        if key in self.state.finished:
+            return []
+        view = job_view(obj)
+        if view.finished is not None:
+            if rec is None:
+                return []
+            return [ev.JobFinished(job=key, at=now, succeeded=view.finished == "Complete")]
+        out: list[ev.Event] = []
+        if rec is None or rec.phase is Phase.PENDING:
+            created = timestamp_ms(meta.get("creationTimestamp")) or now
+            try:
+                wl = adapter.to_workload(as_manifest(obj), created_at=created, uid=str(meta.get("uid", "")))
+            except ManifestError as e:
+                return self._reject(str(obj.get("kind")), key, (str(e),))
+            self._rejected.pop((wl.kind, key), None)
+            if rec is None or rec.workload != wl:
+                out.append(ev.JobObserved(workload=wl))
+            if not view.suspended and self.on_started_unsuspended is not None:
+                order = self.state.outbox.get(key)
+                if order is None or order.action is not Action.UNSUSPEND:
+                    self.on_started_unsuspended(key, str(meta.get("uid", "")))
+        elif rec.evicting and view.suspended and view.active == 0:
+            out.append(ev.WorkloadEvicted(workload=key, at=now, reason=rec.eviction_reason or "Preempted"))
+        return out
+
+    # --- queue objects, namespaces, priority classes ----------------------------------------------------------
+
+    def object_event(self, type_: str, obj: Obj) -> None:
+        events = self._object(obj, deleted=type_ == "DELETED")
+        if events:
+            self.put(Observed(tuple(events)))
+
+    def objects_listed(self, kind: str) -> Callable[[list[Obj]], None]:
+        def listed(items: list[Obj]) -> None:
+            events: list[ev.Event] = []
+            seen: set[str] = set()
+            for obj in items:
+                meta = _meta(obj)
+                seen.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}".lstrip("/"))
+                events.extend(self._object(obj, deleted=False))
+            events.extend(self._gone(kind, seen))
+            if events:
+                self.put(Observed(tuple(events)))
+
+        return listed
+
+    def _gone(self, kind: str, seen: set[str]) -> list[ev.Event]:
+        s = self.state
+        match kind:
+            case "ResourceFlavor":
+                return [ev.ResourceFlavorDeleted(name=n) for n in s.flavors if n not in seen]
+            case "ClusterQueue":
+                return [ev.ClusterQueueDeleted(name=n) for n in s.cluster_queues if n not in seen]
+            case "Cohort":
+                return [ev.CohortDeleted(name=n) for n in s.cohorts if n not in seen]
+            case "LocalQueue":
+                return [
+                    ev.LocalQueueDeleted(namespace=lq.namespace, name=lq.name)
+                    for k, lq in s.local_queues.items()
+                    if k not in seen
+                ]
+        return []  # priority classes and namespaces have no deletion event: existing workloads keep what they got
+
+    def _object(self, obj: Obj, *, deleted: bool) -> list[ev.Event]:
+        kind = str(obj.get("kind", ""))
+        meta = _meta(obj)
+        name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
+        s = self.state
+        if deleted:
+            match kind:
+                case "ResourceFlavor" if name in s.flavors:
+                    return [ev.ResourceFlavorDeleted(name=name)]
+                case "ClusterQueue" if name in s.cluster_queues:
+                    return [ev.ClusterQueueDeleted(name=name)]
+                case "Cohort" if name in s.cohorts:
+                    return [ev.CohortDeleted(name=name)]
+                case "LocalQueue" if f"{namespace}/{name}" in s.local_queues:
+                    return [ev.LocalQueueDeleted(namespace=namespace, name=name)]
+            return []
+        parsed = parse_object(as_manifest(obj))
+        subject = f"{namespace}/{name}" if namespace else name
+        if not parsed.ok or parsed.obj is None:
+            return self._reject(kind, subject, tuple(str(e) for e in parsed.errors))
+        self._rejected.pop((kind, subject), None)
+        event = _observed(parsed.obj)
+        return [event] if event is not None and _is_news(s, event) else []
+
+    def _reject(self, kind: str, subject: str, errors: tuple[str, ...]) -> list[ev.Event]:
+        if self._rejected.get((kind, subject)) == errors:
+            return []
+        self._rejected[(kind, subject)] = errors
+        namespace, _, name = subject.rpartition("/")
+        log.warning("object rejected", kind=kind, object=subject, errors=list(errors))
+        return [ev.ObjectRejected(kind=kind, name=name, namespace=namespace or None, errors=errors)]
+
+
+def _observed(obj: object) -> ev.Event | None:
+    match obj:
+        case model.ResourceFlavor():
+            return ev.ResourceFlavorObserved(flavor=obj)
+        case model.ClusterQueue():
+            return ev.ClusterQueueObserved(cluster_queue=obj)
+        case model.Cohort():
+            return ev.CohortObserved(cohort=obj)
+        case model.LocalQueue():
+            return ev.LocalQueueObserved(local_queue=obj)
+        case model.PriorityClass():
+            return ev.PriorityClassObserved(priority_class=obj)
+        case model.Namespace():
+            return ev.NamespaceObserved(namespace=obj)
+    return None
+
+
+def _is_news(s: State, event: ev.Event) -> bool:
+    match event:
+        case ev.ResourceFlavorObserved(flavor=f):
+            return s.flavors.get(f.name) != f
+        case ev.ClusterQueueObserved(cluster_queue=cq):
+            return s.cluster_queues.get(cq.name) != cq
+        case ev.CohortObserved(cohort=c):
+            return s.cohorts.get(c.name) != c
+        case ev.LocalQueueObserved(local_queue=lq):
+            return s.local_queues.get(lq.key) != lq
+        case ev.PriorityClassObserved(priority_class=pc):
+            return s.priority_classes.get((pc.kind, pc.name)) != pc
+        case ev.NamespaceObserved(namespace=ns):
+            return s.namespaces.get(ns.name) != ns
+    return True

@@ -1,0 +1,299 @@
+"""`admitd run`: the daemon on a real cluster, wired from the same stages the simulator runs.
+
+Start-up: replay the log (newest valid snapshot + tail), then list the cluster (queue objects first, then Jobs)
+and append only the differences, so the log stays the history and the cluster the truth about what exists now.
+Then the stages run as guarded concurrent loops beside the watches, the webhook server and the health/metrics
+server. `/readyz` answers 200 only after the replay and the first full list. SIGTERM or SIGINT drains: the loops
+stop, the batch in flight is committed, the watches close, and the process exits 0. An unexpected crash of any
+loop exits non-zero, because a restart (replay) is the recovery path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from daemon.domain.admission import AdmissionEngine, EngineConfig
+from daemon.domain.state import State
+from daemon.eventlog import EventStore, LogReader, replay
+from daemon.kube import webhook
+from daemon.kube.actuate import JobActuator
+from daemon.kube.client import KubeClient, Obj, load_configuration
+from daemon.kube.errors import KubeError, NotFound
+from daemon.kube.observe import Observer
+from daemon.kube.watch import Reflector, Resource
+from daemon.obs.logging import get_logger
+from daemon.stages.actuate import Actuate
+from daemon.stages.admit import Admit
+from daemon.stages.ingest import Ingest
+from daemon.stages.ports import Inbox, Outcome, WallClock
+from daemon.stages.recorder import Recorder
+from daemon.stages.runner import StageCrashed, run_concurrently
+
+log = get_logger("admitd.run")
+
+KUEUE_KINDS = ("resourceflavors", "cohorts", "clusterqueues", "localqueues", "workloadpriorityclasses")
+MANAGED_BY = ("app.kubernetes.io/managed-by", "admitd")
+
+
+class StartupError(Exception):
+    """The daemon cannot start (configuration, CRDs owned by another installation, an unusable log)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    db: Path
+    kubeconfig: Path | None = None
+    context: str | None = None
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    webhook_host: str = "0.0.0.0"
+    webhook_port: int = 9443
+    webhook_url: str | None = None  # register by URL (outside the cluster), e.g. https://127.0.0.1:9443
+    webhook_service: tuple[str, str, int] | None = ("admitd-system", "admitd-webhook", 443)
+    webhook_failure_policy: str = "Fail"
+    register_webhook: bool = True
+    cert_dir: Path = Path("certs")
+    health_host: str = "0.0.0.0"
+    health_port: int = 8080
+    actuation_parallelism: int = 16
+
+
+class KubeCluster:
+    """The real Cluster: observations from the Reflectors through the Observer, actuations as Job patches."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self.actuator = JobActuator(client)
+        self.inbox: Inbox | None = None
+
+    def connect(self, inbox: Inbox) -> None:
+        self.inbox = inbox
+
+    async def carry_out(self, order: Any) -> Outcome:
+        return await self.actuator.carry_out(order)
+
+
+async def check_crds(client: KubeClient) -> str:
+    """The kueue.x-k8s.io version to watch; refuses CRDs that another installation (Kueue) owns."""
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/clusterqueues.kueue.x-k8s.io"
+    try:
+        crd = await client.request("GET", path)
+    except NotFound:
+        raise StartupError(
+            "the kueue.x-k8s.io CRDs are not installed: apply them first (kubectl apply --server-side -k config/crd)"
+        ) from None
+    labels = (crd.get("metadata") or {}).get("labels") or {}
+    if labels.get(MANAGED_BY[0]) != MANAGED_BY[1]:
+        owner = labels.get(MANAGED_BY[0]) or "not admitd"
+        raise StartupError(
+            f"the kueue.x-k8s.io CRDs belong to another installation ({MANAGED_BY[0]}={owner}), probably Kueue: "
+            "admitd will not run beside it. Uninstall Kueue, or run admitd on another cluster."
+        )
+    versions = [v for v in crd.get("spec", {}).get("versions", []) if v.get("storage")]
+    return str(versions[0]["name"]) if versions else "v1beta2"
+
+
+class Daemon:
+    def __init__(self, options: RunOptions) -> None:
+        self.options = options
+        self.ready = False
+        self.stopping = False
+
+    async def run(self) -> int:
+        opts = self.options
+        clock = WallClock()
+        state = self._replay(opts.db)
+        cfg = await load_configuration(opts.kubeconfig, opts.context)
+        async with KubeClient(cfg) as client, await EventStore.open(opts.db) as store:
+            version = await check_crds(client)
+            recorder = Recorder(store, state, clock, wait_durable=True)
+            cluster = KubeCluster(client)
+            actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_parallelism)
+            admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit)
+            ingest = Ingest(recorder, admit.notify)
+            cluster.connect(ingest)
+            starter = _suspender(cluster.actuator)
+            observer = Observer(state, ingest.put, clock, on_started_unsuspended=starter)
+            queue_reflectors = [
+                Reflector(
+                    client,
+                    Resource("namespaces", "/api/v1/namespaces"),
+                    on_event=observer.object_event,
+                    on_listed=observer.objects_listed("Namespace"),
+                ),
+                Reflector(
+                    client,
+                    Resource("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+                    on_event=observer.object_event,
+                    on_listed=observer.objects_listed("PriorityClass"),
+                ),
+                *(
+                    Reflector(
+                        client,
+                        Resource(kind, f"/apis/kueue.x-k8s.io/{version}/{kind}"),
+                        on_event=observer.object_event,
+                        on_listed=observer.objects_listed(_KIND[kind]),
+                    )
+                    for kind in KUEUE_KINDS
+                ),
+            ]
+            jobs = Reflector(
+                client,
+                Resource("jobs", "/apis/batch/v1/jobs"),
+                on_event=observer.job_event,
+                on_listed=observer.jobs_listed,
+            )
+            web_runner = await self._serve_health(opts, lambda: str(opts.db))
+            webhook_runner = await self._serve_webhook(client, opts)
+            main = asyncio.current_task()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._stop, main)
+            stages = (ingest, actuate, admit)
+            try:
+                others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
+                others.append(("startup", self._startup(queue_reflectors, jobs, actuate)))
+                await run_concurrently(stages, clock, others=others, due={"actuate": actuate.next_due})
+            except asyncio.CancelledError:
+                if not self.stopping:
+                    raise
+                log.info("stopping: committing the batch in flight")
+            except StageCrashed:
+                return 1
+            finally:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await recorder.catch_up()
+                await web_runner.cleanup()
+                if webhook_runner is not None:
+                    await webhook_runner.cleanup()
+        log.info("stopped", seq=state.seq)
+        return 0
+
+    def _stop(self, task: asyncio.Task[Any] | None) -> None:
+        self.stopping = True
+        if task is not None:
+            task.cancel()
+
+    @staticmethod
+    def _replay(db: Path) -> State:
+        if not db.exists():
+            return State()
+        with LogReader(db) as reader:
+            state = replay(reader)
+        log.info("replayed the log", seq=state.seq, workloads=len(state.workloads), outbox=len(state.outbox))
+        return state
+
+    async def _startup(self, queue_reflectors: list[Reflector], jobs: Reflector, actuate: Actuate) -> None:
+        """Queue objects listed first, then Jobs, then the outbox; ready after that. Then watch Jobs."""
+        await asyncio.gather(*(r.synced.wait() for r in queue_reflectors))
+        jobs_task = asyncio.create_task(jobs.run(), name="watch-jobs")
+        await jobs.synced.wait()
+        resumed = actuate.resume()
+        self.ready = True
+        log.info("ready: replayed and listed", outbox_resumed=resumed)
+        await jobs_task
+
+    async def _serve_health(self, opts: RunOptions, db: Any) -> web.AppRunner:
+        from daemon.obs.metrics import CONTENT_TYPE, LogMetrics  # noqa: PLC0415 - SQLite reads, only when scraped
+
+        metrics: LogMetrics | None = None
+
+        async def healthz(_: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        async def readyz(_: web.Request) -> web.Response:
+            return web.Response(text="ready" if self.ready else "not ready", status=200 if self.ready else 503)
+
+        async def scrape(_: web.Request) -> web.Response:
+            nonlocal metrics
+            if metrics is None:
+                metrics = LogMetrics(opts.db)
+            body = await asyncio.to_thread(metrics.render)
+            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+        app = web.Application()
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+        app.router.add_get("/metrics", scrape)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, opts.health_host, opts.health_port).start()
+        log.info("serving /healthz, /readyz and /metrics", port=opts.health_port)
+        return runner
+
+    async def _serve_webhook(self, client: KubeClient, opts: RunOptions) -> web.AppRunner | None:
+        names = ["127.0.0.1", "localhost", socket.gethostname()]
+        if opts.webhook_service is not None:
+            ns, name, _ = opts.webhook_service
+            names += [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
+        cert = webhook.load_or_make_cert(opts.cert_dir, names)
+        runner = web.AppRunner(webhook.routes(_extra_routes()), access_log=None)
+        await runner.setup()
+        ctx = webhook.ssl_context(cert, opts.cert_dir)
+        await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=ctx).start()
+        log.info("webhook serving", port=opts.webhook_port)
+        if opts.register_webhook:
+            body = webhook.webhook_configuration(
+                cert.cert_pem,
+                url=opts.webhook_url,
+                service=None if opts.webhook_url else opts.webhook_service,
+                failure_policy=opts.webhook_failure_policy,
+            )
+            await webhook.register(client, body)
+        return runner
+
+
+_KIND = {
+    "resourceflavors": "ResourceFlavor",
+    "cohorts": "Cohort",
+    "clusterqueues": "ClusterQueue",
+    "localqueues": "LocalQueue",
+    "workloadpriorityclasses": "WorkloadPriorityClass",
+}
+
+
+def _extra_routes() -> dict[str, Any]:
+    try:
+        from daemon.manifests.conversion import review  # noqa: PLC0415 - optional until conversion lands
+    except ImportError:
+        return {}
+    return {"/convert": review}
+
+
+def _suspender(actuator: JobActuator) -> Any:
+    pending: set[str] = set()
+
+    def started_unsuspended(key: str, uid: str) -> None:
+        if key in pending:
+            return
+        pending.add(key)
+
+        async def suspend() -> None:
+            try:
+                await actuator.suspend_now("Job", key, uid)
+            finally:
+                pending.discard(key)
+
+        asyncio.get_running_loop().create_task(suspend())
+
+    return started_unsuspended
+
+
+async def run_daemon(options: RunOptions) -> int:
+    try:
+        return await Daemon(options).run()
+    except (StartupError, KubeError) as e:
+        log.error("cannot start", error=str(e))
+        raise
+
+
+__all__ = ["Daemon", "KubeCluster", "Obj", "RunOptions", "StartupError", "run_daemon"]

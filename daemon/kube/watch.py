@@ -1,0 +1,118 @@
+"""List, then watch: one Reflector per resource keeps a stream of changes flowing, whatever the API server does.
+
+It lists (in pages), hands the whole list to `on_listed`, then watches from the list's resourceVersion with
+bookmarks. A stream that ends is resumed from the last resourceVersion seen; a 410 Gone (the version was compacted
+away) means a fresh list, whose differences the observer appends; any other failure is retried with jittered
+exponential backoff. Every restart is logged and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from daemon.kube.client import KubeClient, Obj
+from daemon.kube.errors import Gone, KubeError, Permanent, Temporary
+from daemon.obs.logging import get_logger
+
+log = get_logger("admitd.watch")
+
+WATCH_TIMEOUT_S = 290  # the server closes a watch after this; we resume from the last resourceVersion
+PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A watched collection: `path` lists it in every namespace, e.g. /apis/batch/v1/jobs."""
+
+    name: str
+    path: str
+
+
+def backoff_s(attempt: int, rng: random.Random) -> float:
+    """0.2 s doubling up to 30 s, with ±25% jitter."""
+    return float(min(30.0, 0.2 * 2 ** min(attempt, 10)) * rng.uniform(0.75, 1.25))
+
+
+class Reflector:
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: Resource,
+        *,
+        on_event: Callable[[str, Obj], None],
+        on_listed: Callable[[list[Obj]], None],
+        seed: int | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.on_event = on_event
+        self.on_listed = on_listed
+        self.synced = asyncio.Event()  # set after the first full list
+        self.restarts = 0
+        self.resource_version: str | None = None
+        self._rng = random.Random(seed)
+
+    async def _list(self) -> str:
+        items: list[Obj] = []
+        params = {"limit": str(PAGE)}
+        while True:
+            page = await self.client.request("GET", self.resource.path, params=params)
+            # List items come without apiVersion and kind; the list names them (kind "JobList" holds Jobs).
+            api_version, kind = page.get("apiVersion", ""), str(page.get("kind", "")).removesuffix("List")
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", kind)
+                items.append(item)
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                self.on_listed(items)
+                return str(meta.get("resourceVersion", ""))
+            params = {"limit": str(PAGE), "continue": token}
+
+    async def run(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                if self.resource_version is None:
+                    self.resource_version = await self._list()
+                    self.synced.set()
+                await self._watch()
+                attempt = 0  # the server ended a healthy stream: resume at once
+            except Gone as e:
+                self.restarts += 1
+                log.info("watch expired; listing again", resource=self.resource.name, error=str(e))
+                self.resource_version = None
+            except (Temporary, Permanent) as e:
+                self.restarts += 1
+                delay = backoff_s(attempt, self._rng)
+                attempt += 1
+                level = log.error if isinstance(e, Permanent) else log.warning
+                level("watch failed; retrying", resource=self.resource.name, error=str(e), retry_in_s=round(delay, 2))
+                await asyncio.sleep(delay)
+
+    async def _watch(self) -> None:
+        params = {
+            "resourceVersion": self.resource_version or "",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(WATCH_TIMEOUT_S),
+        }
+        async for type_, obj in self.client.stream(self.resource.path, params, server_timeout_s=WATCH_TIMEOUT_S):
+            meta = obj.get("metadata") or {}
+            if type_ == "ERROR":
+                code = obj.get("code")
+                message = f"{obj.get('reason', '')}: {obj.get('message', '')}"
+                if code == 410:
+                    raise Gone("WATCH", self.resource.path, 410, message)
+                raise Temporary("WATCH", self.resource.path, code if isinstance(code, int) else None, message)
+            rv = meta.get("resourceVersion")
+            if rv:
+                self.resource_version = str(rv)
+            if type_ in ("ADDED", "MODIFIED", "DELETED"):
+                self.on_event(type_, obj)
+
+
+__all__ = ["KubeError", "Reflector", "Resource", "backoff_s"]

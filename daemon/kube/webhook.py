@@ -1,0 +1,214 @@
+"""Suspend on create: the mutating admission webhook, its self-managed serving certificate and its registration.
+
+Every Job that carries the `kueue.x-k8s.io/queue-name` label is created with `spec.suspend: true`, so none of its
+pods starts before admitd admits it. The MutatingWebhookConfiguration selects only labelled Jobs (objectSelector),
+so the API server never calls admitd for any other object. Its failurePolicy is Fail by default, as Kueue's: while
+admitd is down, labelled Jobs cannot be created (the client gets an error and retries), and no job ever runs
+unqueued. With `--webhook-failure-policy Ignore`, they are created unsuspended while admitd is down, and admitd
+suspends them at once when it sees them (logged), which may let some pods start in between.
+
+admitd makes its own serving certificate (self-signed, 1 year), renews it when less than 30 days remain, and
+patches the certificate into the configuration's caBundle. Outside the cluster (the local control plane), the
+configuration points at a URL instead of a Service.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+import json
+import ssl
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from daemon.kube.client import KubeClient
+from daemon.kube.errors import NotFound
+from daemon.manifests import QUEUE_NAME_LABEL
+from daemon.obs.logging import get_logger
+
+log = get_logger("admitd.webhook")
+
+CONFIGURATION_NAME = "admitd"
+MUTATE_JOBS_PATH = "/mutate-batch-v1-job"
+CERT_VALIDITY = dt.timedelta(days=365)
+RENEW_BEFORE = dt.timedelta(days=30)
+
+
+@dataclass(frozen=True, slots=True)
+class ServingCert:
+    cert_pem: bytes
+    key_pem: bytes
+    not_after: dt.datetime
+
+    def due(self, now: dt.datetime) -> bool:
+        return self.not_after - now < RENEW_BEFORE
+
+
+def make_serving_cert(names: Sequence[str], now: dt.datetime | None = None) -> ServingCert:
+    """A self-signed certificate for `names` (DNS names or IP addresses); it is its own CA for the caBundle."""
+    now = now or dt.datetime.now(dt.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
+    alt: list[x509.GeneralName] = []
+    for name in names:
+        try:
+            alt.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            alt.append(x509.DNSName(name))
+    not_after = now + CERT_VALIDITY
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(not_after)
+        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return ServingCert(
+        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
+        key_pem=key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+        not_after=not_after,
+    )
+
+
+def load_or_make_cert(directory: Path, names: Sequence[str]) -> ServingCert:
+    """The certificate kept in `directory` while it is valid for long enough and for these names, else a new one."""
+    cert_path, key_path = directory / "webhook.crt", directory / "webhook.key"
+    now = dt.datetime.now(dt.UTC)
+    if cert_path.is_file() and key_path.is_file():
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        try:
+            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            have = {str(v) for v in san.get_values_for_type(x509.DNSName)} | {
+                str(v) for v in san.get_values_for_type(x509.IPAddress)
+            }
+        except x509.ExtensionNotFound:
+            have = set()
+        kept = ServingCert(cert_path.read_bytes(), key_path.read_bytes(), cert.not_valid_after_utc)
+        if not kept.due(now) and set(names) <= have:
+            return kept
+    fresh = make_serving_cert(names, now)
+    directory.mkdir(parents=True, exist_ok=True)
+    key_path.touch(mode=0o600)
+    key_path.write_bytes(fresh.key_pem)
+    cert_path.write_bytes(fresh.cert_pem)
+    log.info("webhook serving certificate written", path=str(cert_path), not_after=fresh.not_after.isoformat())
+    return fresh
+
+
+def ssl_context(cert: ServingCert, directory: Path) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(directory / "webhook.crt", directory / "webhook.key")
+    return ctx
+
+
+def suspend_patch(job: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The JSON patch that makes a labelled Job start suspended; None when nothing needs to change."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    if not labels.get(QUEUE_NAME_LABEL):
+        return None
+    if (job.get("spec") or {}).get("suspend") is True:
+        return None
+    return [{"op": "add", "path": "/spec/suspend", "value": True}]
+
+
+def admission_response(review: Mapping[str, Any]) -> dict[str, Any]:
+    """An AdmissionReview (admission.k8s.io/v1) answered: always allowed, with the suspend patch when needed."""
+    request = review.get("request") or {}
+    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+    patch = suspend_patch(request.get("object") or {})
+    if patch is not None:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def webhook_configuration(
+    ca_bundle: bytes,
+    *,
+    url: str | None,
+    service: tuple[str, str, int] | None,
+    failure_policy: str,
+) -> dict[str, Any]:
+    client_config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
+    if url is not None:
+        client_config["url"] = url.rstrip("/") + MUTATE_JOBS_PATH
+    elif service is not None:
+        namespace, name, port = service
+        client_config["service"] = {"namespace": namespace, "name": name, "port": port, "path": MUTATE_JOBS_PATH}
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": CONFIGURATION_NAME, "labels": {"app.kubernetes.io/managed-by": "admitd"}},
+        "webhooks": [
+            {
+                "name": "mjob.admitd.io",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": failure_policy,
+                "timeoutSeconds": 10,
+                "clientConfig": client_config,
+                "objectSelector": {"matchExpressions": [{"key": QUEUE_NAME_LABEL, "operator": "Exists"}]},
+                "rules": [
+                    {
+                        "apiGroups": ["batch"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["jobs"],
+                        "scope": "Namespaced",
+                    }
+                ],
+            }
+        ],
+    }
+
+
+async def register(client: KubeClient, body: dict[str, Any]) -> None:
+    """Create or replace the MutatingWebhookConfiguration (a new caBundle after a renewal included)."""
+    path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    try:
+        current = await client.request("GET", f"{path}/{CONFIGURATION_NAME}")
+    except NotFound:
+        await client.request("POST", path, body=body)
+        log.info("webhook registered", name=CONFIGURATION_NAME)
+        return
+    body = {**body, "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
+    await client.request("PUT", f"{path}/{CONFIGURATION_NAME}", body=body)
+    log.info("webhook registration updated", name=CONFIGURATION_NAME)
+
+
+def routes(
+    extra: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+) -> web.Application:
+    """The webhook server's application: /mutate-batch-v1-job, and any extra JSON-in/JSON-out handlers."""
+
+    def json_handler(answer: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[..., Any]:
+        async def handle(request: web.Request) -> web.Response:
+            try:
+                body = await request.json()
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return web.json_response({"error": "the body is not JSON"}, status=400)
+            return web.json_response(answer(body))
+
+        return handle
+
+    app = web.Application()
+    app.router.add_post(MUTATE_JOBS_PATH, json_handler(admission_response))
+    for path, answer in (extra or {}).items():
+        app.router.add_post(path, json_handler(answer))
+    return app

@@ -1,0 +1,216 @@
+"""Helpers for tests that run `admitd run` as a real process against the local control plane.
+
+Nothing is faked here: the daemon is the installed `admitd` command, the cluster is tests/cluster's, and objects
+are applied with its kubectl. Each daemon gets its own log file and free ports; `stop` sends SIGTERM and checks
+the exit status, `kill` sends SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.integration.conftest import REPO, KubeCluster
+
+CRD_DIR = REPO / "config" / "crd"
+COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kubectl(cluster: KubeCluster, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    result = subprocess.run(
+        [str(cluster.kubectl), "--kubeconfig", str(cluster.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
+    return result.stdout
+
+
+def apply(cluster: KubeCluster, *docs: dict[str, Any] | str) -> None:
+    text = "\n---\n".join(d if isinstance(d, str) else yaml.safe_dump(d) for d in docs)
+    kubectl(cluster, "apply", "-f", "-", stdin=text)
+
+
+def install_crds(cluster: KubeCluster) -> None:
+    """admitd's CRDs, with conversion strategy None: these tests write kueue.x-k8s.io/v1beta2 objects only."""
+    docs = []
+    for path in sorted(CRD_DIR.glob("kueue.x-k8s.io_*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        crd["spec"]["conversion"] = {"strategy": "None"}
+        docs.append(crd)
+    kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    for crd in docs:
+        kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}")
+
+
+def job(
+    namespace: str,
+    name: str,
+    *,
+    queue: str | None,
+    gpus: int = 4,
+    pods: int = 1,
+    runtime: str = "1h",
+    priority_class: str | None = None,
+    node_selector: dict[str, str] | None = None,
+    suspend: bool | None = None,
+) -> dict[str, Any]:
+    """A batch/v1 Job whose pods each ask for `gpus` GPUs and 'run' for `runtime` (kwok)."""
+    labels = {} if queue is None else {"kueue.x-k8s.io/queue-name": queue}
+    if priority_class is not None:
+        labels["kueue.x-k8s.io/priority-class"] = priority_class
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "main",
+                "image": "busybox",
+                "resources": {"requests": {"nvidia.com/gpu": gpus}, "limits": {"nvidia.com/gpu": gpus}},
+            }
+        ],
+    }
+    if node_selector:
+        pod["nodeSelector"] = node_selector
+    spec: dict[str, Any] = {
+        "parallelism": pods,
+        "completions": pods,
+        "backoffLimit": 0,
+        "template": {"metadata": {"annotations": {COMPLETE_DELAY: runtime}}, "spec": pod},
+    }
+    if suspend is not None:
+        spec["suspend"] = suspend
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": spec,
+    }
+
+
+def get_job(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(kubectl(cluster, "get", "job", "-n", namespace, name, "-o", "json"))
+    return out
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 60, every: float = 0.25) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@dataclass
+class Daemon:
+    """One `admitd run` process with its own log file and ports."""
+
+    cluster: KubeCluster
+    workdir: Path
+    extra: tuple[str, ...] = ()
+    db: Path = field(init=False)
+    webhook_port: int = field(init=False, default_factory=free_port)
+    health_port: int = field(init=False, default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.db = self.workdir / "admitd.db"
+        self.stderr = self.workdir / "daemon.log"
+
+    def start(self) -> Daemon:
+        argv = [
+            sys.executable,
+            "-m",
+            "daemon.cli",
+            "--log-level",
+            "info",
+            "run",
+            "--kubeconfig",
+            str(self.cluster.kubeconfig),
+            "--db",
+            str(self.db),
+            "--webhook-host",
+            "127.0.0.1",
+            "--webhook-port",
+            str(self.webhook_port),
+            "--webhook-url",
+            f"https://127.0.0.1:{self.webhook_port}",
+            "--cert-dir",
+            str(self.workdir / "certs"),
+            "--health-host",
+            "127.0.0.1",
+            "--health-port",
+            str(self.health_port),
+            *self.extra,
+        ]
+        with self.stderr.open("ab") as err:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO, env=os.environ.copy())
+        wait_for("the daemon to be ready", self.ready, timeout=60)
+        return self
+
+    def ready(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"the daemon exited with {self.proc.returncode}: {self.stderr.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> int:
+        """SIGTERM; the exit status (0 when it drained cleanly)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=30)
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        self.proc = None
+
+    def events(self) -> list[dict[str, Any]]:
+        out = subprocess.run(
+            [sys.executable, "-m", "daemon.cli", "log", "export", "--db", str(self.db)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO,
+        ).stdout
+        return [json.loads(line) for line in out.splitlines()]
+
+    def verify(self) -> str:
+        result = subprocess.run(
+            [sys.executable, "-m", "daemon.cli", "log", "verify", "--db", str(self.db)],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=REPO,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
