@@ -80,7 +80,7 @@ from daemon.domain.model import (
 from daemon.domain.ordering import candidate_order, entry_order
 from daemon.domain.preemption import Preemptor, Target, classical_targets, oracle_mode
 from daemon.domain.quantity import format_quantity
-from daemon.domain.quota import Node, QuotaTree, Snapshot, cq_available, fits, nominal
+from daemon.domain.quota import Node, QuotaTree, Snapshot, cq_available, fits, nominal, sat_add, sat_sub
 from daemon.domain.view import (
     AdmittedWorkload,
     ClusterView,
@@ -621,7 +621,7 @@ class _Cycle:
                     return None
                 continue
             result = self._evaluate(q, pw)
-            if result.kind is _Kind.NO_TARGETS and not q.reserved and not self._holds_anything(q, result):
+            if result.kind is _Kind.NO_TARGETS and not q.reserved and not self._holds_anything(q, pw, result):
                 q.reserved = True  # the first such workload, but it has nothing to hold: no entry needed
             if result.kind is _Kind.NO_TARGETS and q.reserved:
                 result = _Result(_Kind.NO_FIT, reason=result.reason)
@@ -681,10 +681,16 @@ class _Cycle:
     def _who_of(self, q: _Queue, index: PendingIndex) -> dict[int, tuple[int, ...]]:
         return {priority: self._who(q, priority, 0) for _, priority in index.groups}
 
-    def _holds_anything(self, q: _Queue, r: _Result) -> bool:
+    def _holds_anything(self, q: _Queue, pw: PendingWorkload, r: _Result) -> bool:
         if not self.config.reserve_without_candidates:
             return False
         if q.cq.preemption.reclaim_within_cohort is PreemptionPolicy.ANY or r.assignment is None:
+            return False
+        if _blocked_above(q.node, r.assignment):
+            # Parked (Kueue's inadmissible set): a limit higher in the tree keeps it out whatever it could preempt,
+            # so room held for it would only keep other queues of the tree off idle capacity, for as long as the
+            # blocker stays. A change that lets it in (quota freed, a queue or cohort changed) makes it fit or gives
+            # it candidates in the cycle that follows; until then it holds nothing.
             return False
         return bool(_to_reserve(q.node, r.assignment))
 
@@ -1033,6 +1039,31 @@ def _sticky_first(seq: Sequence[PendingWorkload]) -> Sequence[PendingWorkload]:
 def _no_fit_reason(a: Assignment) -> PendingReason:
     assert a.reason_kind is not None
     return PendingReason(kind=a.reason_kind, message=a.message, shortages=a.shortages)
+
+
+def _blocked_above(node: Node, a: Assignment) -> bool:
+    """Is what keeps `a` out a Cohort's borrowingLimit: would some resource needing preemption fit if the Cohorts
+    above the ClusterQueue had no borrowing limits (its own limits still apply)?"""
+    return any(a.usage.get(fr, 0) <= _available_without_cohort_limits(node, fr) for fr in a.frs_need_preemption)
+
+
+def _available_without_cohort_limits(node: Node, fr: FlavorResource) -> int:
+    """`quota.available` with the borrowing limits of Cohorts ignored; a loop from the root down."""
+    path = [node, *node.path_to_root()]
+    avail = 0
+    for n in reversed(path):
+        usage = n.usage.get(fr, 0)
+        if n.parent is None:
+            avail = sat_sub(n.subtree.get(fr, 0), usage)
+            continue
+        lq = n.local.get(fr, 0)
+        limits = n.quotas.get(fr)
+        if n.is_cq and limits is not None and limits.borrowing_limit is not None:
+            stored_in_parent = sat_sub(n.subtree.get(fr, 0), lq)
+            used_in_parent = max(0, usage - lq)
+            avail = min(sat_add(sat_sub(stored_in_parent, used_in_parent), limits.borrowing_limit), avail)
+        avail = sat_add(max(0, sat_sub(lq, usage)), avail)
+    return max(0, avail)
 
 
 def _to_reserve(node: Node, a: Assignment) -> dict[FlavorResource, int]:
