@@ -29,6 +29,7 @@ from daemon.kube.client import KubeClient, Obj, load_configuration
 from daemon.kube.errors import KubeError, NotFound
 from daemon.kube.observe import Observer
 from daemon.kube.watch import Reflector, Resource
+from daemon.manifests.conversion import review
 from daemon.obs.logging import get_logger
 from daemon.stages.actuate import Actuate
 from daemon.stages.admit import Admit
@@ -236,7 +237,7 @@ class Daemon:
             ns, name, _ = opts.webhook_service
             names += [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
         cert = webhook.load_or_make_cert(opts.cert_dir, names)
-        runner = web.AppRunner(webhook.routes(_extra_routes()), access_log=None)
+        runner = web.AppRunner(webhook.routes({webhook.CONVERT_PATH: review}), access_log=None)
         await runner.setup()
         ctx = webhook.ssl_context(cert, opts.cert_dir)
         await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=ctx).start()
@@ -249,6 +250,8 @@ class Daemon:
                 failure_policy=opts.webhook_failure_policy,
             )
             await webhook.register(client, body)
+            service = None if opts.webhook_url else opts.webhook_service
+            await webhook.point_conversion(client, cert.cert_pem, url=opts.webhook_url, service=service)
         return runner
 
 
@@ -259,14 +262,6 @@ _KIND = {
     "localqueues": "LocalQueue",
     "workloadpriorityclasses": "WorkloadPriorityClass",
 }
-
-
-def _extra_routes() -> dict[str, Any]:
-    try:
-        from daemon.manifests.conversion import review  # noqa: PLC0415 - optional until conversion lands
-    except ImportError:
-        return {}
-    return {"/convert": review}
 
 
 def _suspender(actuator: JobActuator) -> Any:

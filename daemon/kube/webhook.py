@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from daemon.kube.client import KubeClient
+from daemon.kube.client import MERGE_PATCH, KubeClient
 from daemon.kube.errors import NotFound
 from daemon.manifests import QUEUE_NAME_LABEL
 from daemon.obs.logging import get_logger
@@ -190,6 +190,43 @@ async def register(client: KubeClient, body: dict[str, Any]) -> None:
     body = {**body, "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
     await client.request("PUT", f"{path}/{CONFIGURATION_NAME}", body=body)
     log.info("webhook registration updated", name=CONFIGURATION_NAME)
+
+
+CRD_NAMES = tuple(
+    f"{plural}.kueue.x-k8s.io"
+    for plural in ("resourceflavors", "clusterqueues", "localqueues", "cohorts", "workloadpriorityclasses", "workloads")
+)
+CONVERT_PATH = "/convert"
+
+
+async def point_conversion(
+    client: KubeClient, ca_bundle: bytes, *, url: str | None, service: tuple[str, str, int] | None
+) -> None:
+    """Point each CRD's conversion webhook at this daemon, with its current certificate (as Kueue's cert controller
+    does), so v1beta1 and v1beta2 objects convert through `daemon.manifests.conversion`."""
+    # A merge patch: the form not used is set to null, or a CRD installed with a Service would end up with both.
+    client_config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode(), "url": None, "service": None}
+    if url is not None:
+        client_config["url"] = url.rstrip("/") + CONVERT_PATH
+    elif service is not None:
+        namespace, name, port = service
+        client_config["service"] = {"namespace": namespace, "name": name, "port": port, "path": CONVERT_PATH}
+    conversion = {
+        "strategy": "Webhook",
+        "webhook": {"clientConfig": client_config, "conversionReviewVersions": ["v1"]},
+    }
+    pointed = 0
+    for name in CRD_NAMES:
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        try:
+            crd = await client.request("GET", path)
+            if (crd.get("spec", {}).get("conversion") or {}).get("strategy") != "Webhook":
+                continue  # a kind whose versions are the same schema (ResourceFlavor, WorkloadPriorityClass)
+            await client.request("PATCH", path, body={"spec": {"conversion": conversion}}, content_type=MERGE_PATCH)
+            pointed += 1
+        except NotFound:
+            log.warning("CRD not installed; its conversion is not served", crd=name)
+    log.info("CRD conversion webhooks point at this daemon", crds=pointed)
 
 
 def routes(

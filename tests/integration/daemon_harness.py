@@ -55,12 +55,26 @@ def apply(cluster: KubeCluster, *docs: dict[str, Any] | str) -> None:
 
 
 def install_crds(cluster: KubeCluster) -> None:
-    """admitd's CRDs, with conversion strategy None: these tests write kueue.x-k8s.io/v1beta2 objects only."""
-    docs = []
-    for path in sorted(CRD_DIR.glob("kueue.x-k8s.io_*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        crd["spec"]["conversion"] = {"strategy": "None"}
-        docs.append(crd)
+    """admitd's CRDs as config/crd has them (conversion by the admitd webhook Service); a daemon started with
+    --webhook-url then points their conversion at itself."""
+    docs = [yaml.safe_load(path.read_text()) for path in sorted(CRD_DIR.glob("kueue.x-k8s.io_*.yaml"))]
+    for crd in docs:
+        # Undo a URL that an earlier daemon set, so that the apply below does not leave both a URL and a Service.
+        conversion = json.loads(json.dumps(crd["spec"]["conversion"]))
+        if conversion["strategy"] == "Webhook":
+            conversion["webhook"]["clientConfig"]["url"] = None
+        else:
+            conversion["webhook"] = None
+        kubectl(
+            cluster,
+            "patch",
+            "crd",
+            crd["metadata"]["name"],
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"conversion": conversion}}),
+            check=False,
+        )
     kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(docs))
     for crd in docs:
         kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}")

@@ -8,13 +8,14 @@ conversion webhook here). Cluster-scoped names carry the test's namespace, so te
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import KubeCluster
+from tests.integration.conftest import REPO, KubeCluster
 from tests.integration.daemon_harness import (
     Daemon,
     apply,
@@ -99,11 +100,36 @@ def of_type(events: list[dict[str, Any]], type_: str, job_key: str | None = None
     return [e for e in events if e["type"] == type_ and (job_key is None or e["subject"] == f"job/{job_key}")]
 
 
+SEED = REPO.parent / "shared" / "seed"
+
+
+def seed_yaml() -> str:
+    """The users' seed document's YAML, exactly as written there (kueue.x-k8s.io/v1beta1)."""
+    text = "".join(p.read_text() for p in sorted(SEED.glob("*.txt")))
+    start = text.index("apiVersion: kueue.x-k8s.io/v1beta1")
+    end = text.index("clusterQueue: team-research", start) + len("clusterQueue: team-research")
+    return text[start:end] + "\n"
+
+
+@pytest.fixture
+def research(crds: KubeCluster) -> Iterator[str]:
+    """The seed's namespace and objects, removed afterwards (their names are fixed by the seed)."""
+    kubectl(crds, "delete", "namespace", "research", "--ignore-not-found", "--timeout=90s")
+    kubectl(crds, "create", "namespace", "research")
+    try:
+        yield "research"
+    finally:
+        kubectl(crds, "delete", "-f", "-", "--ignore-not-found", "--wait=false", stdin=seed_yaml(), check=False)
+        kubectl(crds, "delete", "namespace", "research", "--timeout=90s")
+
+
 def test_the_seed_setup_runs_two_4_gpu_jobs_and_the_third_when_one_completes(
-    daemon: Daemon, crds: KubeCluster, namespace: str
+    daemon: Daemon, crds: KubeCluster, research: str
 ) -> None:
-    ns, rf, cq = namespace, f"h100-{namespace}", f"research-{namespace}"
-    apply(crds, flavor(rf, **{"gpu-type": "h100"}), cluster_queue(cq, rf, 8), local_queue(ns, "research-queue", cq))
+    ns = research
+    apply(crds, seed_yaml())  # v1beta1, unchanged: the API server converts it through admitd's webhook
+    cq = json.loads(kubectl(crds, "get", "clusterqueues.v1beta1.kueue.x-k8s.io", "team-research", "-o", "json"))
+    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["borrowingLimit"] == 4
     apply(
         crds,
         job(ns, "train-a", queue="research-queue", runtime="8s"),
