@@ -30,6 +30,7 @@ from daemon.kube.errors import KubeError, NotFound
 from daemon.kube.observe import Observer
 from daemon.kube.watch import Reflector, Resource
 from daemon.manifests.conversion import review
+from daemon.obs import systemd
 from daemon.obs.logging import get_logger
 from daemon.stages.actuate import Actuate
 from daemon.stages.admit import Admit
@@ -161,6 +162,7 @@ class Daemon:
             try:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
                 others.append(("startup", self._startup(queue_reflectors, jobs, actuate)))
+                others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
                 await run_concurrently(stages, clock, others=others, due={"actuate": actuate.next_due})
             except asyncio.CancelledError:
                 if not self.stopping:
@@ -181,6 +183,7 @@ class Daemon:
 
     def _stop(self, task: asyncio.Task[Any] | None) -> None:
         self.stopping = True
+        systemd.stopping()
         if task is not None:
             task.cancel()
 
@@ -200,6 +203,7 @@ class Daemon:
         await jobs.synced.wait()
         resumed = actuate.resume()
         self.ready = True
+        systemd.ready()  # Type=notify: READY=1 exactly when /readyz turns 200
         log.info("ready: replayed and listed", outbox_resumed=resumed)
         await jobs_task
 
