@@ -14,6 +14,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import resource
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -69,11 +70,31 @@ def default_db_path() -> Path:
     return Path("admitd.db")
 
 
-def _describe(e: BaseException) -> str:
-    """One line for an error met in the write path: SQLite's own text, else the exception's type and text."""
-    if isinstance(e, EventLogError | sqlite3.Error):
+def _describe(e: BaseException, path: Path) -> str:
+    """One line for an error met in the write path: SQLite's own text (with a likely cause for a failed write,
+    which SQLite reports without its errno), else the exception's type and text."""
+    if isinstance(e, EventLogError):
         return str(e)
-    return f"{type(e).__name__}: {e}"
+    if not isinstance(e, sqlite3.Error):
+        return f"{type(e).__name__}: {e}"
+    name = getattr(e, "sqlite_errorname", "")
+    if name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR"):
+        return f"{e} ({name}{_write_failure_hint(path)})"
+    return str(e)
+
+
+def _write_failure_hint(path: Path) -> str:
+    with contextlib.suppress(OSError):
+        fs = os.statvfs(path.parent)
+        if fs.f_bavail * fs.f_frsize < 4 * 2**20:
+            return f": the file system of {path.parent} is full"
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY:
+        with contextlib.suppress(OSError):
+            biggest = max(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+            if biggest + 2**20 >= soft:
+                return f": the process's file size limit (RLIMIT_FSIZE, ulimit -f) of {soft} bytes is reached"
+    return ""
 
 
 def _classify(path: Path, e: sqlite3.Error) -> EventLogError:
@@ -723,7 +744,7 @@ class EventStore:
                         await conn.rollback()
                     raise
             except (sqlite3.Error, OverflowError) as e:
-                raise AppendFailed(f"{self.path}: snapshot at seq {seq} not written: {_describe(e)}") from e
+                raise AppendFailed(f"{self.path}: snapshot at seq {seq} not written: {_describe(e, self.path)}") from e
 
     async def _guard(self, loop: Callable[[], Any]) -> None:
         """Run a writer loop; any exception stops the writer loudly instead of leaving appenders waiting forever."""
@@ -741,7 +762,7 @@ class EventStore:
         a failed commit also fails them, since each chains onto the batch that was not written.
         """
         if self._failure is None:
-            self._failure = _describe(e)
+            self._failure = _describe(e, self.path)
             log.debug("event log writer stopped", path=str(self.path), cause=self._failure, exc_info=e)
         failed, self._preparing = self._preparing, []
         if in_commit:
