@@ -57,6 +57,14 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     p.add_argument("--cert-dir", type=Path, default=Path("certs"), help="where the webhook's certificate is kept")
     p.add_argument("--health-port", type=int, default=8080, help="port of /healthz, /readyz and /metrics (8080)")
     p.add_argument("--health-host", default="0.0.0.0", help="address of the health server (default 0.0.0.0)")
+    p.add_argument(
+        "--no-workload-objects",
+        action="store_true",
+        help="write no kueue.x-k8s.io Workload per Job (saves about 3 API requests a Job; queue status and Events "
+        "stay); for the largest clusters",
+    )
+    p.add_argument("--status-qps", type=float, default=50.0, help="status writes per second, sustained (default 50)")
+    p.add_argument("--status-burst", type=int, default=100, help="status writes in a burst (default 100)")
     p.set_defaults(func=_cmd_run)
 
 
@@ -82,6 +90,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cert_dir=args.cert_dir,
         health_host=args.health_host,
         health_port=args.health_port,
+        workload_objects=not args.no_workload_objects,
+        status_qps=args.status_qps,
+        status_burst=args.status_burst,
     )
     try:
         return asyncio.run(run_daemon(options))

@@ -28,6 +28,7 @@ from daemon.kube.actuate import JobActuator
 from daemon.kube.client import KubeClient, Obj, load_configuration
 from daemon.kube.errors import KubeError, NotFound
 from daemon.kube.observe import Observer
+from daemon.kube.status import StatusWriter
 from daemon.kube.watch import Reflector, Resource
 from daemon.manifests.conversion import review
 from daemon.obs import systemd
@@ -65,6 +66,9 @@ class RunOptions:
     health_host: str = "0.0.0.0"
     health_port: int = 8080
     actuation_parallelism: int = 16
+    workload_objects: bool = True  # a kueue.x-k8s.io Workload per managed Job (off for the largest clusters)
+    status_qps: float = 50.0  # status writes (Workloads, queue status, Events): sustained rate ...
+    status_burst: int = 100  # ... and burst, one token bucket
 
 
 class KubeCluster:
@@ -113,9 +117,19 @@ class Daemon:
         clock = WallClock()
         state = self._replay(opts.db)
         cfg = await load_configuration(opts.kubeconfig, opts.context)
-        async with KubeClient(cfg) as client, await EventStore.open(opts.db) as store:
+        status_client = KubeClient(cfg, user_agent="admitd-status")  # its own count of requests, and its own pool
+        async with KubeClient(cfg) as client, status_client, await EventStore.open(opts.db) as store:
             version = await check_crds(client)
             recorder = Recorder(store, state, clock, wait_durable=True)
+            status = StatusWriter(
+                status_client,
+                state,
+                clock,
+                workload_objects=opts.workload_objects,
+                qps=opts.status_qps,
+                burst=opts.status_burst,
+            )
+            recorder.listeners.append(status.listener)
             cluster = KubeCluster(client)
             actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_parallelism)
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit)
@@ -162,6 +176,7 @@ class Daemon:
             try:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
                 others.append(("startup", self._startup(queue_reflectors, jobs, actuate)))
+                others.append(("status", status.run(started=jobs.synced)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
                 await run_concurrently(stages, clock, others=others, due={"actuate": actuate.next_due})
             except asyncio.CancelledError:
@@ -178,7 +193,7 @@ class Daemon:
                 await web_runner.cleanup()
                 if webhook_runner is not None:
                     await webhook_runner.cleanup()
-        log.info("stopped", seq=state.seq)
+        log.info("stopped", seq=state.seq, api_requests=client.requests, status_requests=status_client.requests)
         return 0
 
     def _stop(self, task: asyncio.Task[Any] | None) -> None:

@@ -1,0 +1,572 @@
+"""The status writer: Workload objects, ClusterQueue/LocalQueue status and Job Events, batched and rate-limited.
+
+A Recorder listener marks what an appended event makes stale (a Workload, a queue, an Event to send); that is all
+it does, so the append path stays cheap. The writer's workers take marked keys after a short linger, build the
+object from the fold as it is *then* (so ten changes to one queue in the meantime cost one write), compare it with
+what was last written (read back once at start-up with one list per kind) and write only differences, each write
+taking a token from one bucket so that a deep queue never hammers the API server. Writes are merge patches on the
+/status subresource; a Workload is created once with a POST. Nothing here is a source of truth: it is all rebuilt
+from the log and the cluster after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from daemon.domain import events as ev
+from daemon.domain.state import Phase, State
+from daemon.kube import status_objects as so
+from daemon.kube.client import MERGE_PATCH, KubeClient, Obj
+from daemon.kube.errors import Conflict, KubeError, NotFound, Permanent, Temporary
+from daemon.obs.logging import get_logger
+from daemon.stages.ports import Clock
+
+log = get_logger("admitd.status")
+
+Key = tuple[str, str]  # ("wl", ns/job) | ("cq", name) | ("lq", ns/name) | ("ev", id)
+
+_BASE = f"/apis/{so.GROUP}/{so.VERSION}"
+_RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+MAX_QUEUED_EVENTS = 10_000  # beyond this, the oldest unsent Pending events are dropped (Kubernetes Events are lossy)
+
+
+@dataclass(slots=True)
+class _Job:
+    """What the writer keeps of a live job that the fold forgets when it finishes."""
+
+    uid: str
+    kind: str
+    local_queue: str  # ns/name, "" without a queue
+    cluster_queue: str | None = None  # while it holds quota there
+    preemption: so.Preemption | None = None
+    finished: bool | None = None
+    name: str = ""  # its Workload's name, once created
+    spec: Obj | None = None  # the Workload spec last written
+    status: Obj | None = None  # the Workload status last written (or read back)
+
+
+@dataclass(slots=True)
+class WriterStats:
+    writes: dict[str, int] = field(default_factory=dict)  # per kind of write
+    skipped: int = 0  # keys drained whose object was already as desired
+    failed: int = 0
+
+    def count(self, kind: str) -> None:
+        self.writes[kind] = self.writes.get(kind, 0) + 1
+
+
+class StatusWriter:
+    """Mark with `listener` (a Recorder listener); `run` writes. `workload_objects=False` keeps Workloads out."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        state: State,
+        clock: Clock,
+        *,
+        workload_objects: bool = True,
+        qps: float = 50.0,
+        burst: int = 100,
+        linger_s: float = 0.1,
+        parallelism: int = 4,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.state = state
+        self.clock = clock
+        self.workload_objects = workload_objects
+        self.linger_s = linger_s
+        self.parallelism = parallelism
+        self.monotonic = monotonic
+        self.bucket = so.TokenBucket(qps, burst, monotonic())
+        self.stats = WriterStats()
+        self.instance = socket.gethostname()
+        self._dirty: dict[Key, float] = {}  # key -> monotonic time first marked; insertion order is drain order
+        self._inflight: set[Key] = set()
+        self._wake = asyncio.Event()
+        self._jobs: dict[str, _Job] = {}
+        self._cq_status: dict[str, Obj] = {}
+        self._lq_status: dict[str, Obj] = {}
+        self._events: dict[str, so.JobEvent] = {}  # event id -> event, unsent
+        self._pending_event: dict[str, str] = {}  # job -> id of its unsent Pending event
+        self._event_ids = 0
+        self._attempts: dict[Key, int] = {}
+        self._round: dict[str, so.QueueCounts] | None = None  # LocalQueue counts, per drain round
+        self._round_at = -1.0
+
+    # --- marking (the Recorder listener: cheap) ---------------------------------------------------------------
+
+    def _mark(self, key: Key) -> None:
+        if key not in self._dirty:
+            self._dirty[key] = self.monotonic()
+            self._wake.set()
+
+    def _mark_job_queues(self, key: str) -> None:
+        job = self._jobs.get(key)
+        if job is None:
+            return
+        if job.local_queue:
+            self._mark(("lq", job.local_queue))
+            lq = self.state.local_queues.get(job.local_queue)
+            if lq is not None:
+                self._mark(("cq", lq.cluster_queue))
+        if job.cluster_queue:
+            self._mark(("cq", job.cluster_queue))
+
+    def listener(self, event: ev.Event, seq: int) -> None:
+        match event:
+            case ev.JobObserved(workload=wl):
+                job = self._jobs.get(wl.key)
+                lq = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else ""
+                if job is None:
+                    self._jobs[wl.key] = _Job(uid=wl.uid, kind=wl.kind, local_queue=lq)
+                else:
+                    if job.local_queue != lq:
+                        self._mark_job_queues(wl.key)  # the old queues lose a pending workload
+                    job.uid, job.local_queue = wl.uid, lq
+                self._mark(("wl", wl.key))
+                self._mark_job_queues(wl.key)
+            case ev.WorkloadPending(workload=key, reason=reason, at=at):
+                job = self._jobs.get(key)
+                if job is not None:
+                    self._mark(("wl", key))
+                    self._event(key, job, "Pending", so.pending_message(reason), "Normal", at, seq)
+            case ev.WorkloadAdmitted(workload=key, admission=admission, at=at):
+                job = self._jobs.get(key)
+                if job is not None:
+                    job.cluster_queue = admission.cluster_queue
+                    self._mark(("wl", key))
+                    self._mark_job_queues(key)
+                    rec = self.state.workloads.get(key)
+                    waited = None if rec is None else at - rec.queue_order_at
+                    self._event(key, job, "Admitted", so.admitted_message(admission, waited), "Normal", at, seq)
+            case ev.WorkloadPreempted(workload=key, at=at):
+                job = self._jobs.get(key)
+                if job is not None:
+                    p = self._preemption(event)
+                    job.preemption = p
+                    self._mark(("wl", key))
+                    self._event(key, job, so.eviction_reason(p), so.eviction_message(p), "Normal", at, seq)
+            case ev.WorkloadEvicted(workload=key):
+                if key in self._jobs:
+                    self._mark(("wl", key))
+                    self._mark_job_queues(key)
+                    self._jobs[key].cluster_queue = None
+            case ev.JobFinished(job=key, succeeded=succeeded):
+                job = self._jobs.get(key)
+                if job is not None:
+                    job.finished = succeeded
+                    self._mark(("wl", key))
+                    self._mark_job_queues(key)
+                    job.cluster_queue = None
+            case ev.JobDeleted(job=key):
+                if key in self._jobs:
+                    self._mark_job_queues(key)
+                    self._mark(("wl", key))  # drained as gone: the garbage collector deletes the Workload
+            case ev.ClusterQueueObserved(cluster_queue=cq):
+                self._mark_cq_and_its_lqs(cq.name)
+            case ev.ClusterQueueDeleted(name=name):
+                self._mark_cq_and_its_lqs(name)
+            case ev.LocalQueueObserved(local_queue=lq):
+                self._mark(("lq", lq.key))
+                self._mark(("cq", lq.cluster_queue))
+            case ev.LocalQueueDeleted(namespace=ns, name=name):
+                self._mark(("lq", f"{ns}/{name}"))
+            case ev.ResourceFlavorObserved() | ev.ResourceFlavorDeleted():
+                for name in self.state.cluster_queues:
+                    self._mark_cq_and_its_lqs(name)
+            case _:
+                pass
+
+    def _mark_cq_and_its_lqs(self, name: str) -> None:
+        self._mark(("cq", name))
+        for key, lq in self.state.local_queues.items():
+            if lq.cluster_queue == name:
+                self._mark(("lq", key))
+
+    def _preemption(self, e: ev.WorkloadPreempted) -> so.Preemption:
+        uid = None
+        if e.preemptor is not None:
+            rec = self.state.workloads.get(e.preemptor)
+            uid = rec.workload.uid if rec is not None else None
+        return so.Preemption(
+            preemptor=e.preemptor,
+            preemptor_uid=uid,
+            preemptor_cluster_queue=e.preemptor_cluster_queue,
+            reason=e.reason,
+            policy=e.policy,
+        )
+
+    def _event(self, key: str, job: _Job, reason: str, message: str, type_: str, at: int, seq: int) -> None:
+        namespace, _, name = key.partition("/")
+        stale = self._pending_event.pop(key, None)
+        if stale is not None:  # an unsent Pending is superseded by what came after it
+            self._events.pop(stale, None)
+            self._dirty.pop(("ev", stale), None)
+        if len(self._events) >= MAX_QUEUED_EVENTS:
+            oldest = next(iter(self._events))
+            self._events.pop(oldest)
+            self._dirty.pop(("ev", oldest), None)
+        self._event_ids += 1
+        eid = str(self._event_ids)
+        self._events[eid] = so.JobEvent(
+            namespace=namespace,
+            name=name,
+            uid=job.uid,
+            kind=job.kind,
+            reason=reason,
+            message=message,
+            type=type_,
+            at=at,
+            seq=seq,
+        )
+        if reason == "Pending":
+            self._pending_event[key] = eid
+        self._mark(("ev", eid))
+
+    # --- the writer ---------------------------------------------------------------------------------------------
+
+    async def run(self, started: asyncio.Event | None = None) -> None:
+        """Wait for `started` (the log replayed, the cluster listed), read back what admitd wrote before, then
+        write forever."""
+        if started is not None:
+            await started.wait()
+        await self._read_back()
+        for key, rec in self.state.workloads.items():
+            if key not in self._jobs:
+                lq = f"{rec.workload.namespace}/{rec.workload.queue_name}" if rec.workload.queue_name else ""
+                self._jobs[key] = _Job(uid=rec.workload.uid, kind=rec.workload.kind, local_queue=lq)
+            job = self._jobs[key]
+            if rec.admission is not None:
+                job.cluster_queue = rec.admission.cluster_queue
+            self._mark(("wl", key))
+        for name in self.state.cluster_queues:
+            self._mark(("cq", name))
+        for lq_key in self.state.local_queues:
+            self._mark(("lq", lq_key))
+        async with asyncio.TaskGroup() as group:
+            for i in range(self.parallelism):
+                group.create_task(self._worker(), name=f"status-{i}")
+
+    async def _list(self, path: str, **params: str) -> list[Obj]:
+        items: list[Obj] = []
+        query = {"limit": "500", **params}
+        while True:
+            await self._token()
+            page = await self.client.request("GET", path, params=query)
+            items.extend(page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            query = {**query, "continue": token}
+
+    async def _read_back(self) -> None:
+        """One list per kind: what admitd wrote before a restart, so that only differences are written again.
+        A temporary failure (the API server busy, or its CRD storage re-initialising) is retried for a while."""
+        for delay in (*_RETRY_S, 10.0, 10.0, 10.0):
+            try:
+                await self._read_back_once()
+                return
+            except Temporary as e:
+                log.info("reading back the status written before failed; retrying", error=str(e), retry_in_s=delay)
+                await asyncio.sleep(delay)
+            except KubeError as e:
+                log.warning("could not read back the status written before; writing it all again", error=str(e))
+                return
+        log.warning("could not read back the status written before; writing it all again")
+
+    async def _read_back_once(self) -> None:
+        for obj in await self._list(f"{_BASE}/clusterqueues"):
+            self._cq_status[obj["metadata"]["name"]] = so.queue_status_view(obj.get("status"))
+        for obj in await self._list(f"{_BASE}/localqueues"):
+            meta = obj["metadata"]
+            self._lq_status[f"{meta['namespace']}/{meta['name']}"] = so.queue_status_view(obj.get("status"))
+        if not self.workload_objects:
+            return
+        selector = f"{so.MANAGED_BY[0]}={so.MANAGED_BY[1]}"
+        for obj in await self._list(f"{_BASE}/workloads", labelSelector=selector):
+            meta = obj["metadata"]
+            owners = [o for o in meta.get("ownerReferences") or () if o.get("controller")]
+            if not owners:
+                continue
+            key = f"{meta['namespace']}/{owners[0]['name']}"
+            rec = self.state.workloads.get(key)
+            if rec is None or rec.workload.uid != owners[0].get("uid"):
+                continue  # finished, or an older Job of that name: nothing more to write there
+            lq = f"{rec.workload.namespace}/{rec.workload.queue_name}" if rec.workload.queue_name else ""
+            self._jobs[key] = _Job(
+                uid=rec.workload.uid,
+                kind=rec.workload.kind,
+                local_queue=lq,
+                name=meta["name"],
+                spec=obj.get("spec"),
+                status=so.workload_status_view(obj.get("status")),
+            )
+
+    async def _token(self) -> None:
+        delay = self.bucket.reserve(self.monotonic())
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _next(self) -> Key:
+        while True:
+            now = self.monotonic()
+            wait = None
+            for key, marked in self._dirty.items():
+                if key in self._inflight:
+                    continue
+                due = marked + self.linger_s
+                if due <= now:
+                    del self._dirty[key]
+                    return key
+                wait = due - now
+                break
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._next()
+            self._inflight.add(key)
+            try:
+                await self._write(key)
+                self._attempts.pop(key, None)
+            except (Temporary, Conflict) as e:
+                self.stats.failed += 1
+                attempt = self._attempts.get(key, 0)
+                self._attempts[key] = attempt + 1
+                delay = _RETRY_S[min(attempt, len(_RETRY_S) - 1)]
+                log.info("status write failed; retrying", key="/".join(key), error=str(e), retry_in_s=delay)
+                asyncio.get_running_loop().call_later(delay, self._mark, key)
+            except Permanent as e:
+                self.stats.failed += 1
+                self._attempts.pop(key, None)
+                log.warning("status write refused; not retried", key="/".join(key), error=str(e))
+            finally:
+                self._inflight.discard(key)
+                if key in self._dirty:  # marked again while it was being written
+                    self._wake.set()
+
+    async def _write(self, key: Key) -> None:
+        kind, name = key
+        if kind == "ev":
+            await self._write_event(name)
+        elif kind == "wl":
+            await self._write_workload(name)
+        elif kind == "cq":
+            await self._write_cluster_queue(name)
+        else:
+            await self._write_local_queue(name)
+
+    def _now(self) -> str:
+        return so.rfc3339(self.clock.now())
+
+    # --- Events -------------------------------------------------------------------------------------------------
+
+    async def _write_event(self, eid: str) -> None:
+        e = self._events.get(eid)
+        if e is None:
+            return
+        await self._token()
+        try:
+            await self.client.request(
+                "POST", f"/api/v1/namespaces/{e.namespace}/events", body=so.event_object(e, instance=self.instance)
+            )
+        except Conflict:
+            pass  # written by an earlier attempt whose answer was lost
+        except NotFound:
+            pass  # the namespace is gone
+        self._events.pop(eid, None)
+        if self._pending_event.get(f"{e.namespace}/{e.name}") == eid:
+            del self._pending_event[f"{e.namespace}/{e.name}"]
+        self.stats.count("event")
+
+    # --- Workloads ----------------------------------------------------------------------------------------------
+
+    def _facts(self, key: str, job: _Job) -> so.WorkloadFacts | None:
+        if job.finished is not None:
+            return so.WorkloadFacts(finished=job.finished)
+        rec = self.state.workloads.get(key)
+        if rec is None:
+            return None
+        if rec.phase is Phase.ADMITTED:
+            return so.WorkloadFacts(admission=rec.admission, evicting=rec.evicting, preemption=job.preemption)
+        return so.WorkloadFacts(pending=rec.last_reason, preemption=job.preemption)
+
+    def _priority_ref(self, key: str) -> tuple[int, so.PriorityRef | None]:
+        rec = self.state.workloads[key]
+        wl = rec.workload
+        classes = self.state.priority_classes
+        if wl.priority_class is not None:
+            if ("WorkloadPriorityClass", wl.priority_class) in classes:
+                return rec.priority, so.PriorityRef(
+                    group=so.GROUP, kind="WorkloadPriorityClass", name=wl.priority_class
+                )
+            if ("PriorityClass", wl.priority_class) in classes:
+                return rec.priority, so.PriorityRef(
+                    group="scheduling.k8s.io", kind="PriorityClass", name=wl.priority_class
+                )
+        if wl.pod_priority_class is not None and ("PriorityClass", wl.pod_priority_class) in classes:
+            return rec.priority, so.PriorityRef(
+                group="scheduling.k8s.io", kind="PriorityClass", name=wl.pod_priority_class
+            )
+        return rec.priority, None
+
+    async def _write_workload(self, key: str) -> None:
+        job = self._jobs.get(key)
+        if job is None or not self.workload_objects:
+            if job is not None and (job.finished is not None or key not in self.state.workloads):
+                del self._jobs[key]
+            return
+        facts = self._facts(key, job)
+        if facts is None:  # deleted: the garbage collector deletes its Workload with it
+            del self._jobs[key]
+            return
+        namespace = key.partition("/")[0]
+        path = f"{_BASE}/namespaces/{namespace}/workloads"
+        if job.finished is None:
+            priority, ref = self._priority_ref(key)
+            obj = so.workload_object(self.state.workloads[key].workload, priority, ref)
+            if not job.name:
+                await self._token()
+                try:
+                    await self.client.request("POST", path, body=obj)
+                    self.stats.count("workload-create")
+                    job.status = None
+                except Conflict:
+                    # Already there (an answer lost, or made before a restart whose read-back failed): its name
+                    # carries the Job's uid, so it is this Job's; write its whole status over whatever it has.
+                    job.status = None
+                job.name, job.spec = obj["metadata"]["name"], obj["spec"]
+            elif (
+                _spec_patch(job.spec or {}) != _spec_patch(obj["spec"])
+                and facts.admission is None
+                and not _reserved(job.status)
+            ):
+                await self._token()
+                await self.client.request(
+                    "PATCH", f"{path}/{job.name}", body={"spec": _spec_patch(obj["spec"])}, content_type=MERGE_PATCH
+                )
+                self.stats.count("workload-spec")
+                job.spec = obj["spec"]
+        elif not job.name:
+            del self._jobs[key]  # finished before its Workload was ever written: nothing to show
+            return
+        desired = so.workload_status(facts, job.status, self._now())
+        if desired == (job.status or {}):
+            self.stats.skipped += 1
+        else:
+            await self._token()
+            try:
+                await self.client.request(
+                    "PATCH",
+                    f"{path}/{job.name}/status",
+                    body=so.status_patch(desired, job.status, unknown_clears=("admission",)),
+                    content_type=MERGE_PATCH,
+                )
+            except NotFound:
+                # Deleted under us (by a user, or with its Job): recreate it if the Job still waits or runs.
+                job.name, job.spec, job.status = "", None, None
+                if job.finished is None and key in self.state.workloads:
+                    self._mark(("wl", key))
+                return
+            self.stats.count("workload-status")
+            job.status = desired
+        if job.finished is not None:
+            del self._jobs[key]
+
+    # --- queues -------------------------------------------------------------------------------------------------
+
+    def _cq_counts(self, name: str) -> so.QueueCounts:
+        view = self.state.view()
+        admitted = view.admitted_by_cq.get(name, {})
+        usage: dict[tuple[str, str], int] = {}
+        for aw in admitted.values():
+            for fr, amount in aw.admission.usage().items():
+                usage[fr] = usage.get(fr, 0) + amount
+        return so.QueueCounts(pending=len(view.pending_by_cq.get(name, ())), reserving=len(admitted), usage=usage)
+
+    def _lq_counts(self) -> dict[str, so.QueueCounts]:
+        """Every LocalQueue's counts in one pass over the live workloads, shared by the drain round."""
+        now = self.monotonic()
+        if self._round is not None and now - self._round_at < self.linger_s:
+            return self._round
+        pending: dict[str, int] = {}
+        reserving: dict[str, int] = {}
+        usage: dict[str, dict[tuple[str, str], int]] = {}
+        for rec in self.state.workloads.values():
+            wl = rec.workload
+            if not wl.queue_name:
+                continue
+            lq = f"{wl.namespace}/{wl.queue_name}"
+            if rec.phase is Phase.PENDING:
+                pending[lq] = pending.get(lq, 0) + 1
+            elif rec.admission is not None:
+                reserving[lq] = reserving.get(lq, 0) + 1
+                per = usage.setdefault(lq, {})
+                for fr, amount in rec.admission.usage().items():
+                    per[fr] = per.get(fr, 0) + amount
+        self._round = {
+            lq: so.QueueCounts(pending=pending.get(lq, 0), reserving=reserving.get(lq, 0), usage=usage.get(lq, {}))
+            for lq in self.state.local_queues
+        }
+        self._round_at = now
+        return self._round
+
+    def _missing_flavors(self, name: str) -> list[str]:
+        cq = self.state.cluster_queues[name]
+        flavors = self.state.flavors
+        return sorted({fq.name for g in cq.resource_groups for fq in g.flavors if fq.name not in flavors})
+
+    async def _write_cluster_queue(self, name: str) -> None:
+        cq = self.state.cluster_queues.get(name)
+        if cq is None:
+            self._cq_status.pop(name, None)
+            return
+        previous = self._cq_status.get(name)
+        desired = so.cluster_queue_status(cq, self._cq_counts(name), self._missing_flavors(name), previous, self._now())
+        await self._patch_status(f"{_BASE}/clusterqueues/{name}/status", desired, previous, "clusterqueue")
+        self._cq_status[name] = desired
+
+    async def _write_local_queue(self, key: str) -> None:
+        lq = self.state.local_queues.get(key)
+        if lq is None:
+            self._lq_status.pop(key, None)
+            return
+        cq = self.state.cluster_queues.get(lq.cluster_queue)
+        active = cq is not None and not self._missing_flavors(lq.cluster_queue) and cq.stop_policy.value == "None"
+        counts = self._lq_counts().get(key, so.QueueCounts(pending=0, reserving=0, usage={}))
+        previous = self._lq_status.get(key)
+        desired = so.local_queue_status(lq, cq, active, counts, previous, self._now())
+        path = f"{_BASE}/namespaces/{lq.namespace}/localqueues/{lq.name}/status"
+        await self._patch_status(path, desired, previous, "localqueue")
+        self._lq_status[key] = desired
+
+    async def _patch_status(self, path: str, desired: Obj, previous: Obj | None, kind: str) -> None:
+        if desired == (previous or {}):
+            self.stats.skipped += 1
+            return
+        await self._token()
+        try:
+            await self.client.request("PATCH", path, body=so.status_patch(desired, previous), content_type=MERGE_PATCH)
+        except NotFound:
+            return  # deleted meanwhile; its deletion event comes through the watch
+        self.stats.count(f"{kind}-status")
+
+
+def _reserved(status: Obj | None) -> bool:
+    return so.is_true((status or {}).get("conditions") or (), "QuotaReserved")
+
+
+def _spec_patch(spec: Obj) -> Obj:
+    """The spec fields admitd sets that may change while a workload waits (its queue, its priority)."""
+    return {k: spec.get(k) for k in ("queueName", "priority", "priorityClassRef")}
+
+
+__all__ = ["StatusWriter", "WriterStats"]

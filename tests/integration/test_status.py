@@ -1,0 +1,226 @@
+"""What users see in the cluster, on the real local control plane (marker `cluster`): nothing is faked.
+
+`admitd run` runs as a process (webhook registered by URL); the Job controller and kwok run the pods. Every check
+reads what a user reads with kubectl: `kubectl get workloads` and the Workload objects (conditions, status.admission,
+owner), ClusterQueue and LocalQueue status, and `kubectl describe job` for the Events. The expected Workload name is
+computed by the unit-tested pure builder; the expected pending message is read from the event log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.kube.status_objects import workload_name
+from tests.integration.conftest import KubeCluster
+from tests.integration.daemon_harness import Daemon, apply, get_job, install_crds, job, kubectl, wait_for
+from tests.integration.test_daemon import V, cluster_queue, flavor, local_queue, mine, of_type, running, suspended
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def crds(kube_cluster: KubeCluster) -> KubeCluster:
+    install_crds(kube_cluster)
+    return kube_cluster
+
+
+def _daemon(crds: KubeCluster, workdir: Path, *extra: str) -> Iterator[Daemon]:
+    d = Daemon(crds, workdir, extra=extra).start()
+    try:
+        yield d
+    finally:
+        if d.proc is not None:
+            assert d.stop() == 0, d.stderr.read_text()[-3000:]
+        kubectl(crds, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+
+
+@pytest.fixture
+def daemon(crds: KubeCluster, tmp_path: Path) -> Iterator[Daemon]:
+    yield from _daemon(crds, tmp_path)
+
+
+@pytest.fixture
+def lean_daemon(crds: KubeCluster, tmp_path: Path) -> Iterator[Daemon]:
+    yield from _daemon(crds, tmp_path, "--no-workload-objects")
+
+
+def workloads(cluster: KubeCluster, ns: str) -> dict[str, dict[str, Any]]:
+    """The namespace's Workloads by owner Job name."""
+    items = json.loads(kubectl(cluster, "get", "workloads", "-n", ns, "-o", "json"))["items"]
+    return {w["metadata"]["ownerReferences"][0]["name"]: w for w in items}
+
+
+def cond(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if c["type"] == type_:
+            return dict(c)
+    return {}
+
+
+def queue_status(cluster: KubeCluster, kind: str, name: str, ns: str | None = None) -> dict[str, Any]:
+    args = ["get", kind, name, "-o", "json"] + (["-n", ns] if ns else [])
+    return dict(json.loads(kubectl(cluster, *args)).get("status") or {})
+
+
+def describe(cluster: KubeCluster, ns: str, name: str) -> str:
+    return kubectl(cluster, "describe", "job", "-n", ns, name)
+
+
+def test_workloads_show_admission_pending_message_and_finish_and_queues_count_them(
+    daemon: Daemon, crds: KubeCluster, namespace: str
+) -> None:
+    ns, rf, cq = namespace, f"h100-{namespace}", f"status-{namespace}"
+    apply(
+        crds,
+        flavor(rf, **{"gpu-type": "h100"}),
+        cluster_queue(cq, rf, 4),
+        local_queue(ns, "q", cq),
+        job(ns, "first", queue="q", runtime="6s"),
+    )
+    wait_for("the first job to run", lambda: running(crds, ns, "first"))
+    apply(crds, job(ns, "second", queue="q"))
+
+    def second_pending() -> bool:
+        return cond(workloads(crds, ns).get("second"), "QuotaReserved").get("reason") == "Pending"
+
+    wait_for("the second job's Workload to say it is pending", second_pending, timeout=30)
+    wls = workloads(crds, ns)
+    first = wls["first"]
+    uid = get_job(crds, ns, "first")["metadata"]["uid"]
+    assert first["metadata"]["name"] == workload_name("first", uid)
+    owner = first["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("Job", uid, True)
+    assert first["spec"]["queueName"] == "q"
+    assert first["spec"]["podSets"][0]["count"] == 1
+    assert cond(first, "QuotaReserved")["status"] == "True"
+    assert cond(first, "Admitted")["status"] == "True"
+    admission = first["status"]["admission"]
+    assert admission["clusterQueue"] == cq
+    assert admission["podSetAssignments"][0]["flavors"] == {GPU: rf}
+    assert admission["podSetAssignments"][0]["resourceUsage"] == {GPU: "4"}
+    pending_events = of_type(mine(daemon, ns), "workload.pending", f"{ns}/second")
+    assert pending_events, "the log says why the second job waits"
+    message = pending_events[-1]["payload"]["reason"]["message"]
+    second = workloads(crds, ns)["second"]
+    assert cond(second, "QuotaReserved") | {"lastTransitionTime": None} == {
+        "type": "QuotaReserved",
+        "status": "False",
+        "reason": "Pending",
+        "message": message,
+        "lastTransitionTime": None,
+    }
+    assert "admission" not in second.get("status", {})
+
+    table = kubectl(crds, "get", "workloads", "-n", ns)
+    row = next(line for line in table.splitlines() if line.startswith(first["metadata"]["name"]))
+    assert row.split()[1:4] == ["q", cq, "True"], table  # Queue, Reserved in, Admitted
+
+    def counted(pending: int, admitted: int) -> bool:
+        s = queue_status(crds, "clusterqueues", cq)
+        return (s.get("pendingWorkloads"), s.get("admittedWorkloads")) == (pending, admitted)
+
+    wait_for("the ClusterQueue to count 1 pending and 1 admitted", lambda: counted(1, 1), timeout=20)
+    s = queue_status(crds, "clusterqueues", cq)
+    assert s["reservingWorkloads"] == 1
+    assert s["flavorsReservation"] == [{"name": rf, "resources": [{"name": GPU, "total": "4", "borrowed": "0"}]}]
+    assert cond({"status": s}, "Active")["status"] == "True"
+    lq = queue_status(crds, "localqueues", "q", ns)
+    assert (lq["pendingWorkloads"], lq["admittedWorkloads"]) == (1, 1)
+    assert lq["flavorsUsage"] == [{"name": rf, "resources": [{"name": GPU, "total": "4"}]}]
+
+    described = describe(crds, ns, "first")
+    assert "Admitted" in described and f"Admitted by ClusterQueue {cq}" in described, described
+    described = describe(crds, ns, "second")
+    assert "Pending" in described and "WaitingForQuota" in described, described
+
+    # The first job completes (kwok); its Workload stays, Finished, and the second runs.
+    wait_for("the second job to run once the first finished", lambda: running(crds, ns, "second"), timeout=90)
+    wait_for(
+        "the first Workload to be Finished",
+        lambda: cond(workloads(crds, ns).get("first"), "Finished").get("reason") == "Succeeded",
+        timeout=30,
+    )
+    wait_for(
+        "the second Workload to be admitted",
+        lambda: cond(workloads(crds, ns).get("second"), "Admitted").get("status") == "True",
+        timeout=30,
+    )
+    wait_for("the ClusterQueue to count 0 pending and 1 admitted", lambda: counted(0, 1), timeout=20)
+
+
+def test_a_preempted_jobs_workload_and_events_name_the_preemptor(
+    daemon: Daemon, crds: KubeCluster, namespace: str
+) -> None:
+    ns, rf, cq = namespace, f"h100-{namespace}", f"prio-{namespace}"
+    apply(
+        crds,
+        {"apiVersion": V, "kind": "WorkloadPriorityClass", "metadata": {"name": f"high-{ns}"}, "value": 1000},
+        flavor(rf, **{"gpu-type": "h100"}),
+        cluster_queue(cq, rf, 4, preemption={"withinClusterQueue": "LowerPriority"}),
+        local_queue(ns, "q", cq),
+        job(ns, "low", queue="q"),
+    )
+    wait_for("the low-priority job to run", lambda: running(crds, ns, "low"))
+    apply(crds, job(ns, "high", queue="q", priority_class=f"high-{ns}"))
+    wait_for("the victim to be suspended", lambda: suspended(crds, ns, "low"))
+    wait_for("the preemptor to run", lambda: running(crds, ns, "high"))
+
+    def shows_preempted() -> bool:
+        low = workloads(crds, ns).get("low")
+        return cond(low, "Evicted").get("status") == "True" and cond(low, "Preempted").get("status") == "True"
+
+    wait_for("the victim's Workload to show Evicted and Preempted", shows_preempted, timeout=30)
+    wls = workloads(crds, ns)
+    low, high = wls["low"], wls["high"]
+    assert cond(low, "Evicted")["reason"] == "Preempted"
+    assert cond(low, "Preempted")["reason"] == "InClusterQueue"
+    assert f"{ns}/high" in cond(low, "Preempted")["message"]
+    assert high["spec"]["priority"] == 1000
+    assert high["spec"]["priorityClassRef"] == {
+        "group": "kueue.x-k8s.io",
+        "kind": "WorkloadPriorityClass",
+        "name": f"high-{ns}",
+    }
+    assert cond(high, "Admitted")["status"] == "True"
+    wait_for(
+        "the victim's Workload to lose its reservation",
+        lambda: cond(workloads(crds, ns).get("low"), "QuotaReserved").get("status") == "False",
+        timeout=30,
+    )
+    assert "admission" not in workloads(crds, ns)["low"].get("status", {})
+    described = describe(crds, ns, "low")
+    assert "Preempted" in described and f"{ns}/high" in described, described
+
+
+def test_without_workload_objects_no_workload_exists_but_queues_and_events_are_written(
+    lean_daemon: Daemon, crds: KubeCluster, namespace: str
+) -> None:
+    ns, rf, cq = namespace, f"h100-{namespace}", f"lean-{namespace}"
+    apply(
+        crds,
+        flavor(rf, **{"gpu-type": "h100"}),
+        cluster_queue(cq, rf, 4),
+        local_queue(ns, "q", cq),
+        job(ns, "a", queue="q"),
+        job(ns, "b", queue="q"),
+    )
+    wait_for("one job to run", lambda: running(crds, ns, "a") or running(crds, ns, "b"))
+    wait_for(
+        "the ClusterQueue to count 1 pending and 1 admitted",
+        lambda: (
+            (
+                queue_status(crds, "clusterqueues", cq).get("pendingWorkloads"),
+                queue_status(crds, "clusterqueues", cq).get("admittedWorkloads"),
+            )
+            == (1, 1)
+        ),
+        timeout=20,
+    )
+    ran = "a" if running(crds, ns, "a") else "b"
+    wait_for("the Admitted Event", lambda: f"Admitted by ClusterQueue {cq}" in describe(crds, ns, ran), timeout=20)
+    assert workloads(crds, ns) == {}, "no Workload object with --no-workload-objects"

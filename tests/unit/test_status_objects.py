@@ -1,0 +1,405 @@
+"""The pure half of what users see in the cluster (daemon/kube/status_objects.py) and the status writer's marking.
+
+Real: the builders of Workload objects, Workload/ClusterQueue/LocalQueue status and Job Events, the Workload name
+hash, the token bucket, and the StatusWriter's Recorder listener over a real fold (daemon.domain.state). Faked:
+nothing is sent anywhere; the writer gets no client (its listener never uses one), and times are fixed values.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from daemon.domain import events as ev
+from daemon.domain.model import (
+    Admission,
+    ClusterQueue,
+    FlavorQuotas,
+    LocalQueue,
+    PendingReason,
+    PendingReasonKind,
+    PodSet,
+    PodSetAssignment,
+    ResourceGroup,
+    ResourceQuota,
+    StopPolicy,
+    Toleration,
+    Workload,
+)
+from daemon.domain.state import State
+from daemon.kube import status_objects as so
+from daemon.kube.client import KubeClient
+from daemon.kube.status import StatusWriter
+
+GPU = "nvidia.com/gpu"
+T0, T1, T2 = "2026-12-01T03:00:00Z", "2026-12-01T03:01:00Z", "2026-12-01T03:02:00Z"
+UID = "6f1c2a7e-3b1d-4c55-9a3e-2d5f0b8e1c44"
+
+
+def wl(name: str = "train-a", *, queue: str | None = "q", gpus: int = 4, uid: str = UID) -> Workload:
+    return Workload(
+        namespace="research",
+        name=name,
+        uid=uid,
+        created_at=1_000,
+        queue_name=queue,
+        pod_sets=(
+            PodSet(
+                name="main",
+                count=2,
+                requests={GPU: gpus * 1000, "memory": 64 * 2**30 * 1000},
+                node_selector={"disk": "ssd"},
+                tolerations=(Toleration(key="gpu", operator="Exists", effect="NoSchedule"),),
+            ),
+        ),
+    )
+
+
+def admission(cq: str = "team-research", flavor: str = "h100", gpus: int = 8) -> Admission:
+    return Admission(
+        cluster_queue=cq,
+        pod_sets=(PodSetAssignment(name="main", count=2, flavors={GPU: flavor}, usage={GPU: gpus * 1000}),),
+    )
+
+
+WAITING = PendingReason(kind=PendingReasonKind.WAITING_FOR_QUOTA, message="insufficient unused quota for gpu")
+PREEMPTION = so.Preemption(
+    preemptor="research/vip",
+    preemptor_uid="u-vip",
+    preemptor_cluster_queue="team-research",
+    reason="InClusterQueue",
+    policy="withinClusterQueue=LowerPriority",
+)
+
+
+def conds(status: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    return {c["type"]: (c["status"], c["reason"], c["lastTransitionTime"]) for c in status.get("conditions", ())}
+
+
+# --- names ----------------------------------------------------------------------------------------------------
+
+
+def test_the_workload_name_is_kueues_kind_name_and_five_hex_of_the_sha1_over_kind_group_name_uid() -> None:
+    assert so.workload_name("train-a", UID) == "job-train-a-5f1c5"  # sha1("Job\nbatch\ntrain-a\n" + UID)
+
+
+def test_a_job_recreated_under_the_same_name_gets_another_workload_name() -> None:
+    assert so.workload_name("train-a", UID) != so.workload_name("train-a", UID.replace("6", "7"))
+
+
+def test_a_long_owner_name_is_cut_so_the_workload_name_fits_253_characters() -> None:
+    name = so.workload_name("a" * 300, UID)
+    assert len(name) == 253
+    assert name.startswith("job-aaaa") and name[-6] == "-"
+
+
+# --- the Workload object --------------------------------------------------------------------------------------
+
+
+def test_the_workload_is_owned_by_its_job_and_carries_queue_priority_and_a_minimal_pod_template() -> None:
+    ref = so.PriorityRef(group="kueue.x-k8s.io", kind="WorkloadPriorityClass", name="high")
+    obj = so.workload_object(wl(), 1000, ref)
+    assert obj["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+    assert obj["metadata"]["name"] == "job-train-a-5f1c5"
+    assert obj["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": "train-a",
+            "uid": UID,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert obj["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == UID
+    assert obj["spec"]["queueName"] == "q"
+    assert obj["spec"]["priority"] == 1000
+    assert obj["spec"]["priorityClassRef"] == {
+        "group": "kueue.x-k8s.io",
+        "kind": "WorkloadPriorityClass",
+        "name": "high",
+    }
+    (pod_set,) = obj["spec"]["podSets"]
+    assert pod_set["name"] == "main" and pod_set["count"] == 2
+    spec = pod_set["template"]["spec"]
+    assert spec["containers"][0]["resources"]["requests"] == {"memory": "64Gi", GPU: "4"}
+    assert spec["nodeSelector"] == {"disk": "ssd"}
+    assert spec["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_a_workload_without_a_priority_class_has_no_reference() -> None:
+    obj = so.workload_object(wl(queue=None), 0, None)
+    assert "priorityClassRef" not in obj["spec"] and "queueName" not in obj["spec"]
+    assert obj["spec"]["priority"] == 0
+
+
+# --- the Workload's status through a life: pending, admitted, preempted, evicted, readmitted, finished --------
+
+
+def test_a_pending_workload_says_pending_with_the_engines_message() -> None:
+    status = so.workload_status(so.WorkloadFacts(pending=WAITING), None, T0)
+    assert status == {
+        "conditions": [
+            {
+                "type": "QuotaReserved",
+                "status": "False",
+                "reason": "Pending",
+                "message": "insufficient unused quota for gpu",
+                "lastTransitionTime": T0,
+            }
+        ]
+    }
+
+
+def test_a_workload_not_yet_evaluated_has_no_conditions() -> None:
+    assert so.workload_status(so.WorkloadFacts(), None, T0) == {}
+
+
+def test_an_admitted_workload_has_quota_reserved_admitted_and_the_admission() -> None:
+    pending = so.workload_status(so.WorkloadFacts(pending=WAITING), None, T0)
+    status = so.workload_status(so.WorkloadFacts(admission=admission()), pending, T1)
+    assert conds(status) == {
+        "QuotaReserved": ("True", "QuotaReserved", T1),
+        "Admitted": ("True", "Admitted", T1),
+    }
+    assert status["admission"] == {
+        "clusterQueue": "team-research",
+        "podSetAssignments": [{"name": "main", "count": 2, "flavors": {GPU: "h100"}, "resourceUsage": {GPU: "8"}}],
+    }
+
+
+def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
+    first = so.workload_status(so.WorkloadFacts(pending=WAITING), None, T0)
+    other = PendingReason(kind=PendingReasonKind.BLOCKED_BY_HEAD, message="StrictFIFO: blocked by research/x")
+    second = so.workload_status(so.WorkloadFacts(pending=other), first, T1)
+    assert conds(second)["QuotaReserved"] == ("False", "Pending", T0)
+    assert second["conditions"][0]["message"] == "StrictFIFO: blocked by research/x"
+
+
+def test_preemption_evicts_then_releases_and_readmission_clears_it() -> None:
+    admitted = so.workload_status(so.WorkloadFacts(admission=admission()), None, T0)
+    evicting = so.workload_status(
+        so.WorkloadFacts(admission=admission(), evicting=True, preemption=PREEMPTION), admitted, T1
+    )
+    assert conds(evicting) == {
+        "QuotaReserved": ("True", "QuotaReserved", T0),
+        "Admitted": ("True", "Admitted", T0),
+        "Evicted": ("True", "Preempted", T1),
+        "Preempted": ("True", "InClusterQueue", T1),
+    }
+    message = next(c["message"] for c in evicting["conditions"] if c["type"] == "Preempted")
+    assert "research/vip" in message and "prioritization in the ClusterQueue" in message
+    evicted = so.workload_status(so.WorkloadFacts(preemption=PREEMPTION), evicting, T2)
+    assert conds(evicted) == {
+        "QuotaReserved": ("False", "Pending", T2),
+        "Admitted": ("False", "NoReservation", T2),
+        "Evicted": ("True", "Preempted", T1),
+        "Preempted": ("True", "InClusterQueue", T1),
+    }
+    assert "admission" not in evicted
+    assert so.status_patch(evicted, evicting)["status"]["admission"] is None, "the merge patch removes it"
+    readmitted = so.workload_status(so.WorkloadFacts(admission=admission()), evicted, T2)
+    assert conds(readmitted)["Evicted"] == ("False", "QuotaReserved", T2)
+    assert conds(readmitted)["Preempted"] == ("False", "QuotaReserved", T2)
+
+
+def test_a_preemption_the_writer_only_saw_after_the_eviction_still_shows() -> None:
+    admitted = so.workload_status(so.WorkloadFacts(admission=admission()), None, T0)
+    evicted = so.workload_status(so.WorkloadFacts(preemption=PREEMPTION), admitted, T1)
+    assert conds(evicted)["Evicted"] == ("True", "Preempted", T1)
+    assert conds(evicted)["Preempted"] == ("True", "InClusterQueue", T1)
+
+
+def test_a_queue_that_drains_its_workload_evicts_it_without_a_preempted_condition() -> None:
+    drained = so.Preemption(
+        preemptor=None, preemptor_uid=None, preemptor_cluster_queue=None, reason="ClusterQueueStopped", policy=""
+    )
+    status = so.workload_status(
+        so.WorkloadFacts(admission=admission(), evicting=True, preemption=drained),
+        None,
+        T0,
+    )
+    assert conds(status)["Evicted"] == ("True", "ClusterQueueStopped", T0)
+    assert "Preempted" not in conds(status)
+
+
+def test_a_finished_workload_keeps_its_admission_and_says_how_it_ended() -> None:
+    admitted = so.workload_status(so.WorkloadFacts(admission=admission()), None, T0)
+    done = so.workload_status(so.WorkloadFacts(finished=True), admitted, T1)
+    assert conds(done)["Finished"] == ("True", "Succeeded", T1)
+    assert conds(done)["Admitted"] == ("True", "Admitted", T0)
+    assert done["admission"] == admitted["admission"]
+    failed = so.workload_status(so.WorkloadFacts(finished=False), admitted, T1)
+    assert conds(failed)["Finished"] == ("True", "Failed", T1)
+
+
+# --- queues ---------------------------------------------------------------------------------------------------
+
+
+def cluster_queue(stop: StopPolicy = StopPolicy.NONE) -> ClusterQueue:
+    return ClusterQueue(
+        name="team-research",
+        namespace_selector=None,
+        resource_groups=(
+            ResourceGroup(
+                covered_resources=(GPU,),
+                flavors=(
+                    FlavorQuotas(name="h100", resources=(ResourceQuota(name=GPU, nominal=8000),)),
+                    FlavorQuotas(name="a100", resources=(ResourceQuota(name=GPU, nominal=4000),)),
+                ),
+            ),
+        ),
+        stop_policy=stop,
+    )
+
+
+def test_cluster_queue_status_counts_and_lists_every_flavor_with_what_it_borrows() -> None:
+    counts = so.QueueCounts(pending=3, reserving=2, usage={("h100", GPU): 12000})
+    status = so.cluster_queue_status(cluster_queue(), counts, [], None, T0)
+    assert (status["pendingWorkloads"], status["reservingWorkloads"], status["admittedWorkloads"]) == (3, 2, 2)
+    assert status["flavorsReservation"] == [
+        {"name": "h100", "resources": [{"name": GPU, "total": "12", "borrowed": "4"}]},
+        {"name": "a100", "resources": [{"name": GPU, "total": "0", "borrowed": "0"}]},
+    ]
+    assert conds(status) == {"Active": ("True", "Ready", T0)}
+
+
+@pytest.mark.parametrize(
+    ("stop", "missing", "reason"),
+    [
+        pytest.param(StopPolicy.HOLD, [], "Stopped", id="stopped"),
+        pytest.param(StopPolicy.NONE, ["a100"], "FlavorNotFound", id="missing-flavor"),
+    ],
+)
+def test_an_inactive_cluster_queue_says_why(stop: StopPolicy, missing: list[str], reason: str) -> None:
+    counts = so.QueueCounts(pending=0, reserving=0, usage={})
+    status = so.cluster_queue_status(cluster_queue(stop), counts, missing, None, T0)
+    assert conds(status)["Active"] == ("False", reason, T0)
+
+
+def test_local_queue_status_without_its_cluster_queue_is_inactive_and_has_no_borrowed_field() -> None:
+    lq = LocalQueue(namespace="research", name="q", cluster_queue="team-research")
+    counts = so.QueueCounts(pending=1, reserving=1, usage={("h100", GPU): 4000})
+    assert conds(so.local_queue_status(lq, None, False, counts, None, T0))["Active"][1] == "ClusterQueueDoesNotExist"
+    status = so.local_queue_status(lq, cluster_queue(), True, counts, None, T0)
+    assert status["flavorsUsage"][0] == {"name": "h100", "resources": [{"name": GPU, "total": "4"}]}
+    assert conds(status)["Active"] == ("True", "Ready", T0)
+
+
+def test_an_unchanged_queue_builds_an_equal_status_so_nothing_is_written() -> None:
+    counts = so.QueueCounts(pending=3, reserving=2, usage={("h100", GPU): 12000})
+    first = so.cluster_queue_status(cluster_queue(), counts, [], None, T0)
+    read_back = so.queue_status_view({**first, "fairSharing": {"weightedShare": 0}})
+    assert so.cluster_queue_status(cluster_queue(), counts, [], read_back, T1) == read_back
+
+
+# --- Events ---------------------------------------------------------------------------------------------------
+
+
+def test_an_event_names_the_job_and_is_named_after_the_log_seq() -> None:
+    e = so.JobEvent(
+        namespace="research",
+        name="train-a",
+        uid=UID,
+        kind="Job",
+        reason="Admitted",
+        message=so.admitted_message(admission(), 3_500),
+        type="Normal",
+        at=1_764_558_000_000,
+        seq=42,
+    )
+    obj = so.event_object(e, instance="host")
+    assert obj["involvedObject"] == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": "train-a",
+        "namespace": "research",
+        "uid": UID,
+    }
+    assert obj["message"] == (
+        "Admitted by ClusterQueue team-research (flavors main: nvidia.com/gpu=h100), wait time since queued was 3s"
+    )
+    assert obj["metadata"]["name"] == f"train-a.{1_764_558_000_000:x}{42:x}"
+    assert obj["firstTimestamp"] == "2025-12-01T03:00:00Z"
+    long = so.event_object(e.__class__(**{**_fields(e), "message": "x" * 5000}), instance="host")
+    assert len(long["message"]) == so.EVENT_MESSAGE_MAX
+
+
+def _fields(e: so.JobEvent) -> dict[str, Any]:
+    return {f: getattr(e, f) for f in e.__slots__}
+
+
+# --- the token bucket -----------------------------------------------------------------------------------------
+
+
+def test_the_bucket_lets_a_burst_through_then_spaces_requests_at_the_rate() -> None:
+    bucket = so.TokenBucket(rate=10.0, burst=3, now=0.0)
+    assert [bucket.reserve(0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    waits = [bucket.reserve(0.0) for _ in range(3)]
+    assert waits == pytest.approx([0.1, 0.2, 0.3]), "waiters queue behind each other"
+
+
+def test_the_bucket_refills_at_the_rate_up_to_the_burst() -> None:
+    bucket = so.TokenBucket(rate=10.0, burst=2, now=0.0)
+    bucket.reserve(0.0)
+    bucket.reserve(0.0)
+    assert bucket.reserve(0.05) == pytest.approx(0.05)
+    assert bucket.reserve(100.0) == 0.0 and bucket.reserve(100.0) == 0.0, "refilled to the burst, not beyond"
+    assert bucket.reserve(100.0) == pytest.approx(0.1)
+
+
+def test_a_bucket_without_rate_or_burst_is_refused() -> None:
+    with pytest.raises(ValueError, match="rate"):
+        so.TokenBucket(rate=0, burst=1, now=0.0)
+
+
+# --- the writer's listener: marks, and coalesces Events --------------------------------------------------------
+
+
+def writer() -> tuple[StatusWriter, State]:
+    state = State()
+    client = cast(KubeClient, None)  # the listener never sends; only `run` does
+    w = StatusWriter(client, state, clock=cast(Any, None), monotonic=lambda: 0.0)
+    return w, state
+
+
+def feed(w: StatusWriter, state: State, *events: ev.Event) -> None:
+    for i, e in enumerate(events, start=state.seq + 1):
+        state.apply(e, i)
+        w.listener(e, i)
+
+
+def test_a_pending_event_not_yet_sent_is_replaced_by_what_came_after_it() -> None:
+    w, state = writer()
+    lq = LocalQueue(namespace="research", name="q", cluster_queue="team-research")
+    feed(
+        w,
+        state,
+        ev.ClusterQueueObserved(cluster_queue=cluster_queue()),
+        ev.LocalQueueObserved(local_queue=lq),
+        ev.JobObserved(workload=wl()),
+        ev.WorkloadPending(workload="research/train-a", at=2_000, cluster_queue="team-research", reason=WAITING),
+        ev.WorkloadPending(
+            workload="research/train-a",
+            at=3_000,
+            cluster_queue="team-research",
+            reason=PendingReason(kind=PendingReasonKind.BLOCKED_BY_HEAD, message="blocked"),
+        ),
+    )
+    queued = [(e.reason, e.message) for e in w._events.values()]
+    assert queued == [("Pending", "BlockedByHead: blocked")]
+    feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=4_000, admission=admission()))
+    assert [e.reason for e in w._events.values()] == ["Admitted"]
+    marked = set(w._dirty)
+    assert {("wl", "research/train-a"), ("cq", "team-research"), ("lq", "research/q")} <= marked
+    assert len([k for k in marked if k[0] == "ev"]) == 1, "one Event left to send"
+
+
+def test_repeated_changes_to_one_object_mark_it_once() -> None:
+    w, state = writer()
+    feed(w, state, ev.JobObserved(workload=wl()))
+    for i in range(5):
+        reason = PendingReason(kind=PendingReasonKind.WAITING_FOR_QUOTA, message=f"short {i}")
+        feed(w, state, ev.WorkloadPending(workload="research/train-a", at=i, cluster_queue=None, reason=reason))
+    assert [k for k in w._dirty if k[0] == "wl"] == [("wl", "research/train-a")]
