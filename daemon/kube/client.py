@@ -86,7 +86,9 @@ class KubeClient:
 
     async def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": self.user_agent}
-        token = await self.cfg.get_api_key_with_prefix("authorization")
+        # kubernetes_asyncio keeps a kubeconfig's or the service account's token (already "Bearer ...") under
+        # "BearerToken"; "authorization" is where older releases kept it.
+        token = await self.cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
         if token:
             headers["Authorization"] = token
         if content_type:
