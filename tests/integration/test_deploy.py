@@ -69,8 +69,8 @@ RBAC: tuple[Call, ...] = (
     Call(
         KUEUE,
         "workloads",
-        ("get", "list", "watch", "create", "update", "patch", "delete"),
-        "status.py: a Workload per managed Job (created, read back after a restart, its spec patched)",
+        ("list", "watch", "create", "update", "patch", "delete"),
+        "status.py: a Workload per managed Job (created, listed back after a restart, its spec patched)",
     ),
     *(
         Call(KUEUE, f"{kind}/status", ("update", "patch"), "status.py: status written by admitd")
@@ -425,6 +425,20 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
         )
         pod_spec = get_job(installed, namespace, "train")["spec"]["template"]["spec"]
         assert pod_spec["nodeSelector"] == {"gpu-type": "h100"}
+
+        def workload_admitted() -> bool:
+            items = json.loads(kubectl(installed, "get", "workloads", "-n", namespace, "-o", "json"))["items"]
+            return any(
+                o.get("kind") == "Job" and o.get("name") == "train"
+                for w in items
+                for o in w["metadata"].get("ownerReferences", [])
+            ) and any(
+                c["type"] == "Admitted" and c["status"] == "True"
+                for w in items
+                for c in (w.get("status") or {}).get("conditions", [])
+            )
+
+        wait_for("kubectl get workloads to show the Job's Workload, Admitted", workload_admitted)
         assert daemon.stop() == 0, daemon.stderr.read_text()[-3000:]
         log = daemon.stderr.read_text()
         assert "forbidden" not in log.lower(), [line for line in log.splitlines() if "forbidden" in line.lower()]
