@@ -385,38 +385,38 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
     as_admitd = dataclasses.replace(installed, kubeconfig=sa_config)
     v = f"{KUEUE}/v1beta2"
     flavor, cq = f"{namespace}-h100", f"{namespace}-cq"
-    apply(
-        installed,
-        {
-            "apiVersion": v,
-            "kind": "ResourceFlavor",
-            "metadata": {"name": flavor},
-            "spec": {"nodeLabels": {"gpu-type": "h100"}},
-        },
-        {
-            "apiVersion": v,
-            "kind": "ClusterQueue",
-            "metadata": {"name": cq},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["nvidia.com/gpu"],
-                        "flavors": [{"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 8}]}],
-                    }
-                ],
-            },
-        },
-        {
-            "apiVersion": v,
-            "kind": "LocalQueue",
-            "metadata": {"name": "lq", "namespace": namespace},
-            "spec": {"clusterQueue": cq},
-        },
-    )
     daemon = Daemon(as_admitd, tmp_path / "run")
     daemon.workdir.mkdir(exist_ok=True)
     try:
+        apply(
+            installed,
+            {
+                "apiVersion": v,
+                "kind": "ResourceFlavor",
+                "metadata": {"name": flavor},
+                "spec": {"nodeLabels": {"gpu-type": "h100"}},
+            },
+            {
+                "apiVersion": v,
+                "kind": "ClusterQueue",
+                "metadata": {"name": cq},
+                "spec": {
+                    "namespaceSelector": {},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["nvidia.com/gpu"],
+                            "flavors": [{"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 8}]}],
+                        }
+                    ],
+                },
+            },
+            {
+                "apiVersion": v,
+                "kind": "LocalQueue",
+                "metadata": {"name": "lq", "namespace": namespace},
+                "spec": {"clusterQueue": cq},
+            },
+        )
         daemon.start()
         apply(installed, job(namespace, "train", queue="lq", gpus=4))
         wait_for(
