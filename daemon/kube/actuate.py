@@ -3,8 +3,8 @@
 An admission is one JSON patch: `suspend: false`, and each pod template's nodeSelector and tolerations set to the
 order's placement (the user's own values merged with the flavor's, computed when the decision was folded). A
 preemption suspends the Job, then restores the pod templates as they were created; Kubernetes lets a Job's
-template change only while it is suspended and not started, so the restore waits until the Job controller has
-cleared `status.startTime`. Each patch first tests the uid, so a Job deleted and recreated under the same name is
+template change only while it is suspended and not started, so a template change waits until the Job controller
+has cleared `status.startTime`. Each patch first tests the uid, so a Job deleted and recreated under the same name is
 never touched by an order meant for its predecessor.
 """
 
@@ -16,14 +16,14 @@ from typing import Any
 
 from daemon.domain.actuation import Action, Order, Placement
 from daemon.domain.model import Toleration
-from daemon.kube.client import JSON_PATCH, MERGE_PATCH, KubeClient
-from daemon.kube.errors import Conflict, KubeError, NotFound, Permanent, Temporary
+from daemon.kube.client import JSON_PATCH, KubeClient
+from daemon.kube.errors import Conflict, NotFound, Permanent, Temporary
 from daemon.obs.logging import get_logger
 from daemon.stages.ports import Done, Failed, Outcome
 
 log = get_logger("admitd.actuate")
 
-RESTORE_TRIES = 20  # x 0.25 s: how long a suspension waits for the Job controller before the restore is retried
+TEMPLATE_TRIES = 20  # x 0.25 s: how long a template change waits for the Job controller before it is retried later
 _KINDS = {"Job": ("/apis/batch/v1/namespaces/{ns}/jobs/{name}", {"main": "/spec/template/spec"})}
 
 
@@ -67,7 +67,7 @@ class JobActuator:
             if order.action is Action.UNSUSPEND:
                 ops = [*guard, *placement_patch(order.kind, order.placements)]
                 ops.append({"op": "replace", "path": "/spec/suspend", "value": False})
-                await self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+                await self._patch_template(path, ops)
             else:
                 await self.client.request(
                     "PATCH",
@@ -75,35 +75,41 @@ class JobActuator:
                     body=[*guard, {"op": "add", "path": "/spec/suspend", "value": True}],
                     content_type=JSON_PATCH,
                 )
-                await self._restore(path, guard, order)
+                if order.placements:  # an order without a decision only suspends
+                    await self._patch_template(path, [*guard, *placement_patch(order.kind, order.placements)])
         except NotFound:
             return Failed(f"{order.kind} {order.job} no longer exists", permanent=True)
         except (Temporary, Conflict) as e:
             return Failed(str(e), permanent=False)
         except Permanent as e:
-            if order.uid and "uid" in e.message and e.status == 422:
-                return Failed(f"{order.kind} {order.job} was recreated (uid is no longer {order.uid})", permanent=True)
+            if _template_frozen(e):  # the Job controller has not yet seen the suspension: try again later
+                return Failed(str(e), permanent=False)
+            if order.uid and e.status == 422 and await self._recreated(path, order.uid):
+                return Failed(f"{order.kind} {order.job} was recreated (its uid is no longer {order.uid})", True)
             return Failed(str(e), permanent=True)
         return Done()
 
-    async def _restore(self, path: str, guard: list[dict[str, Any]], order: Order) -> None:
-        ops = [*guard, *placement_patch(order.kind, order.placements)]
-        for attempt in range(RESTORE_TRIES):
+    async def _recreated(self, path: str, uid: str) -> bool:
+        """Whether a 422 came from the uid test: the object at `path` now has another uid."""
+        try:
+            current = await self.client.request("GET", path)
+        except (NotFound, Temporary, Permanent, Conflict):
+            return False
+        return bool((current.get("metadata") or {}).get("uid") != uid)
+
+    async def _patch_template(self, path: str, ops: list[dict[str, Any]]) -> None:
+        """A patch that changes a pod template. Kubernetes allows that only while the Job is suspended and not
+        started; right after a suspension the Job controller has not yet cleared `status.startTime`, so a refusal
+        for that reason is retried for a few seconds before it is reported (as a temporary failure)."""
+        for attempt in range(TEMPLATE_TRIES):
             try:
                 await self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
                 return
             except Permanent as e:
-                # 422 "field is immutable" until the Job controller has seen the suspension and cleared startTime.
-                if e.status != 422 or "immutable" not in e.message or attempt == RESTORE_TRIES - 1:
+                if not _template_frozen(e) or attempt == TEMPLATE_TRIES - 1:
                     raise
                 await asyncio.sleep(0.25)
 
-    async def suspend_now(self, kind: str, key: str, uid: str) -> None:
-        """A managed Job that started unsuspended (the webhook was bypassed or down): suspend it at once."""
-        path = job_path(kind, key)
-        body = {"spec": {"suspend": True}, "metadata": {"uid": uid}} if uid else {"spec": {"suspend": True}}
-        try:
-            await self.client.request("PATCH", path, body=body, content_type=MERGE_PATCH)
-            log.warning("suspended a queued job that started unsuspended", job=key)
-        except KubeError as e:
-            log.error("could not suspend a queued job that started unsuspended", job=key, error=str(e))
+
+def _template_frozen(e: Permanent) -> bool:
+    return e.status == 422 and "spec.template" in e.message and "immutable" in e.message

@@ -14,12 +14,14 @@ import asyncio
 import contextlib
 import signal
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from daemon.domain.actuation import Action, Order
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.state import State
 from daemon.eventlog import EventStore, LogReader, replay
@@ -135,7 +137,7 @@ class Daemon:
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit)
             ingest = Ingest(recorder, admit.notify)
             cluster.connect(ingest)
-            starter = _suspender(cluster.actuator)
+            starter = _suspender(actuate)
             observer = Observer(state, ingest.put, clock, on_started_unsuspended=starter)
             queue_reflectors = [
                 Reflector(
@@ -283,21 +285,24 @@ _KIND = {
 }
 
 
-def _suspender(actuator: JobActuator) -> Any:
-    pending: set[str] = set()
+def _suspender(actuate: Actuate) -> Callable[[str, str], None]:
+    """A queued Job found running unsuspended (the webhook was bypassed, or down with failurePolicy Ignore) is
+    suspended at once, by the actuate stage, so that it never races an admission of the same job."""
 
     def started_unsuspended(key: str, uid: str) -> None:
-        if key in pending:
-            return
-        pending.add(key)
-
-        async def suspend() -> None:
-            try:
-                await actuator.suspend_now("Job", key, uid)
-            finally:
-                pending.discard(key)
-
-        asyncio.get_running_loop().create_task(suspend())
+        log.warning("a queued job started unsuspended; suspending it", job=key)
+        actuate.submit(
+            Order(
+                job=key,
+                kind="Job",
+                uid=uid,
+                decision=0,
+                action=Action.SUSPEND,
+                cluster_queue="",
+                placements=(),
+                reason="StartedUnsuspended",
+            )
+        )
 
     return started_unsuspended
 

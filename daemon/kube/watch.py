@@ -53,6 +53,7 @@ class Reflector:
         self.synced = asyncio.Event()  # set after the first full list
         self.restarts = 0
         self.resource_version: str | None = None
+        self.watch_timeout_s = WATCH_TIMEOUT_S
         self._rng = random.Random(seed)
 
     async def _list(self) -> str:
@@ -98,9 +99,9 @@ class Reflector:
         params = {
             "resourceVersion": self.resource_version or "",
             "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(WATCH_TIMEOUT_S),
+            "timeoutSeconds": str(self.watch_timeout_s),
         }
-        async for type_, obj in self.client.stream(self.resource.path, params, server_timeout_s=WATCH_TIMEOUT_S):
+        async for type_, obj in self.client.stream(self.resource.path, params, server_timeout_s=self.watch_timeout_s):
             meta = obj.get("metadata") or {}
             if type_ == "ERROR":
                 code = obj.get("code")

@@ -34,6 +34,23 @@ def backoff_ms(attempt: int, rng: random.Random) -> Millis:
     return int(base * rng.uniform(0.8, 1.2))
 
 
+def _chunks(orders: list[Order], size: int) -> list[list[Order]]:
+    """Consecutive groups of at most `size` orders, a job at most once per group: two orders about one job are
+    carried out one after the other, in the order they were given."""
+    chunks: list[list[Order]] = []
+    current: list[Order] = []
+    jobs: set[str] = set()
+    for order in orders:
+        if len(current) == size or order.job in jobs:
+            chunks.append(current)
+            current, jobs = [], set()
+        current.append(order)
+        jobs.add(order.job)
+    if current:
+        chunks.append(current)
+    return chunks
+
+
 class Actuate:
     name = "actuate"
 
@@ -76,20 +93,24 @@ class Actuate:
         while self.ready:
             batch = [self.ready.popleft() for _ in range(min(len(self.ready), _BATCH))]
             results: list[ev.Event | None] = []
-            for i in range(0, len(batch), self.parallelism):
-                chunk = batch[i : i + self.parallelism]
+            for chunk in _chunks(batch, self.parallelism):
                 if len(chunk) == 1:
                     results.append(await self._carry_out(chunk[0]))
                 else:
                     results.extend(await asyncio.gather(*(self._carry_out(order) for order in chunk)))
             # One append for the batch: each result points at its own decision.
             await self.recorder.append(
-                [(result, order.decision) for order, result in zip(batch, results, strict=True) if result is not None]
+                [
+                    (result, order.decision or None)
+                    for order, result in zip(batch, results, strict=True)
+                    if result is not None
+                ]
             )
 
     async def _carry_out(self, order: Order) -> ev.Event | None:
         current = self.recorder.state.outbox.get(order.job)
-        if current is None or current.decision != order.decision:
+        # decision 0: an order without a decision (a queued job found running unsuspended is suspended at once).
+        if order.decision and (current is None or current.decision != order.decision):
             return None  # already carried out, or superseded by a later decision about the same job
         if order.conflict is not None:
             outcome: Outcome = Failed(order.conflict, permanent=True)

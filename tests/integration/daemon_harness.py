@@ -151,6 +151,7 @@ class Daemon:
     proc: subprocess.Popen[bytes] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.db = self.workdir / "admitd.db"
         self.stderr = self.workdir / "daemon.log"
 
@@ -228,3 +229,45 @@ class Daemon:
         )
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout
+
+
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[19]
+
+
+def stop_component(cluster: KubeCluster, name: str) -> dict[str, Any]:
+    """Kill one control-plane process (its whole process group); `start_component` brings it back."""
+    state_path = cluster.state_dir / "state.json"
+    state = json.loads(state_path.read_text())
+    proc = next(p for p in state["processes"] if p["name"] == name)
+    # SIGKILL: an outage, not a graceful shutdown (which would wait for every open watch to finish).
+    os.killpg(proc["pid"], signal.SIGKILL)
+    wait_for(f"{name} to stop", lambda: _start_time(proc["pid"]) != proc["start_time"], timeout=30)
+    return dict(proc)
+
+
+def start_component(cluster: KubeCluster, proc: dict[str, Any]) -> None:
+    """Start a stopped component again with its recorded command line, and record it so `down` stops it."""
+    state_path = cluster.state_dir / "state.json"
+    with open(proc["log"], "ab") as out:
+        new = subprocess.Popen(
+            proc["argv"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cluster.state_dir,
+            start_new_session=True,
+        )
+    _STARTED.append(new)  # kept, so that no ResourceWarning fires; `scripts/local-cluster down` stops it
+    state = json.loads(state_path.read_text())
+    for p in state["processes"]:
+        if p["name"] == proc["name"]:
+            p["pid"], p["start_time"] = new.pid, _start_time(new.pid)
+    state_path.write_text(json.dumps(state, indent=2))
