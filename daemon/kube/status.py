@@ -73,6 +73,7 @@ class StatusWriter:
         qps: float = 50.0,
         burst: int = 100,
         linger_s: float = 0.1,
+        queue_linger_s: float = 1.0,
         parallelism: int = 4,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -81,12 +82,17 @@ class StatusWriter:
         self.clock = clock
         self.workload_objects = workload_objects
         self.linger_s = linger_s
+        self.queue_linger_s = queue_linger_s
         self.parallelism = parallelism
         self.monotonic = monotonic
         self.bucket = so.TokenBucket(qps, burst, monotonic())
         self.stats = WriterStats()
         self.instance = socket.gethostname()
-        self._dirty: dict[Key, float] = {}  # key -> monotonic time first marked; insertion order is drain order
+        # key -> monotonic time first marked; insertion order is drain order. Two lanes: Workloads and Events
+        # after `linger_s`; queue status (which every admission and finish in the queue changes) after the longer
+        # `queue_linger_s`, so that a busy queue's counts cost one write a second, not one per change.
+        self._dirty: dict[Key, float] = {}
+        self._queues_dirty: dict[Key, float] = {}
         self._inflight: set[Key] = set()
         self._wake = asyncio.Event()
         self._jobs: dict[str, _Job] = {}
@@ -102,8 +108,9 @@ class StatusWriter:
     # --- marking (the Recorder listener: cheap) ---------------------------------------------------------------
 
     def _mark(self, key: Key) -> None:
-        if key not in self._dirty:
-            self._dirty[key] = self.monotonic()
+        lane = self._queues_dirty if key[0] in ("cq", "lq") else self._dirty
+        if key not in lane:
+            lane[key] = self.monotonic()
             self._wake.set()
 
     def _mark_job_queues(self, key: str) -> None:
@@ -313,19 +320,33 @@ class StatusWriter:
         if delay > 0:
             await asyncio.sleep(delay)
 
+    def marked(self) -> set[Key]:
+        """What is waiting to be written."""
+        return {*self._dirty, *self._queues_dirty}
+
+    def _take(self, lane: dict[Key, float], linger: float, now: float) -> Key | float | None:
+        """The first key of `lane` that is due and not being written; else how long until the first is due."""
+        for key, marked in lane.items():
+            if key in self._inflight:
+                continue
+            due = marked + linger
+            if due <= now:
+                del lane[key]
+                return key
+            return due - now
+        return None
+
     async def _next(self) -> Key:
         while True:
             now = self.monotonic()
-            wait = None
-            for key, marked in self._dirty.items():
-                if key in self._inflight:
-                    continue
-                due = marked + self.linger_s
-                if due <= now:
-                    del self._dirty[key]
-                    return key
-                wait = due - now
-                break
+            waits: list[float] = []
+            for lane, linger in ((self._dirty, self.linger_s), (self._queues_dirty, self.queue_linger_s)):
+                got = self._take(lane, linger, now)
+                if isinstance(got, tuple):
+                    return got
+                if got is not None:
+                    waits.append(got)
+            wait = min(waits) if waits else None
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait)
@@ -350,7 +371,7 @@ class StatusWriter:
                 log.warning("status write refused; not retried", key="/".join(key), error=str(e))
             finally:
                 self._inflight.discard(key)
-                if key in self._dirty:  # marked again while it was being written
+                if key in self._dirty or key in self._queues_dirty:  # marked again while it was being written
                     self._wake.set()
 
     async def _write(self, key: Key) -> None:
@@ -495,7 +516,7 @@ class StatusWriter:
     def _lq_counts(self) -> dict[str, so.QueueCounts]:
         """Every LocalQueue's counts in one pass over the live workloads, shared by the drain round."""
         now = self.monotonic()
-        if self._round is not None and now - self._round_at < self.linger_s:
+        if self._round is not None and now - self._round_at < self.queue_linger_s:
             return self._round
         pending: dict[str, int] = {}
         reserving: dict[str, int] = {}

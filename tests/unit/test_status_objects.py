@@ -391,7 +391,7 @@ def test_a_pending_event_not_yet_sent_is_replaced_by_what_came_after_it() -> Non
     assert queued == [("Pending", "BlockedByHead: blocked")]
     feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=4_000, admission=admission()))
     assert [e.reason for e in w._events.values()] == ["Admitted"]
-    marked = set(w._dirty)
+    marked = w.marked()
     assert {("wl", "research/train-a"), ("cq", "team-research"), ("lq", "research/q")} <= marked
     assert len([k for k in marked if k[0] == "ev"]) == 1, "one Event left to send"
 
@@ -403,3 +403,6 @@ def test_repeated_changes_to_one_object_mark_it_once() -> None:
         reason = PendingReason(kind=PendingReasonKind.WAITING_FOR_QUOTA, message=f"short {i}")
         feed(w, state, ev.WorkloadPending(workload="research/train-a", at=i, cluster_queue=None, reason=reason))
     assert [k for k in w._dirty if k[0] == "wl"] == [("wl", "research/train-a")]
+    marked = w.marked()
+    assert {k for k in marked if k[0] != "ev"} == {("wl", "research/train-a"), ("lq", "research/q")}
+    assert len([k for k in marked if k[0] == "ev"]) == 1, "each Pending Event replaced the unsent one before it"
