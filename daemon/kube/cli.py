@@ -60,8 +60,8 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     p.add_argument(
         "--no-workload-objects",
         action="store_true",
-        help="write no kueue.x-k8s.io Workload per Job (saves about 3 API requests a Job; queue status and Events "
-        "stay); for the largest clusters",
+        help="write no kueue.x-k8s.io Workload per Job (saves 2 to 4 API requests a Job, see bench/RESULTS.md; "
+        "queue status and Events stay); for the largest clusters",
     )
     p.add_argument("--status-qps", type=float, default=50.0, help="status writes per second, sustained (default 50)")
     p.add_argument("--status-burst", type=int, default=100, help="status writes in a burst (default 100)")
