@@ -1,8 +1,9 @@
 """replay -> admit: run an admission cycle on the folded state when it changed; append the decisions.
 
-A cycle that admitted or preempted is followed by another, because what it decided can change what fits (the
-simulator has always done this; the daemon does the same). A cycle that only explains pending workloads ends the
-round until the fold changes again. Decisions reach the actuate stage only after `Recorder.append` returned, which
+A cycle runs only when something outside it changed the fold (an observation, an eviction). It is not run again
+on its own decisions: the engine's cycle already runs passes until nothing more fits, and "a cycle applied to its
+own output admits nothing more" is a tested property of the engine, so a second cycle would only cost time (it did,
+one empty cycle per admitting instant, until the 10,000-job benchmark showed it). Decisions reach the actuate stage only after `Recorder.append` returned, which
 in the daemon means they are durable.
 """
 
@@ -89,6 +90,3 @@ class Admit:
             pending=len(decisions) - admitted - preempted,
             engine_ms=round(engine_s * 1000, 3),
         )
-        if admitted or preempted:
-            self._dirty = True
-            self.wake.set()
