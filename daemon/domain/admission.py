@@ -89,6 +89,7 @@ from daemon.domain.view import (
     PendingWorkload,
     Shape,
     coarse,
+    is_sticky,
     queue_key,
     shape_of,
 )
@@ -159,6 +160,7 @@ class _Result:
     targets: list[Target] = field(default_factory=list)
     waits_on: list[AdmittedWorkload] = field(default_factory=list)
     coarse_reason: Coarse | None = None  # coarse(reason), computed on first use
+    volatile: bool = False  # depends on the instant, not only on the tree: never kept in the engine's memo
 
     def coarse(self) -> Coarse:
         if self.coarse_reason is None:
@@ -271,6 +273,7 @@ class _Queue:
     hold_for: Assignment | None = None
     emitted: bool = False  # any event about this queue's pending workloads this cycle
     acted: bool = False  # offered an entry this cycle
+    volatile: bool = False  # some outcome depended on the instant (see `_Result.volatile`): not memoised
     equivalent: dict[tuple[object, ...], _Result] = field(default_factory=dict)
 
 
@@ -359,7 +362,7 @@ class _Cycle:
             root = next(iter(remaining.values())).queue.node.root()
             while remaining:
                 won = (
-                    tournament(root, self.tree.cqs, remaining, _entry_usage, _fair_tie_break)
+                    tournament(root, self.tree.cqs, remaining, _entry_usage, _fair_tie_break, _is_preemptor)
                     if not root.is_cq
                     else None
                 )
@@ -730,9 +733,15 @@ class _Cycle:
         result = q.equivalent.get(eq_key)
         if result is None:
             result = self._assess(q, pw)
+            q.volatile |= result.volatile
             if result.kind in (_Kind.NO_FIT, _Kind.NO_TARGETS):
                 q.equivalent[eq_key] = result
-        if untouched and self.memo is not None and result.kind in (_Kind.NO_FIT, _Kind.NO_TARGETS):
+        if (
+            untouched
+            and self.memo is not None
+            and result.kind in (_Kind.NO_FIT, _Kind.NO_TARGETS)
+            and not result.volatile
+        ):
             if memo is None or memo[0] != generation:
                 memo = self.memo.classes[q.name] = (generation, {})
             memo[1][eq_key[2:]] = result
@@ -759,7 +768,16 @@ class _Cycle:
         return ()
 
     def _assess(self, q: _Queue, pw: PendingWorkload) -> _Result:
-        preemptor = Preemptor(pw=pw, cq=q.cq, node=q.node, usage={}, frs=frozenset(), excluded=self.snap.removed)
+        preemptor, result = self._assess_with(q, pw)
+        # Whether a candidate was off limits for this instant only is not a property of the tree's generation:
+        # such a result must not be remembered beyond this cycle.
+        result.volatile = preemptor.skipped_readmitted
+        return result
+
+    def _assess_with(self, q: _Queue, pw: PendingWorkload) -> tuple[Preemptor, _Result]:
+        preemptor = Preemptor(
+            pw=pw, cq=q.cq, node=q.node, usage={}, frs=frozenset(), excluded=self.snap.removed, now=self.now
+        )
 
         targets_fn = self._fair_targets if self.config.fair_sharing else classical_targets
 
@@ -769,22 +787,22 @@ class _Cycle:
         q.assigner.oracle = oracle
         a = q.assigner.assign(pw.workload)
         if a.mode is Mode.FIT:
-            return _Result(_Kind.FIT, assignment=a)
+            return preemptor, _Result(_Kind.FIT, assignment=a)
         if a.mode is Mode.NO_FIT and a.reason_kind is not PendingReasonKind.WAITING_FOR_QUOTA:
-            return _Result(_Kind.NO_FIT, reason=_no_fit_reason(a))
+            return preemptor, _Result(_Kind.NO_FIT, reason=_no_fit_reason(a))
         waiting = self._fits_after_evictions(q, pw)
         if waiting is not None:
-            return waiting
+            return preemptor, waiting
         if a.mode is Mode.NO_FIT:
-            return _Result(_Kind.NO_FIT, reason=_no_fit_reason(a))
+            return preemptor, _Result(_Kind.NO_FIT, reason=_no_fit_reason(a))
         preemptor.usage = a.usage
         preemptor.frs = a.frs_need_preemption
         targets = targets_fn(preemptor, self.snap)
         if not targets:
-            return _Result(_Kind.NO_TARGETS, assignment=a, reason=self._waiting_for_quota(q, a))
+            return preemptor, _Result(_Kind.NO_TARGETS, assignment=a, reason=self._waiting_for_quota(q, a))
         if all(t.victim.evicting for t in targets):
-            return _Result(_Kind.WAIT_EVICTIONS, assignment=a, waits_on=[t.victim for t in targets])
-        return _Result(_Kind.PREEMPT, assignment=a, targets=targets)
+            return preemptor, _Result(_Kind.WAIT_EVICTIONS, assignment=a, waits_on=[t.victim for t in targets])
+        return preemptor, _Result(_Kind.PREEMPT, assignment=a, targets=targets)
 
     def _fair_targets(self, p: Preemptor, snap: Snapshot) -> list[Target]:
         return fair_targets(p, snap, self.config.fair_sharing_strategies)
@@ -985,9 +1003,9 @@ class _Cycle:
         if self.memo is None:
             return
         for q in queues:
-            if q.done and not q.acted and not q.emitted and self.snap.version(q.node.tree) == 0:
+            if q.done and not q.acted and not q.emitted and not q.volatile and self.snap.version(q.node.tree) == 0:
                 self._record_queue(q.name, q.node, q.cq)
-            elif not (q.done and not q.acted and not q.emitted):
+            elif q.volatile or not (q.done and not q.acted and not q.emitted):
                 self.memo.queues.pop(q.name, None)
 
 
@@ -1020,6 +1038,13 @@ def selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
 
 def _entry_usage(e: _Entry) -> dict[FlavorResource, int]:
     return e.result.assignment.usage if e.result.assignment is not None else {}
+
+
+def _is_preemptor(e: _Entry) -> bool:
+    """A workload that preempted and waits for its victims (Kueue's PrioritizePreemptorWorkloads): the room its
+    preemptions free goes to it first. Without this, another queue's nominee with a lower share takes that room, the
+    victim preempts it back by fair sharing, and the preemptor preempts the victim again: a loop at one instant."""
+    return is_sticky(e.pw)
 
 
 def _fair_tie_break(e: _Entry) -> tuple[object, ...]:

@@ -22,7 +22,14 @@ from typing import Final
 from daemon.domain.fairsharing import dominant_resource_share
 from daemon.domain.model import PreemptionPolicy
 from daemon.domain.ordering import candidate_order, satisfies_policy
-from daemon.domain.preemption import Preemptor, Target, _fill_back_targets, uses_resources, workload_fits
+from daemon.domain.preemption import (
+    Preemptor,
+    Target,
+    _fill_back_targets,
+    off_limits,
+    uses_resources,
+    workload_fits,
+)
 from daemon.domain.quota import Node, Snapshot, borrowing_with
 from daemon.domain.view import AdmittedWorkload
 
@@ -181,7 +188,7 @@ def _candidates(p: Preemptor, snap: Snapshot) -> list[AdmittedWorkload]:
     if pre.within_cluster_queue is not PreemptionPolicy.NEVER:
         for key, wl in snap.workloads_by_cq.get(p.cq.name, {}).items():
             ok = key not in removed and satisfies_policy(p.pw, wl, pre.within_cluster_queue)
-            if ok and uses_resources(snap, wl, p.frs):
+            if ok and uses_resources(snap, wl, p.frs) and not off_limits(p, wl):
                 out.append(wl)
     if p.node.parent is not None and pre.reclaim_within_cohort is not PreemptionPolicy.NEVER:
         stack = [p.node.root()]
@@ -194,7 +201,7 @@ def _candidates(p: Preemptor, snap: Snapshot) -> list[AdmittedWorkload]:
                 for key, wl in snap.workloads_by_cq.get(other.name, {}).items():
                     if key in removed or not satisfies_policy(p.pw, wl, pre.reclaim_within_cohort):
                         continue
-                    if uses_resources(snap, wl, p.frs):
+                    if uses_resources(snap, wl, p.frs) and not off_limits(p, wl):
                         out.append(wl)
     out.sort(key=lambda wl: candidate_order(wl, p.cq.name))
     return out

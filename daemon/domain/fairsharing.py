@@ -76,9 +76,11 @@ def tournament(
     entries: Mapping[str, E],
     usage_of: Callable[[E], Mapping[FlavorResource, int]],
     tie_break: Callable[[E], tuple[object, ...]],
+    is_preemptor: Callable[[E], bool] | None = None,
 ) -> E | None:
     """The next entry of a tree (`entries` by ClusterQueue name): at each cohort, the child whose nominee leaves it
-    with the lowest share wins; not borrowing on the nominee's flavors first, then share, then `tie_break`."""
+    with the lowest share wins; a preemptor waiting for its victims first (`is_preemptor`, Kueue's
+    PrioritizePreemptorWorkloads), then not borrowing on the nominee's flavors, then share, then `tie_break`."""
     shares: dict[tuple[str, str], DRS] = {}
     for cq_name, e in entries.items():
         node = cqs[cq_name]
@@ -103,7 +105,8 @@ def tournament(
         def key(item: tuple[str, E], cohort: Node = cohort) -> tuple[object, ...]:
             drs = shares.get((cohort.name, item[0]), ZERO)
             requested = set(usage_of(item[1]))
-            return (bool(drs.borrowed & requested), drs.key, tie_break(item[1]))
+            first = is_preemptor is None or is_preemptor(item[1])
+            return (not first, bool(drs.borrowed & requested), drs.key, tie_break(item[1]))
 
         won_at[cohort.name] = min(nominees, key=key)
     won = won_at.get(root.name)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from daemon.domain.flavors import PMode
-from daemon.domain.model import ClusterQueue, FlavorResource, PreemptionPolicy
+from daemon.domain.model import ClusterQueue, FlavorResource, Millis, PreemptionPolicy
 from daemon.domain.ordering import candidate_order, satisfies_policy
 from daemon.domain.quota import (
     Node,
@@ -67,6 +67,17 @@ class Preemptor:
     usage: dict[FlavorResource, int]
     frs: frozenset[FlavorResource]
     excluded: set[str]
+    now: Millis | None = None
+    skipped_readmitted: bool = False  # a candidate was passed over because it was readmitted at `now`
+
+
+def off_limits(p: Preemptor, wl: AdmittedWorkload) -> bool:
+    """A workload evicted and admitted again at this very instant is no candidate until time moves on: preempting
+    it again would let two preemptors take turns over it at one instant (a preemption loop)."""
+    if p.now is not None and wl.readmitted_at(p.now):
+        p.skipped_readmitted = True
+        return True
+    return False
 
 
 def uses_resources(snap: Snapshot, wl: AdmittedWorkload, frs: frozenset[FlavorResource]) -> bool:
@@ -120,7 +131,7 @@ def _classify(p: Preemptor, snap: Snapshot, wl: AdmittedWorkload, advantage: boo
 def _from_cq(p: Preemptor, snap: Snapshot, cq: Node, lca: Node | None, advantage: bool) -> list[_Candidate]:
     out: list[_Candidate] = []
     for key, wl in snap.workloads_by_cq.get(cq.name, {}).items():
-        if key in p.excluded or key in snap.removed:
+        if key in p.excluded or key in snap.removed or off_limits(p, wl):
             continue
         variant = _classify(p, snap, wl, advantage)
         if variant is not Variant.NEVER:
@@ -253,8 +264,11 @@ def oracle_mode(
     p: Preemptor, snap: Snapshot, fr: FlavorResource, quantity: int, targets_fn: TargetsFn | None = None
 ) -> tuple[PMode, int]:
     """Kueue's SimulatePreemption for one flavor/resource: the mode it would reach and the borrowing level after."""
-    single = Preemptor(pw=p.pw, cq=p.cq, node=p.node, usage={fr: quantity}, frs=frozenset({fr}), excluded=p.excluded)
+    single = Preemptor(
+        pw=p.pw, cq=p.cq, node=p.node, usage={fr: quantity}, frs=frozenset({fr}), excluded=p.excluded, now=p.now
+    )
     targets = (targets_fn or classical_targets)(single, snap)
+    p.skipped_readmitted |= single.skipped_readmitted
     if not targets:
         return PMode.NO_CANDIDATES, lowest_subtree_that_fits(p.node, fr, quantity)[0]
     for t in targets:

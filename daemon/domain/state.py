@@ -35,6 +35,7 @@ from daemon.domain.events import (
     ResourceFlavorDeleted,
     ResourceFlavorObserved,
     WorkloadAdmitted,
+    WorkloadAdopted,
     WorkloadEvicted,
     WorkloadPending,
     WorkloadPreempted,
@@ -54,7 +55,7 @@ from daemon.domain.model import (
 )
 from daemon.domain.view import AdmittedWorkload, ClusterView, PendingIndex, PendingWorkload, Shape, queue_key
 
-STATE_VERSION = 3
+STATE_VERSION = 4
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
 
 
@@ -76,6 +77,7 @@ class WorkloadRecord:
     admitted_at: Millis | None = None
     evicting: bool = False
     eviction_reason: str | None = None  # while evicting: Preempted | ClusterQueueStopped | LocalQueueStopped
+    evicted_at: Millis | None = None  # when it last stopped after an admission (kept when admitted again)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,6 +196,8 @@ class State:
                 self.outbox.pop(key, None)
                 if isinstance(event, JobFinished):
                     self.finished[key] = at
+            case WorkloadAdopted(workload=key, at=at, admission=admission):
+                self._admit(key, at, admission)  # another replica carried it out: nothing for the outbox
             case WorkloadAdmitted(workload=key, at=at, admission=admission):
                 if self._admit(key, at, admission):
                     wl = self.workloads[key].workload
@@ -211,13 +215,14 @@ class State:
                         reason="Preempted" if preemptor else reason,
                         preemptor=preemptor,
                     )
-            case WorkloadEvicted(workload=key):
+            case WorkloadEvicted(workload=key, at=evicted_at):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.ADMITTED:
                     self._bump_tree_of(rec)
                     self._set(
                         replace(
                             rec,
+                            evicted_at=evicted_at,
                             phase=Phase.PENDING,
                             admission=None,
                             admitted_at=None,
@@ -327,6 +332,7 @@ class State:
                 queue_order_at=rec.queue_order_at,
                 admission=admission,
                 admitted_at=at,
+                evicted_at=rec.evicted_at,
             )
         )
         self._bump_tree(self.tree_of_cq(admission.cluster_queue))
@@ -360,6 +366,7 @@ class State:
                 admitted_at=rec.admitted_at,
                 queue_order_at=rec.queue_order_at,
                 evicting=rec.evicting,
+                evicted_at=rec.evicted_at,
             )
             self._admitted[key] = aw
             self._admitted_by_cq.setdefault(rec.admission.cluster_queue, {})[key] = aw

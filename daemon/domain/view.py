@@ -50,6 +50,11 @@ class AdmittedWorkload:
     admitted_at: Millis
     queue_order_at: Millis
     evicting: bool = False  # preempted or drained, still holding quota until its pods are gone
+    evicted_at: Millis | None = None  # when it last stopped before this admission
+
+    def readmitted_at(self, now: Millis) -> bool:
+        """Evicted and admitted again at `now`: preempting it again at the same instant would be a loop."""
+        return self.admitted_at == now and self.evicted_at == now
 
     @property
     def key(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import shlex
 import stat
@@ -22,6 +23,7 @@ from daemon.sim.durations import DurationError, format_seconds, parse_duration
 from daemon.sim.report import to_json, to_table
 from daemon.sim.run import SimProgress, run_simulation
 from daemon.sim.scenario import load_scenario
+from daemon.stages.admit import PreemptionLoop
 
 
 def _duration(text: str) -> int:
@@ -141,21 +143,25 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         # Exclusively (O_EXCL, no symlink followed): of two runs given the same --db, exactly one gets it.
         create_new_log(args.db)
     if args.fair_sharing:
-        config = EngineConfig(fair_sharing=True)
+        config = dataclasses.replace(config, fair_sharing=True)
     for line in (*config_warnings, *scenario.warnings):
         print(f"admitd: warning: {line}", file=sys.stderr)
     for line in scenario.problems:
         print(f"admitd: rejected: {line}", file=sys.stderr)
     progress = _progress if sys.stderr.isatty() and not args.json else None
-    result = asyncio.run(
-        run_simulation(
-            scenario,
-            db_path=args.db,
-            until=args.until,
-            config=config,
-            progress=progress,
+    try:
+        result = asyncio.run(
+            run_simulation(
+                scenario,
+                db_path=args.db,
+                until=args.until,
+                config=config,
+                progress=progress,
+            )
         )
-    )
+    except PreemptionLoop as e:  # an engine bug, never a property of the input: say which jobs, exit 1
+        print(f"admitd: error: {e}", file=sys.stderr)
+        return 1
     if args.json:
         sys.stdout.write(json.dumps(to_json(result)) + "\n")
     else:

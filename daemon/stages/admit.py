@@ -24,6 +24,20 @@ from daemon.stages.recorder import Recorder
 log = get_logger("admitd.admit")
 
 
+class PreemptionLoop(RuntimeError):
+    """A cycle would preempt a workload already preempted at this instant, with nothing else changed: the engine
+    is going round in circles. The run stops before the decision is recorded, naming the jobs."""
+
+    def __init__(self, at: int, repeats: list[tuple[str, str | None, str | None]]) -> None:
+        named = "; ".join(
+            f"{victim} (preempted by {first or 'its queue'}, now again by {again or 'its queue'})"
+            for victim, first, again in repeats
+        )
+        super().__init__(f"preemption loop at {at} ms: {named}")
+        self.at = at
+        self.jobs = tuple(sorted({v for v, _, _ in repeats}))
+
+
 class Admit:
     name = "admit"
 
@@ -45,6 +59,8 @@ class Admit:
         self.cycles = 0
         self.decisions = 0
         self.engine_seconds = 0.0
+        self._instant: int | None = None
+        self._preempted_at_instant: dict[str, str | None] = {}  # victim -> preemptor, at `_instant`
 
     def notify(self, cause: int | None) -> None:
         """The fold changed at `cause`: run a cycle soon."""
@@ -54,6 +70,25 @@ class Admit:
 
     def has_work(self) -> bool:
         return self._dirty
+
+    def _guard_loops(self, now: int, decisions: list[ev.Event]) -> None:
+        """No workload may be preempted twice at one instant: it would have been preempted, readmitted and
+        preempted again without anything else having changed (the engine's own guard, `readmitted_at`, rules this
+        out; this is the last line). In the simulator an instant is one virtual time; in the daemon one ms."""
+        if now != self._instant:
+            self._instant = now
+            self._preempted_at_instant = {}
+        seen = self._preempted_at_instant
+        repeats = [
+            (d.workload, seen[d.workload], d.preemptor)
+            for d in decisions
+            if isinstance(d, ev.WorkloadPreempted) and d.workload in seen
+        ]
+        if repeats:
+            raise PreemptionLoop(now, repeats)
+        for d in decisions:
+            if isinstance(d, ev.WorkloadPreempted):
+                seen[d.workload] = d.preemptor
 
     async def step(self) -> None:
         self._dirty = False
@@ -65,6 +100,7 @@ class Admit:
         self.cycles += 1
         if not decisions:
             return
+        self._guard_loops(now, decisions)
         self.decisions += len(decisions)
         seqs = await self.recorder.append([(d, self.cause) for d in decisions])
         admitted = preempted = 0
