@@ -28,7 +28,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from daemon.domain import events as ev
-from daemon.domain.model import FlavorResource, Milli, PendingReasonKind, StopPolicy, Workload
+from daemon.domain.model import (
+    ClusterQueue,
+    FlavorResource,
+    Milli,
+    PendingReasonKind,
+    ResourceQuota,
+    StopPolicy,
+    Workload,
+)
 from daemon.domain.quota import UNLIMITED, QuotaTree
 from daemon.domain.state import Phase, State
 from daemon.eventlog import LogReader, codec
@@ -118,7 +126,7 @@ class FoldedMetrics:
         self.usage: dict[str, dict[FlavorResource, Milli]] = {}
         self._queued_at: dict[str, int] = {}  # requeue times of evicted workloads (Kueue's wait starts there)
         self._preempt_reason: dict[str, str] = {}
-        self.dirty: set[str] = set()
+        self.dirty: set[tuple[str, str]] = set()  # (cluster queue, group of metrics) changed since the last render
         self.config_changed = True
         self.replay_seconds: float | None = None
 
@@ -152,6 +160,10 @@ class FoldedMetrics:
         lq = self.state.local_queues.get(f"{rec.workload.namespace}/{rec.workload.queue_name}")
         return lq.cluster_queue if lq is not None else None
 
+    def _touch(self, cq: str, *groups: str) -> None:
+        for group in groups:
+            self.dirty.add((cq, group))
+
     def _add_usage(self, cq: str, usage: dict[FlavorResource, Milli], sign: int) -> None:
         acc = self.usage.setdefault(cq, {})
         for fr, v in usage.items():
@@ -173,13 +185,20 @@ class FoldedMetrics:
                     since = self._queued_at.pop(key, rec.workload.created_at)
                     self.wait.setdefault(label, Hist()).observe(max(0, at - since) / 1000)
                     self._add_usage(adm.cluster_queue, adm.usage(), 1)
-                    self.dirty.add(adm.cluster_queue)
+                    self._touch(adm.cluster_queue, "pending", "admitted", "admissions")
+            case ev.WorkloadAdopted(workload=key, admission=adm):
+                # Admitted by another replica: its quota is in use, but this process admitted nothing.
+                rec = state.workloads.get(key)
+                if rec is not None and rec.phase is Phase.PENDING:
+                    self._queued_at.pop(key, None)
+                    self._add_usage(adm.cluster_queue, adm.usage(), 1)
+                    self._touch(adm.cluster_queue, "pending", "admitted")
             case ev.WorkloadPreempted(workload=key, cluster_queue=cq, preemptor_cluster_queue=by_cq, reason=why):
                 self._preempt_reason[key] = why
                 if by_cq is not None:
                     self.preempted[(by_cq, why)] = self.preempted.get((by_cq, why), 0) + 1
-                    self.dirty.add(by_cq)
-                self.dirty.add(cq)
+                    self._touch(by_cq, "preemptions")
+                self._touch(cq, "preemptions")
             case ev.WorkloadEvicted(workload=key, at=at, reason=why):
                 rec = state.workloads.get(key)
                 if rec is not None and rec.phase is Phase.ADMITTED and rec.admission is not None:
@@ -188,7 +207,7 @@ class FoldedMetrics:
                     self.evicted[label4] = self.evicted.get(label4, 0) + 1
                     self._add_usage(cq, rec.admission.usage(), -1)
                     self._queued_at[key] = at
-                    self.dirty.add(cq)
+                    self._touch(cq, "pending", "admitted", "evictions")
             case ev.JobFinished(job=key, at=at) | ev.JobDeleted(job=key, at=at):
                 rec = state.workloads.get(key)
                 if rec is not None:
@@ -200,12 +219,12 @@ class FoldedMetrics:
                             self.finished[label] = self.finished.get(label, 0) + 1
                             self.execution.setdefault(label, Hist()).observe(max(0, at - rec.admitted_at) / 1000)
                     if cq is not None:
-                        self.dirty.add(cq)
+                        self._touch(cq, "pending", "admitted", "finishes")
                 self._queued_at.pop(key, None)
                 self._preempt_reason.pop(key, None)
             case ev.WorkloadPending(cluster_queue=cq):
                 if cq is not None:
-                    self.dirty.add(cq)
+                    self._touch(cq, "pending")
             case ev.ActuationFailed(permanent=permanent):
                 k = "true" if permanent else "false"
                 self.actuation_failures[k] = self.actuation_failures.get(k, 0) + 1
@@ -219,7 +238,7 @@ class FoldedMetrics:
         if isinstance(event, ev.JobObserved):
             cq = self._cq_of(event.workload.key)
             if cq is not None:
-                self.dirty.add(cq)
+                self._touch(cq, "pending")
 
 
 # --- rendering ---------------------------------------------------------------------------------------------------
@@ -272,76 +291,151 @@ PER_QUEUE: tuple[Family, ...] = (
 _LES = [_num(b) for b in WAIT_BUCKETS] + ["+Inf"]
 
 
-def _hist(name: str, labels: str, h: Hist) -> str:
-    pre = f'{name}_bucket{{{labels},le="'
-    lines = [f'{pre}{le}"}} {c}.0\n' for le, c in zip(_LES, [*h.counts, h.n], strict=True)]
-    lines.append(f"{name}_sum{{{labels}}} {_num(h.total)}\n{name}_count{{{labels}}} {h.n}.0\n")
-    return "".join(lines)
+class _Context:
+    """What one render's fragments share, computed at most once per render."""
+
+    def __init__(self, fm: FoldedMetrics, role: str) -> None:
+        self.fm = fm
+        self.role = role
+        self.view = fm.state.view()
+        self._pcs: dict[str, list[str]] | None = None
+        self._evicted: dict[str, list[tuple[tuple[str, str, str, str], int]]] | None = None
+        self._preempted: dict[str, list[tuple[tuple[str, str], int]]] | None = None
+
+    def pcs(self, cq: str) -> list[str]:
+        if self._pcs is None:
+            acc: dict[str, set[str]] = {}
+            for table in (self.fm.admitted, self.fm.finished, self.fm.wait, self.fm.execution):
+                for name, pc in table:
+                    acc.setdefault(name, set()).add(pc)
+            self._pcs = {name: sorted(pcs) for name, pcs in acc.items()}
+        return self._pcs.get(cq, [])
+
+    def evicted(self, cq: str) -> list[tuple[tuple[str, str, str, str], int]]:
+        if self._evicted is None:
+            self._evicted = {}
+            for k, v in self.fm.evicted.items():
+                self._evicted.setdefault(k[0], []).append((k, v))
+        return self._evicted.get(cq, [])
+
+    def preempted(self, cq: str) -> list[tuple[tuple[str, str], int]]:
+        if self._preempted is None:
+            self._preempted = {}
+            for k, v in self.fm.preempted.items():
+                self._preempted.setdefault(k[0], []).append((k, v))
+        return self._preempted.get(cq, [])
+
+
+_FAMILY = {f.name: f for f in PER_QUEUE}
+
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    "config": (
+        "kueue_cluster_queue_status",
+        "kueue_cluster_queue_nominal_quota",
+        "kueue_cluster_queue_borrowing_limit",
+        "kueue_cluster_queue_lending_limit",
+    ),
+    "pending": ("kueue_pending_workloads", "kueue_unadmitted_workloads"),
+    "admitted": (
+        "kueue_admitted_active_workloads",
+        "kueue_reserving_active_workloads",
+        "kueue_cluster_queue_resource_usage",
+        "kueue_cluster_queue_resource_reservation",
+    ),
+    "admissions": (
+        "kueue_admitted_workloads_total",
+        "kueue_quota_reserved_workloads_total",
+        "kueue_admission_wait_time_seconds",
+        "kueue_quota_reserved_wait_time_seconds",
+    ),
+    "finishes": ("kueue_finished_workloads_total", "kueue_execution_time_seconds"),
+    "evictions": ("kueue_evicted_workloads_total",),
+    "preemptions": ("kueue_preempted_workloads_total",),
+}
+"""Which families each group renders. An event marks (queue, group) dirty; only those fragments are rendered again."""
 
 
 class Renderer:
-    """The exposition text of a `FoldedMetrics`, with per-(metric, ClusterQueue) fragments cached."""
+    """The exposition text of a `FoldedMetrics`, with the text of every (ClusterQueue, group of metrics) cached and
+    rendered again only when an event touched it (`FoldedMetrics.dirty`) or the configuration changed."""
 
     def __init__(self, replica_role: str = "leader") -> None:
         self.role = _esc(replica_role)
-        self._frags: dict[str, dict[str, str]] = {}  # cluster queue -> family name -> text
+        self._frags: dict[str, dict[str, dict[str, str]]] = {}  # cluster queue -> group -> family -> text
         self._inactive: set[str] = set()  # ClusterQueues that cannot admit (unknown flavor, cohort cycle)
+        self._bucket_prefixes: dict[tuple[str, str], list[str]] = {}
+        self._family_bytes: dict[str, bytes] = {}  # a family's whole text, while none of its fragments changed
+        self._order: list[str] = []
 
     def render(self, fm: FoldedMetrics, reader_info: Callable[[], Iterable[str]] | None = None) -> bytes:
         state = fm.state
-        by_pc: dict[str, list[tuple[str, str]]] = {}
-        for kind in (fm.admitted, fm.finished, fm.wait, fm.execution):
-            for cq, pc in kind:
-                by_pc.setdefault(cq, [])
-                if (cq, pc) not in by_pc[cq]:
-                    by_pc[cq].append((cq, pc))
-        names = set(state.cluster_queues) | {k[0] for k in fm.evicted} | {k[0] for k in fm.preempted} | set(by_pc)
         if fm.config_changed:
             self._frags.clear()
+            self._family_bytes.clear()
             self._inactive = set(QuotaTree.build(state.cluster_queues, state.cohorts, state.flavors).inactive)
             fm.config_changed = False
+        names = (
+            set(state.cluster_queues)
+            | {k[0] for k in fm.admitted}
+            | {k[0] for k in fm.finished}
+            | {k[0] for k in fm.evicted}
+            | {k[0] for k in fm.preempted}
+        )
         for gone in set(self._frags) - names:
             del self._frags[gone]
-        todo = [n for n in names if n not in self._frags or n in fm.dirty]
-        if todo:
-            evicted: dict[str, list[tuple[tuple[str, str, str, str], int]]] = {}
-            for k, v in fm.evicted.items():
-                evicted.setdefault(k[0], []).append((k, v))
-            preempted: dict[str, list[tuple[tuple[str, str], int]]] = {}
-            for k2, v in fm.preempted.items():
-                preempted.setdefault(k2[0], []).append((k2, v))
-            for name in todo:
-                self._frags[name] = self._queue(
-                    fm, name, by_pc.get(name, []), evicted.get(name, []), preempted.get(name, [])
-                )
+        todo: dict[str, set[str]] = {n: set(GROUPS) for n in names if n not in self._frags}
+        for name, group in fm.dirty:
+            if name in names:
+                todo.setdefault(name, set()).add(group)
         fm.dirty.clear()
-        out: list[str] = []
-        order = sorted(self._frags)
-        for fam in PER_QUEUE:
-            out.append(f"# HELP {fam.name} {fam.help}\n# TYPE {fam.name} {fam.type}\n")
-            out.extend(self._frags[n].get(fam.name, "") for n in order)
-        out.append(self._global(fm))
+        order = sorted(self._frags.keys() | todo.keys())
+        if order != self._order:
+            self._family_bytes.clear()  # a queue came or went: every family's text changes
+            self._order = order
+        if todo:
+            ctx = _Context(fm, self.role)
+            for name, groups in todo.items():
+                frag = self._frags.setdefault(name, {})
+                for group in groups:
+                    frag[group] = self._group(ctx, name, group)
+                    for fam_name in GROUPS[group]:
+                        self._family_bytes.pop(fam_name, None)
+        out: list[bytes] = []
+        frags = self._frags
+        for group, families in GROUPS.items():
+            for fam_name in families:
+                text = self._family_bytes.get(fam_name)
+                if text is None:
+                    fam = _FAMILY[fam_name]
+                    head = f"# HELP {fam.name} {fam.help}\n# TYPE {fam.name} {fam.type}\n"
+                    text = (head + "".join([frags[n][group].get(fam_name, "") for n in order])).encode()
+                    self._family_bytes[fam_name] = text
+                out.append(text)
+        tail = [self._global(fm)]
         if reader_info is not None:
-            out.extend(reader_info())
-        return "".join(out).encode()
+            tail.extend(reader_info())
+        out.append("".join(tail).encode())
+        return b"".join(out)
 
-    def _queue(
-        self,
-        fm: FoldedMetrics,
-        name: str,
-        pcs: list[tuple[str, str]],
-        evicted: list[tuple[tuple[str, str, str, str], int]],
-        preempted: list[tuple[tuple[str, str], int]],
-    ) -> dict[str, str]:
+    def _hist(self, name: str, labels: str, h: Hist) -> str:
+        prefixes = self._bucket_prefixes.get((name, labels))
+        if prefixes is None:
+            prefixes = [f'{name}_bucket{{{labels},le="{le}"}} ' for le in _LES]
+            self._bucket_prefixes[(name, labels)] = prefixes
+        lines = [f"{p}{c}\n" for p, c in zip(prefixes, [*h.counts, h.n], strict=True)]
+        lines.append(f"{name}_sum{{{labels}}} {_num(h.total)}\n{name}_count{{{labels}}} {h.n}\n")
+        return "".join(lines)
+
+    def _group(self, ctx: _Context, name: str, group: str) -> dict[str, str]:
+        fm, role = ctx.fm, self.role
         state = fm.state
-        role = self.role
         cqn = _esc(name)
         base = f'replica_role="{role}",cluster_queue="{cqn}"'
         f: dict[str, str] = {}
         cq = state.cluster_queues.get(name)
-        if cq is not None:
-            view = state.view()
-            index = view.pending_index.get(name) if view.pending_index is not None else None
+        if group == "pending" and cq is not None:
+            index = ctx.view.pending_index.get(name) if ctx.view.pending_index is not None else None
             active = inadmissible = 0
             reasons: dict[str, int] = {}
             if index is not None:
@@ -358,76 +452,93 @@ class Renderer:
                             why = kind.value if isinstance(kind, PendingReasonKind) else str(kind)
                             reasons[why] = reasons.get(why, 0) + len(run)
             f["kueue_pending_workloads"] = (
-                f'kueue_pending_workloads{{{base},status="active"}} {active}.0\n'
-                f'kueue_pending_workloads{{{base},status="inadmissible"}} {inadmissible}.0\n'
+                f'kueue_pending_workloads{{{base},status="active"}} {active}\n'
+                f'kueue_pending_workloads{{{base},status="inadmissible"}} {inadmissible}\n'
             )
             f["kueue_unadmitted_workloads"] = "".join(
-                f'kueue_unadmitted_workloads{{{base},reason="{r}",underlying_cause=""}} {n}.0\n'
+                f'kueue_unadmitted_workloads{{{base},reason="{r}",underlying_cause=""}} {n}\n'
                 for r, n in sorted(reasons.items())
             )
-            admitted = len(view.admitted_by_cq.get(name, {}))
-            f["kueue_admitted_active_workloads"] = f"kueue_admitted_active_workloads{{{base}}} {admitted}.0\n"
-            f["kueue_reserving_active_workloads"] = f"kueue_reserving_active_workloads{{{base}}} {admitted}.0\n"
+        elif group == "admitted" and cq is not None:
+            admitted = len(ctx.view.admitted_by_cq.get(name, {}))
+            f["kueue_admitted_active_workloads"] = f"kueue_admitted_active_workloads{{{base}}} {admitted}\n"
+            f["kueue_reserving_active_workloads"] = f"kueue_reserving_active_workloads{{{base}}} {admitted}\n"
+            usage = fm.usage.get(name, {})
+            lines = [f"{{{lab}}} {_num(usage.get(fr, 0) / 1000)}\n" for fr, lab, _ in self._resources(cq, role)]
+            f["kueue_cluster_queue_resource_usage"] = "".join("kueue_cluster_queue_resource_usage" + x for x in lines)
+            f["kueue_cluster_queue_resource_reservation"] = "".join(
+                "kueue_cluster_queue_resource_reservation" + x for x in lines
+            )
+        elif group == "config" and cq is not None:
             status = "pending" if name in self._inactive or cq.stop_policy is not StopPolicy.NONE else "active"
             f["kueue_cluster_queue_status"] = "".join(
-                f'kueue_cluster_queue_status{{{base},status="{s}"}} {1 if s == status else 0}.0\n'
+                f'kueue_cluster_queue_status{{{base},status="{s}"}} {1 if s == status else 0}\n'
                 for s in ("pending", "active", "terminated")
             )
-            cohort = _esc(cq.cohort or "")
-            usage = fm.usage.get(name, {})
-            lines: dict[str, list[str]] = {k: [] for k in ("usage", "nominal", "borrowing", "lending")}
-            for g in cq.resource_groups:
-                for fq in g.flavors:
-                    for rq in fq.resources:
-                        lab = (
-                            f'replica_role="{role}",cohort="{cohort}",cluster_queue="{cqn}",'
-                            f'flavor="{_esc(fq.name)}",resource="{_esc(rq.name)}"'
-                        )
-                        used = _num(usage.get((fq.name, rq.name), 0) / 1000)
-                        lines["usage"].append(f"{{{lab}}} {used}\n")
-                        lines["nominal"].append(f"{{{lab}}} {_num(_amount(rq.nominal))}\n")
-                        bl = math.inf if rq.borrowing_limit is None else _amount(rq.borrowing_limit)
-                        ll = math.inf if rq.lending_limit is None else _amount(rq.lending_limit)
-                        lines["borrowing"].append(f"{{{lab}}} {_num(bl)}\n")
-                        lines["lending"].append(f"{{{lab}}} {_num(ll)}\n")
-            for fam, part in (
-                ("kueue_cluster_queue_resource_usage", "usage"),
-                ("kueue_cluster_queue_resource_reservation", "usage"),
-                ("kueue_cluster_queue_nominal_quota", "nominal"),
-                ("kueue_cluster_queue_borrowing_limit", "borrowing"),
-                ("kueue_cluster_queue_lending_limit", "lending"),
-            ):
-                f[fam] = "".join(fam + line for line in lines[part])
-        adm, qr, fin, wait, qrw, exe = [], [], [], [], [], []
-        for label in sorted(pcs):
-            lab = f'{base},priority_class="{_esc(label[1])}"'
-            if label in fm.admitted:
-                adm.append(f"kueue_admitted_workloads_total{{{lab}}} {fm.admitted[label]}.0\n")
-                qr.append(f"kueue_quota_reserved_workloads_total{{{lab}}} {fm.admitted[label]}.0\n")
-            if label in fm.finished:
-                fin.append(f"kueue_finished_workloads_total{{{lab}}} {fm.finished[label]}.0\n")
-            if label in fm.wait:
-                wait.append(_hist("kueue_admission_wait_time_seconds", lab, fm.wait[label]))
-                qrw.append(_hist("kueue_quota_reserved_wait_time_seconds", lab, fm.wait[label]))
-            if label in fm.execution:
-                exe.append(_hist("kueue_execution_time_seconds", lab, fm.execution[label]))
-        f["kueue_admitted_workloads_total"] = "".join(adm)
-        f["kueue_quota_reserved_workloads_total"] = "".join(qr)
-        f["kueue_finished_workloads_total"] = "".join(fin)
-        f["kueue_admission_wait_time_seconds"] = "".join(wait)
-        f["kueue_quota_reserved_wait_time_seconds"] = "".join(qrw)
-        f["kueue_execution_time_seconds"] = "".join(exe)
-        f["kueue_evicted_workloads_total"] = "".join(
-            f'kueue_evicted_workloads_total{{{base},reason="{_esc(k[1])}",underlying_cause="{_esc(k[2])}",'
-            f'priority_class="{_esc(k[3])}"}} {v}.0\n'
-            for k, v in sorted(evicted)
-        )
-        f["kueue_preempted_workloads_total"] = "".join(
-            f'kueue_preempted_workloads_total{{replica_role="{role}",preempting_cluster_queue="{cqn}",'
-            f'reason="{_esc(k[1])}"}} {v}.0\n'
-            for k, v in sorted(preempted)
-        )
+            nominal, borrowing, lending = [], [], []
+            for _, lab, rq in self._resources(cq, role):
+                nominal.append(f"kueue_cluster_queue_nominal_quota{{{lab}}} {_num(_amount(rq.nominal))}\n")
+                bl = math.inf if rq.borrowing_limit is None else _amount(rq.borrowing_limit)
+                ll = math.inf if rq.lending_limit is None else _amount(rq.lending_limit)
+                borrowing.append(f"kueue_cluster_queue_borrowing_limit{{{lab}}} {_num(bl)}\n")
+                lending.append(f"kueue_cluster_queue_lending_limit{{{lab}}} {_num(ll)}\n")
+            f["kueue_cluster_queue_nominal_quota"] = "".join(nominal)
+            f["kueue_cluster_queue_borrowing_limit"] = "".join(borrowing)
+            f["kueue_cluster_queue_lending_limit"] = "".join(lending)
+        elif group == "admissions":
+            adm, qr, wait, qrw = [], [], [], []
+            for pc in ctx.pcs(name):
+                label = (name, pc)
+                lab = f'{base},priority_class="{_esc(pc)}"'
+                if label in fm.admitted:
+                    adm.append(f"kueue_admitted_workloads_total{{{lab}}} {fm.admitted[label]}\n")
+                    qr.append(f"kueue_quota_reserved_workloads_total{{{lab}}} {fm.admitted[label]}\n")
+                if label in fm.wait:
+                    wait.append(self._hist("kueue_admission_wait_time_seconds", lab, fm.wait[label]))
+                    qrw.append(self._hist("kueue_quota_reserved_wait_time_seconds", lab, fm.wait[label]))
+            f["kueue_admitted_workloads_total"] = "".join(adm)
+            f["kueue_quota_reserved_workloads_total"] = "".join(qr)
+            f["kueue_admission_wait_time_seconds"] = "".join(wait)
+            f["kueue_quota_reserved_wait_time_seconds"] = "".join(qrw)
+        elif group == "finishes":
+            fin, exe = [], []
+            for pc in ctx.pcs(name):
+                label = (name, pc)
+                lab = f'{base},priority_class="{_esc(pc)}"'
+                if label in fm.finished:
+                    fin.append(f"kueue_finished_workloads_total{{{lab}}} {fm.finished[label]}\n")
+                if label in fm.execution:
+                    exe.append(self._hist("kueue_execution_time_seconds", lab, fm.execution[label]))
+            f["kueue_finished_workloads_total"] = "".join(fin)
+            f["kueue_execution_time_seconds"] = "".join(exe)
+        elif group == "evictions":
+            f["kueue_evicted_workloads_total"] = "".join(
+                f'kueue_evicted_workloads_total{{{base},reason="{_esc(k[1])}",underlying_cause="{_esc(k[2])}",'
+                f'priority_class="{_esc(k[3])}"}} {v}\n'
+                for k, v in sorted(ctx.evicted(name))
+            )
+        elif group == "preemptions":
+            f["kueue_preempted_workloads_total"] = "".join(
+                f'kueue_preempted_workloads_total{{replica_role="{role}",preempting_cluster_queue="{cqn}",'
+                f'reason="{_esc(k[1])}"}} {v}\n'
+                for k, v in sorted(ctx.preempted(name))
+            )
         return f
+
+    @staticmethod
+    def _resources(cq: ClusterQueue, role: str) -> list[tuple[FlavorResource, str, ResourceQuota]]:
+        cohort, cqn = _esc(cq.cohort or ""), _esc(cq.name)
+        return [
+            (
+                (fq.name, rq.name),
+                f'replica_role="{role}",cohort="{cohort}",cluster_queue="{cqn}",flavor="{_esc(fq.name)}",'
+                f'resource="{_esc(rq.name)}"',
+                rq,
+            )
+            for g in cq.resource_groups
+            for fq in g.flavors
+            for rq in fq.resources
+        ]
 
     def _global(self, fm: FoldedMetrics) -> str:
         out = [

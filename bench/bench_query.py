@@ -1,0 +1,262 @@
+"""Read-side benchmarks: explain, history, queues and replay --at a middle moment on ~1,000,000-event simulator
+logs, and the metrics endpoint's render with 1,000 ClusterQueues.
+
+Usage: python -m bench.bench_query [--runs 3] [--dir bench/out] [--build-only]
+The logs are built once by `admitd simulate`'s driver and cached, git-ignored (delete them to rebuild):
+bench/out/query-1m-steady.db (`STEADY`: a short queue all along), bench/out/query-1m.db (`BIG`: a deep backlog) and
+bench/out/query-1000cq.db (Kueue's large-scale shape, 10 cohorts x 100 ClusterQueues, for the metrics). Prints one
+JSON object; figures are medians of `--runs` runs, each on a freshly opened reader (as one CLI call would be).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.kueue_shapes import BASELINE, LARGE_SCALE, Shape, WorkloadClass, scenario
+from daemon.eventlog import LogReader, codec
+from daemon.obs.logging import configure as configure_logging
+from daemon.obs.metrics import FoldedMetrics, Renderer
+from daemon.query import explain as explain_mod
+from daemon.query import history as history_mod
+from daemon.query.listing import queues_json, replay_json
+from daemon.query.moment import Moment, clock_of, resolve, state_at
+
+ROOT = Path(__file__).resolve().parent.parent
+
+BIG = Shape(
+    "baseline-x9",
+    BASELINE.cohorts,
+    BASELINE.queues_per_cohort,
+    tuple(WorkloadClass(c.name, c.count * 9, c.cpu, c.priority, c.runtime_ms, c.every_ms) for c in BASELINE.classes),
+)
+"""Kueue's baseline (5 cohorts x 6 ClusterQueues, preemption and borrowing) running 9 times as long: ~1M events.
+Its arrivals are about twice its capacity, so by the middle ~100,000 workloads wait (a deep backlog)."""
+
+STEADY = Shape(
+    "baseline-x15-steady",
+    BASELINE.cohorts,
+    BASELINE.queues_per_cohort,
+    tuple(
+        WorkloadClass(c.name, c.count * 15, c.cpu, c.priority, c.runtime_ms, c.every_ms * 22 // 10)
+        for c in BASELINE.classes
+    ),
+)
+"""Baseline running 15 times as long with arrivals 2.2 times as far apart (about 85% of capacity): ~1M events and
+a short queue all along."""
+
+
+def build(path: Path, shape: Shape) -> dict[str, Any]:
+    from daemon.sim.run import run_simulation  # noqa: PLC0415  (only to build the cached log)
+
+    t0 = time.perf_counter()
+    result = asyncio.run(run_simulation(scenario(shape), db_path=path))
+    return {"built_in_s": round(time.perf_counter() - t0, 1), "events": result.events}
+
+
+def median_s(fn: Callable[[], object], runs: int) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times
+
+
+def pick_jobs(db: Path, middle: int) -> dict[str, str]:
+    """A job pending at the middle moment, and the job with the longest history."""
+    with LogReader(db) as reader:
+        state = state_at(reader, middle)
+        view = state.view()
+        cq = max(view.pending_by_cq, key=lambda c: len(view.pending_by_cq[c]))
+        bucket = view.pending_by_cq[cq]
+        pending = bucket[len(bucket) // 2].key
+        busiest = max(view.admitted, key=lambda k: len(reader.events_of(f"job/{k}")), default=pending)
+    return {"pending_at_middle": pending, "history": busiest, "cluster_queue": cq}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--build-only", action="store_true", help="only build the cached logs")
+    parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "out")
+    args = parser.parse_args()
+    configure_logging(level="warning")  # the simulator's debug lines would go to stdout, into the JSON
+    args.dir.mkdir(parents=True, exist_ok=True)
+    logs = {"steady": (args.dir / "query-1m-steady.db", STEADY), "backlog": (args.dir / "query-1m.db", BIG)}
+    wide = args.dir / "query-1000cq.db"
+    out: dict[str, Any] = {}
+    for name, (db, shape) in [*logs.items(), ("1000cq", (wide, LARGE_SCALE))]:
+        if not db.exists():
+            out[f"build_{name}"] = build(db, shape)
+    if args.build_only:
+        print(json.dumps(out, indent=2))
+        return
+    for name, (db, _) in logs.items():
+        out[name] = command_phase(db, args.runs, cli_once=name == "steady")
+    out["metrics"] = metrics_phase(wide, args.runs)
+    print(json.dumps(out, indent=2))
+
+
+def command_phase(db: Path, runs: int, *, cli_once: bool) -> dict[str, Any]:
+    with LogReader(db) as reader:
+        clock = clock_of(reader)
+        snapshots = reader.stats().snapshots
+        middle = resolve(reader, clock, at=None, seq=clock.last_seq // 2, now_ms=0)
+    at_text = clock.show(middle.recorded_at) or ""
+    jobs = pick_jobs(db, middle.seq)
+    out: dict[str, Any] = {
+        "log": str(db),
+        "events": clock.last_seq,
+        "snapshots": snapshots,
+        "file_mib": round(db.stat().st_size / 2**20),
+        "middle": {"seq": middle.seq, "at": at_text},
+        "jobs": jobs,
+    }
+    with LogReader(db) as reader:
+        out["live_workloads_at_middle"] = len(state_at(reader, middle.seq).workloads)
+
+    def with_reader(fn: Callable[[LogReader], object]) -> Callable[[], object]:
+        def go() -> object:
+            with LogReader(db) as reader:
+                return fn(reader)
+
+        return go
+
+    def moment(reader: LogReader) -> Moment:
+        return resolve(reader, clock_of(reader), at=at_text, seq=None, now_ms=0)
+
+    def end(reader: LogReader) -> Moment:
+        return resolve(reader, clock_of(reader), at=None, seq=None, now_ms=0)
+
+    timed: dict[str, Callable[[], object]] = {
+        "explain_at_end": with_reader(
+            lambda r: explain_mod.to_json(explain_mod.explain(r, clock_of(r), jobs["history"], end(r)), clock_of(r))
+        ),
+        "history": with_reader(
+            lambda r: history_mod.to_json(history_mod.history(r, jobs["history"], clock_of(r)), clock_of(r))
+        ),
+        "queues_at_end": with_reader(lambda r: queues_json(state_at(r, end(r).seq), clock_of(r), end(r))),
+        "explain_pending_job_at_middle": with_reader(
+            lambda r: explain_mod.to_json(
+                explain_mod.explain(r, clock_of(r), jobs["pending_at_middle"], moment(r)), clock_of(r)
+            )
+        ),
+        "queues_at_middle": with_reader(lambda r: queues_json(state_at(r, moment(r).seq), clock_of(r), moment(r))),
+        "replay_at_middle_json": with_reader(
+            lambda r: codec.encode_json(replay_json(state_at(r, moment(r).seq), clock_of(r), moment(r)))
+        ),
+    }
+    results: dict[str, Any] = {}
+    for name, fn in timed.items():
+        med, all_runs = median_s(fn, runs)
+        results[name] = {"median_s": round(med, 3), "runs_s": [round(t, 3) for t in all_runs]}
+    out["commands"] = results
+    out["replay_with_a_snapshot_20000_events_before"] = snapshot_replay_phase(db, middle.seq, runs)
+    if cli_once:  # the CLI end to end (process start-up and imports included), once each
+        cli = {}
+        for name, cmd in {
+            "explain_at_end": ["explain", jobs["history"]],
+            "history": ["history", jobs["history"]],
+            "queues_at_end": ["queues"],
+            "replay_at_middle": ["replay", "--at", at_text],
+        }.items():
+            t0 = time.perf_counter()
+            done = subprocess.run(
+                [sys.executable, "-m", "daemon.cli", *cmd, "--db", str(db), "--json"],
+                cwd=ROOT,
+                capture_output=True,
+                check=False,
+            )
+            cli[name] = {
+                "wall_s": round(time.perf_counter() - t0, 3),
+                "exit": done.returncode,
+                "stdout_kib": len(done.stdout) // 1024,
+            }
+        out["cli_once"] = cli
+    return out
+
+
+def snapshot_replay_phase(db: Path, seq: int, runs: int) -> dict[str, Any]:
+    """What `replay --seq` costs when the nearest snapshot is 20,000 events before the moment (the daemon writes one
+    every 20,000 events but the log keeps only the newest three, so an old moment has none): decode the snapshot,
+    fold the tail, encode the JSON. The snapshot body is prepared untimed."""
+    from daemon.eventlog.replay import decode_snapshot, encode_snapshot  # noqa: PLC0415
+
+    with LogReader(db) as reader:
+        base = seq - 20_000
+        body = encode_snapshot(state_at(reader, base))
+        clock = clock_of(reader)
+
+        def go() -> object:
+            state = decode_snapshot(body)
+            for s, type_, version, payload in reader.iter_payloads(base):
+                if s > seq:
+                    break
+                state.apply(codec.decode(type_, version, payload, seq=s), s)
+            return codec.encode_json(replay_json(state, clock, Moment(seq, 0)))
+
+        med, all_runs = median_s(go, runs)
+    return {"snapshot_mib": round(len(body) / 2**20, 1), "median_s": round(med, 3),
+            "runs_s": [round(t, 3) for t in all_runs]}  # fmt: skip
+
+
+def metrics_phase(db: Path, runs: int) -> dict[str, Any]:
+    """Fold the whole log into metrics (what a start costs), then time renders: cold (every queue rendered), warm
+    with nothing new, and after the last 20,000 events of the log (the queues they touched re-rendered)."""
+    with LogReader(db) as reader:
+        last = reader.last_seq()
+        cut = last - 20_000
+        fm = FoldedMetrics()
+        t0 = time.perf_counter()
+        tail = []
+        for e in reader.iter_events():
+            event = codec.decode(e.type, e.version, e.payload, seq=e.seq)
+            if e.seq <= cut:
+                fm.apply(event, e.seq)
+            else:
+                tail.append((e.seq, event))
+        fold_s = time.perf_counter() - t0
+    queues = len(fm.state.cluster_queues)
+    cold = []
+    for _ in range(runs):
+        fm.config_changed = True  # forces every queue's text to be rendered again
+        t0 = time.perf_counter()
+        body = Renderer().render(fm)
+        cold.append(time.perf_counter() - t0)
+    renderer = Renderer()
+    renderer.render(fm)
+    warm = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        renderer.render(fm)
+        warm.append(time.perf_counter() - t0)
+    for seq, event in tail:
+        fm.apply(event, seq)
+    touched = len(fm.dirty)
+    t0 = time.perf_counter()
+    after_tail = renderer.render(fm)
+    after = time.perf_counter() - t0
+    return {
+        "cluster_queues": queues,
+        "fold_whole_log_s": round(fold_s, 2),
+        "exposition_bytes": len(body),
+        "exposition_lines": body.count(b"\n"),
+        "render_cold_median_s": round(statistics.median(cold), 4),
+        "render_unchanged_median_s": round(statistics.median(warm), 4),
+        "render_after_20000_events_s": round(after, 4),
+        "queues_touched_by_those_events": touched,
+        "exposition_bytes_after": len(after_tail),
+    }
+
+
+if __name__ == "__main__":
+    main()
