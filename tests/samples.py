@@ -136,6 +136,7 @@ def one_of_each() -> list[ev.Event]:
         ),
         ev.JobSuspended(job="research/train-a", at=1_006, decision=19, placements=(Placement(pod_set="main"),)),
         ev.WorkloadEvicted(workload="research/train-a", at=1_007, reason="Preempted"),
+        ev.WorkloadAdopted(workload="research/train-a", at=1_007, admission=admission()),
         ev.JobFinished(job="research/train-a", at=1_008, succeeded=True),
         ev.JobDeleted(job="research/train-a", at=1_009),
         ev.LocalQueueDeleted(namespace="research", name="research-queue"),

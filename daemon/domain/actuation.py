@@ -8,11 +8,12 @@ that has no recorded actuation yet (its outbox), so a restarted daemon carries o
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from daemon.domain.model import Admission, PodSet, ResourceFlavor, Toleration, Workload
+from daemon.domain.model import Admission, PodSet, PodSetAssignment, ResourceFlavor, Toleration, Workload
 
 
 class Action(StrEnum):
@@ -48,6 +49,7 @@ class Order:
     reason: str = ""  # for a suspension: Preempted | ClusterQueueStopped | LocalQueueStopped
     preemptor: str | None = None
     conflict: str | None = None
+    note: str = ""  # for an admission: `admission_note`, written on the job so another replica can adopt it
 
 
 def _as_created(ps: PodSet) -> Placement:
@@ -110,7 +112,42 @@ def unsuspend_order(
         cluster_queue=admission.cluster_queue,
         placements=tuple(placements),
         conflict=conflict,
+        note=admission_note(admission, decision),
     )
+
+
+ADMISSION_ANNOTATION = "admitd.io/admission"
+
+
+def admission_note(admission: Admission, decision: int) -> str:
+    """The admission as the compact JSON written on the job (annotation `admitd.io/admission`): enough for
+    another admitd replica to adopt the running job with its quota (`read_admission_note`)."""
+    return json.dumps(
+        {
+            "clusterQueue": admission.cluster_queue,
+            "decision": decision,
+            "podSets": [{"name": ps.name, "count": ps.count, "flavors": dict(ps.flavors)} for ps in admission.pod_sets],
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def read_admission_note(note: str, workload: Workload) -> Admission | None:
+    """The admission a note describes, with its usage from the workload's per-pod requests; None when the note is
+    empty, malformed or does not fit the workload (a pod set it does not have)."""
+    try:
+        raw = json.loads(note)
+        pod_sets = {ps.name: ps for ps in workload.pod_sets}
+        assignments = []
+        for item in raw["podSets"]:
+            ps = pod_sets[item["name"]]
+            count, flavors = int(item["count"]), {str(k): str(v) for k, v in item["flavors"].items()}
+            usage = {res: count * ps.requests[res] for res in flavors if res in ps.requests}
+            assignments.append(PodSetAssignment(name=ps.name, count=count, flavors=flavors, usage=usage))
+        return Admission(cluster_queue=str(raw["clusterQueue"]), pod_sets=tuple(assignments))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def suspend_order(

@@ -268,6 +268,22 @@ class WorkloadPending:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadAdopted:
+    """Observed, not decided: the job runs with an admission that another admitd replica decided and carried out
+    (its `admitd.io/admission` annotation says which). It holds that quota from now on; nothing is actuated."""
+
+    TYPE: ClassVar[str] = "workload.adopted"
+    VERSION: ClassVar[int] = 1
+    workload: str
+    at: Millis
+    admission: Admission
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.workload}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadEvicted:
     """An admitted workload stopped running (preempted, or its queue drained) and released its quota."""
 
@@ -353,6 +369,7 @@ Event = (
     | WorkloadPreempted
     | WorkloadPending
     | WorkloadEvicted
+    | WorkloadAdopted
     | JobUnsuspended
     | JobSuspended
     | ActuationFailed
@@ -377,6 +394,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     WorkloadPreempted,
     WorkloadPending,
     WorkloadEvicted,
+    WorkloadAdopted,
     JobUnsuspended,
     JobSuspended,
     ActuationFailed,

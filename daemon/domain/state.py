@@ -35,6 +35,7 @@ from daemon.domain.events import (
     ResourceFlavorDeleted,
     ResourceFlavorObserved,
     WorkloadAdmitted,
+    WorkloadAdopted,
     WorkloadEvicted,
     WorkloadPending,
     WorkloadPreempted,
@@ -195,6 +196,8 @@ class State:
                 self.outbox.pop(key, None)
                 if isinstance(event, JobFinished):
                     self.finished[key] = at
+            case WorkloadAdopted(workload=key, at=at, admission=admission):
+                self._admit(key, at, admission)  # another replica carried it out: nothing for the outbox
             case WorkloadAdmitted(workload=key, at=at, admission=admission):
                 if self._admit(key, at, admission):
                     wl = self.workloads[key].workload

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from daemon.domain.actuation import Action, Order, Placement
+from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement
 from daemon.domain.model import Toleration
 from daemon.kube.client import JSON_PATCH, KubeClient
 from daemon.kube.errors import Conflict, NotFound, Permanent, Temporary
@@ -24,6 +24,7 @@ from daemon.stages.ports import Done, Failed, Outcome
 log = get_logger("admitd.actuate")
 
 TEMPLATE_TRIES = 20  # x 0.25 s: how long a template change waits for the Job controller before it is retried later
+_NOTE_PATH = "/metadata/annotations/" + ADMISSION_ANNOTATION.replace("~", "~0").replace("/", "~1")
 _KINDS = {"Job": ("/apis/batch/v1/namespaces/{ns}/jobs/{name}", {"main": "/spec/template/spec"})}
 
 
@@ -66,6 +67,7 @@ class JobActuator:
         try:
             if order.action is Action.UNSUSPEND:
                 ops = [*guard, *placement_patch(order.kind, order.placements)]
+                ops.append({"op": "add", "path": _NOTE_PATH, "value": order.note})
                 ops.append({"op": "replace", "path": "/spec/suspend", "value": False})
                 await self._patch_template(path, ops)
             else:
@@ -75,8 +77,9 @@ class JobActuator:
                     body=[*guard, {"op": "add", "path": "/spec/suspend", "value": True}],
                     content_type=JSON_PATCH,
                 )
-                if order.placements:  # an order without a decision only suspends
-                    await self._patch_template(path, [*guard, *placement_patch(order.kind, order.placements)])
+                if order.decision:  # an order without a decision only suspends
+                    restore = [*guard, *placement_patch(order.kind, order.placements)]
+                    await self._patch_template(path, [*restore, {"op": "add", "path": _NOTE_PATH, "value": ""}])
         except NotFound:
             return Failed(f"{order.kind} {order.job} no longer exists", permanent=True)
         except (Temporary, Conflict) as e:
@@ -98,6 +101,17 @@ class JobActuator:
         return bool((current.get("metadata") or {}).get("uid") != uid)
 
     async def _patch_template(self, path: str, ops: list[dict[str, Any]]) -> None:
+        try:
+            await self._patch_frozen(path, ops)
+        except Permanent as e:
+            # A Job created without any annotation (the webhook adds the map): create it, then patch again.
+            if e.status != 422 or not any(op["path"] == _NOTE_PATH for op in ops):
+                raise
+            note = {"metadata": {"annotations": {ADMISSION_ANNOTATION: ""}}}  # an empty map would change nothing
+            await self.client.request("PATCH", path, body=note, content_type="application/merge-patch+json")
+            await self._patch_frozen(path, ops)
+
+    async def _patch_frozen(self, path: str, ops: list[dict[str, Any]]) -> None:
         """A patch that changes a pod template. Kubernetes allows that only while the Job is suspended and not
         started; right after a suspension the Job controller has not yet cleared `status.startTime`, so a refusal
         for that reason is retried for a few seconds before it is reported (as a temporary failure)."""

@@ -23,6 +23,13 @@ def _service(text: str) -> tuple[str, str, int]:
         raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME/PORT, got {text!r}") from None
 
 
+def _lease(text: str) -> tuple[str, str]:
+    namespace, sep, name = text.partition("/")
+    if not sep or not namespace or not name:
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {text!r}")
+    return namespace, name
+
+
 def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     p = sub.add_parser(
         "run",
@@ -65,6 +72,19 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     )
     p.add_argument("--status-qps", type=float, default=50.0, help="status writes per second, sustained (default 50)")
     p.add_argument("--status-burst", type=int, default=100, help="status writes in a burst (default 100)")
+    p.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run as one of several replicas: only the holder of a coordination.k8s.io Lease decides and acts",
+    )
+    p.add_argument(
+        "--leader-election-lease",
+        type=_lease,
+        default=("admitd-system", "admitd"),
+        metavar="NS/NAME",
+        help="the Lease (default admitd-system/admitd)",
+    )
+    p.add_argument("--identity", help="this replica's name in the Lease (default: host name and a random suffix)")
     p.set_defaults(func=_cmd_run)
 
 
@@ -90,6 +110,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cert_dir=args.cert_dir,
         health_host=args.health_host,
         health_port=args.health_port,
+        leader_elect=args.leader_elect,
+        leader_election_lease=args.leader_election_lease,
+        identity=args.identity,
         workload_objects=not args.no_workload_objects,
         status_qps=args.status_qps,
         status_burst=args.status_burst,

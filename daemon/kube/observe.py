@@ -15,7 +15,7 @@ from typing import Any
 
 from daemon.domain import events as ev
 from daemon.domain import model
-from daemon.domain.actuation import Action
+from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, read_admission_note
 from daemon.domain.state import Phase, State
 from daemon.kube.client import Obj
 from daemon.manifests import ManifestError, adapter_for, parse_object
@@ -95,7 +95,9 @@ class Observer:
         clock: Clock,
         *,
         on_started_unsuspended: Callable[[str, str], None] | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
+        self.is_leader = is_leader
         self.state = state
         self.put = put
         self.clock = clock
@@ -150,12 +152,26 @@ class Observer:
             self._rejected.pop((wl.kind, key), None)
             if rec is None or rec.workload != wl:
                 out.append(ev.JobObserved(workload=wl))
-            if not view.suspended and self.on_started_unsuspended is not None:
+            if not view.suspended:
+                annotations = meta.get("annotations") or {}
+                note = annotations.get(ADMISSION_ANNOTATION) if isinstance(annotations, Mapping) else None
+                adopted = read_admission_note(note, wl) if isinstance(note, str) and note else None
                 order = self.state.outbox.get(key)
-                if order is None or order.action is not Action.UNSUSPEND:
+                if adopted is not None:
+                    # Admitted and carried out by another replica (a former leader): hold its quota, act on nothing.
+                    out.append(ev.WorkloadAdopted(workload=key, at=now, admission=adopted))
+                elif (
+                    (order is None or order.action is not Action.UNSUSPEND)
+                    and self.is_leader()
+                    and self.on_started_unsuspended is not None
+                ):
                     self.on_started_unsuspended(key, str(meta.get("uid", "")))
-        elif rec.evicting and view.suspended and view.active == 0:
-            out.append(ev.WorkloadEvicted(workload=key, at=now, reason=rec.eviction_reason or "Preempted"))
+        elif view.suspended and view.active == 0:
+            if rec.evicting:
+                out.append(ev.WorkloadEvicted(workload=key, at=now, reason=rec.eviction_reason or "Preempted"))
+            elif not self.is_leader() and key not in self.state.outbox:
+                # A standby sees the leader stop a job it had adopted: the quota is free again.
+                out.append(ev.WorkloadEvicted(workload=key, at=now, reason="SuspendedByAnotherReplica"))
         return out
 
     # --- queue objects, namespaces, priority classes ----------------------------------------------------------

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import random
+import secrets
 import signal
 import socket
 from collections.abc import Callable
@@ -28,10 +31,11 @@ from daemon.eventlog import EventStore, LogReader, replay
 from daemon.kube import webhook
 from daemon.kube.actuate import JobActuator
 from daemon.kube.client import KubeClient, Obj, load_configuration
-from daemon.kube.errors import KubeError, NotFound
+from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
+from daemon.kube.leader import LeaderElector, LeadershipLost
 from daemon.kube.observe import Observer
 from daemon.kube.status import StatusWriter
-from daemon.kube.watch import Reflector, Resource
+from daemon.kube.watch import Reflector, Resource, backoff_s
 from daemon.manifests.conversion import review
 from daemon.obs import systemd
 from daemon.obs.logging import get_logger
@@ -68,6 +72,9 @@ class RunOptions:
     health_host: str = "0.0.0.0"
     health_port: int = 8080
     actuation_parallelism: int = 16
+    leader_elect: bool = False
+    leader_election_lease: tuple[str, str] = ("admitd-system", "admitd")  # namespace, name of the Lease
+    identity: str | None = None  # this replica's name in the Lease (default: host name and a random suffix)
     workload_objects: bool = True  # a kueue.x-k8s.io Workload per managed Job (off for the largest clusters)
     status_qps: float = 50.0  # status writes (Workloads, queue status, Events): sustained rate ...
     status_burst: int = 100  # ... and burst, one token bucket
@@ -113,6 +120,7 @@ class Daemon:
         self.options = options
         self.ready = False
         self.stopping = False
+        self._cert_pem = b""
 
     async def run(self) -> int:
         opts = self.options
@@ -137,8 +145,19 @@ class Daemon:
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit)
             ingest = Ingest(recorder, admit.notify)
             cluster.connect(ingest)
+            elector = None
+            if opts.leader_elect:
+                namespace, name = opts.leader_election_lease
+                elector = LeaderElector(client, namespace=namespace, name=name, identity=opts.identity or _identity())
+                admit.gate = actuate.gate = elector.is_leader
             starter = _suspender(actuate)
-            observer = Observer(state, ingest.put, clock, on_started_unsuspended=starter)
+            observer = Observer(
+                state,
+                ingest.put,
+                clock,
+                on_started_unsuspended=starter,
+                is_leader=elector.is_leader if elector is not None else lambda: True,
+            )
             queue_reflectors = [
                 Reflector(
                     client,
@@ -178,14 +197,16 @@ class Daemon:
             try:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
                 others.append(("startup", self._startup(queue_reflectors, jobs, actuate)))
-                others.append(("status", status.run(started=jobs.synced)))
+                others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, jobs.synced)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
                 await run_concurrently(stages, clock, others=others, due={"actuate": actuate.next_due})
             except asyncio.CancelledError:
                 if not self.stopping:
                     raise
                 log.info("stopping: committing the batch in flight")
-            except StageCrashed:
+            except StageCrashed as e:
+                if isinstance(e.error, LeadershipLost):
+                    log.warning("lost the lease; exiting so that a restart comes back as a standby")
                 return 1
             finally:
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -263,17 +284,51 @@ class Daemon:
         ctx = webhook.ssl_context(cert, opts.cert_dir)
         await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=ctx).start()
         log.info("webhook serving", port=opts.webhook_port)
-        if opts.register_webhook:
-            body = webhook.webhook_configuration(
-                cert.cert_pem,
-                url=opts.webhook_url,
-                service=None if opts.webhook_url else opts.webhook_service,
-                failure_policy=opts.webhook_failure_policy,
-            )
-            await webhook.register(client, body)
-            service = None if opts.webhook_url else opts.webhook_service
-            await webhook.point_conversion(client, cert.cert_pem, url=opts.webhook_url, service=service)
+        self._cert_pem = cert.cert_pem
         return runner
+
+    async def _register_webhooks(self, client: KubeClient, opts: RunOptions) -> None:
+        """Point the API server's mutating webhook and the CRDs' conversion at this replica (the leader's job)."""
+        if not opts.register_webhook:
+            return
+        service = None if opts.webhook_url else opts.webhook_service
+        body = webhook.webhook_configuration(
+            self._cert_pem, url=opts.webhook_url, service=service, failure_policy=opts.webhook_failure_policy
+        )
+        rng = random.Random()
+        for attempt in itertools.count():
+            try:
+                await webhook.register(client, body)
+                await webhook.point_conversion(client, self._cert_pem, url=opts.webhook_url, service=service)
+                return
+            except (Temporary, Conflict) as e:
+                delay = backoff_s(attempt, rng)
+                log.warning("registering the webhooks failed; retrying", error=str(e), retry_in_s=round(delay, 2))
+                await asyncio.sleep(delay)
+
+    async def _lead(
+        self,
+        client: KubeClient,
+        opts: RunOptions,
+        elector: LeaderElector | None,
+        admit: Admit,
+        actuate: Actuate,
+        status: StatusWriter,
+        jobs_synced: asyncio.Event,
+    ) -> None:
+        """Wait for the lease (at once without leader election), then decide, actuate and write status; with
+        leader election, keep the lease or exit (LeadershipLost) so that a restart comes back as a standby."""
+        if elector is not None:
+            log.info("standby: keeping the log current; waiting for the lease", identity=elector.identity)
+            await elector.elected()
+        await self._register_webhooks(client, opts)
+        await jobs_synced.wait()
+        admit.notify(None)
+        actuate.resume()
+        if elector is None:
+            await status.run(started=jobs_synced)
+            return
+        await asyncio.gather(elector.keep(), status.run(started=jobs_synced))
 
 
 _KIND = {
@@ -283,6 +338,10 @@ _KIND = {
     "localqueues": "LocalQueue",
     "workloadpriorityclasses": "WorkloadPriorityClass",
 }
+
+
+def _identity() -> str:
+    return f"{socket.gethostname()}_{secrets.token_hex(4)}"
 
 
 def _suspender(actuate: Actuate) -> Callable[[str, str], None]:

@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from daemon.domain.actuation import ADMISSION_ANNOTATION
 from daemon.kube.client import MERGE_PATCH, KubeClient
 from daemon.kube.errors import NotFound
 from daemon.manifests import QUEUE_NAME_LABEL
@@ -118,13 +119,23 @@ def ssl_context(cert: ServingCert, directory: Path) -> ssl.SSLContext:
 
 
 def suspend_patch(job: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """The JSON patch that makes a labelled Job start suspended; None when nothing needs to change."""
-    labels = (job.get("metadata") or {}).get("labels") or {}
+    """The JSON patch that makes a labelled Job start suspended, with an empty `admitd.io/admission` annotation
+    (so that the admission's patch can set it by path); None when nothing needs to change."""
+    meta = job.get("metadata") or {}
+    labels = meta.get("labels") or {}
     if not labels.get(QUEUE_NAME_LABEL):
         return None
-    if (job.get("spec") or {}).get("suspend") is True:
-        return None
-    return [{"op": "add", "path": "/spec/suspend", "value": True}]
+    ops: list[dict[str, Any]] = []
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, Mapping):
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {ADMISSION_ANNOTATION: ""}})
+    elif ADMISSION_ANNOTATION not in annotations:
+        ops.append(
+            {"op": "add", "path": "/metadata/annotations/" + ADMISSION_ANNOTATION.replace("/", "~1"), "value": ""}
+        )
+    if (job.get("spec") or {}).get("suspend") is not True:
+        ops.append({"op": "add", "path": "/spec/suspend", "value": True})
+    return ops or None
 
 
 def admission_response(review: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import asyncio
 import heapq
 import random
 from collections import deque
+from collections.abc import Callable
 
 from daemon.domain import events as ev
 from daemon.domain.actuation import Action, Order
@@ -62,6 +63,7 @@ class Actuate:
         self.cluster = cluster
         self.clock = clock
         self.wake = asyncio.Event()
+        self.gate: Callable[[], bool] = lambda: True  # False on a standby replica: it carries nothing out
         self.ready: deque[Order] = deque()
         self._later: list[tuple[Millis, int, Order]] = []  # (due, decision, order): retries waiting for backoff
         self._attempts: dict[int, int] = {}  # decision seq -> failed attempts so far
@@ -84,6 +86,8 @@ class Actuate:
         return self._later[0][0] if self._later else None
 
     def has_work(self) -> bool:
+        if not self.gate():
+            return False
         return bool(self.ready) or (bool(self._later) and self._later[0][0] <= self.clock.now())
 
     async def step(self) -> None:
@@ -93,7 +97,12 @@ class Actuate:
         while self.ready:
             batch = [self.ready.popleft() for _ in range(min(len(self.ready), _BATCH))]
             results: list[ev.Event | None] = []
-            for chunk in _chunks(batch, self.parallelism):
+            for i, chunk in enumerate(chunks := _chunks(batch, self.parallelism)):
+                if not self.gate():  # leadership lapsed mid-batch: hand the rest back, act on nothing more
+                    rest = [order for later in chunks[i:] for order in later]
+                    self.ready.extendleft(reversed(rest))
+                    batch = batch[: len(batch) - len(rest)]
+                    break
                 if len(chunk) == 1:
                     results.append(await self._carry_out(chunk[0]))
                 else:

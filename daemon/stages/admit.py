@@ -1,10 +1,10 @@
 """replay -> admit: run an admission cycle on the folded state when it changed; append the decisions.
 
-A cycle runs only when something outside it changed the fold (an observation, an eviction). It is not run again
-on its own decisions: the engine's cycle already runs passes until nothing more fits, and "a cycle applied to its
-own output admits nothing more" is a tested property of the engine, so a second cycle would only cost time (it did,
-one empty cycle per admitting instant, until the 10,000-job benchmark showed it). Decisions reach the actuate stage only after `Recorder.append` returned, which
-in the daemon means they are durable.
+A cycle runs only when something outside it changed the fold (an observation, an eviction). It is not run again on
+its own decisions: the engine's cycle already runs passes until nothing more fits, and "a cycle applied to its own
+output admits nothing more" is a tested property of the engine, so a second cycle would only cost time (it did, one
+empty cycle per admitting instant, until the 10,000-job benchmark showed it). Decisions reach the actuate stage only
+after `Recorder.append` returned, which in the daemon means they are durable.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class Admit:
         self.clock = clock
         self.to_actuate = to_actuate
         self.wake = asyncio.Event()
+        self.gate: Callable[[], bool] = lambda: True  # False on a standby replica: it decides nothing
         self.cause: int | None = None
         self._dirty = False
         self.cycles = 0
@@ -69,7 +70,7 @@ class Admit:
         self.wake.set()
 
     def has_work(self) -> bool:
-        return self._dirty
+        return self._dirty and self.gate()
 
     def _guard_loops(self, now: int, decisions: list[ev.Event]) -> None:
         """No workload may be preempted twice at one instant: it would have been preempted, readmitted and

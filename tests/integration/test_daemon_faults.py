@@ -158,3 +158,40 @@ def test_with_the_webhook_down_a_labelled_job_is_refused_or_suspended_at_once(
 
 def _yaml(doc: dict[str, Any]) -> str:
     return yaml.safe_dump(doc)
+
+
+def test_two_daemons_with_leader_election_the_standby_takes_over_and_nothing_is_actuated_twice(
+    crds: KubeCluster, namespace: str, tmp_path: Path, cleanup_webhook: None
+) -> None:
+    ns = namespace
+    _queues(crds, ns)
+    lease = ("--leader-elect", "--leader-election-lease", f"default/admitd-{ns}")
+    leader = Daemon(crds, tmp_path / "a", extra=(*lease, "--identity", "a")).start()
+    standby = Daemon(crds, tmp_path / "b", extra=(*lease, "--identity", "b")).start()
+    try:
+        wait_for("a to lead", lambda: "became the leader" in leader.stderr.read_text())
+        apply(crds, *(job(ns, f"j{i}", queue="q", gpus=2) for i in range(4)))
+        wait_for("four jobs to run", lambda: all(running(crds, ns, f"j{i}") for i in range(4)))
+        wait_for(
+            "the standby to adopt the four running jobs",
+            lambda: len(of_type(mine(standby, ns), "workload.adopted")) == 4,
+        )
+        assert "became the leader" not in standby.stderr.read_text()
+        leader.kill()
+        wait_for("b to take over", lambda: "became the leader" in standby.stderr.read_text(), timeout=45)
+        apply(crds, job(ns, "late", queue="q", gpus=2))
+        kubectl(crds, "delete", "job", "-n", ns, "j0", "--wait=false")
+        wait_for("the new leader to admit a job in j0's place", lambda: running(crds, ns, "late"), timeout=60)
+        assert all(running(crds, ns, f"j{i}") for i in range(1, 4)), "adopted jobs keep running"
+        assert standby.stop() == 0
+    finally:
+        for d in (leader, standby):
+            if d.proc is not None:
+                d.kill()
+    by_a = [e["payload"]["job"] for e in of_type(mine(leader, ns), "job.unsuspended")]
+    by_b = [e["payload"]["job"] for e in of_type(mine(standby, ns), "job.unsuspended")]
+    assert sorted(by_a) == [f"{ns}/j{i}" for i in range(4)]
+    assert by_b == [f"{ns}/late"], "the new leader carried out only its own decision"
+    assert not of_type(mine(standby, ns), "job.suspended"), "nothing the old leader admitted was suspended"
+    leader.verify()
+    standby.verify()

@@ -1,0 +1,140 @@
+"""The pure parts of daemon/kube at the border with the API server: the webhook's patch, the admission's JSON patch,
+the admission note a standby adopts, and what the observer makes of raw Job objects. Real fold (daemon/domain/state),
+no API server: raw objects are dicts shaped as the API server sends them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from daemon.domain import events as ev
+from daemon.domain.actuation import ADMISSION_ANNOTATION, Placement, admission_note, read_admission_note
+from daemon.domain.model import Toleration
+from daemon.domain.state import State
+from daemon.kube.actuate import placement_patch
+from daemon.kube.observe import Observer
+from daemon.kube.webhook import admission_response, suspend_patch
+from daemon.stages.ports import Observed
+from tests.samples import admission, workload
+
+QUEUE = {"kueue.x-k8s.io/queue-name": "research-queue"}
+
+
+def raw_job(*, suspend: bool, annotations: dict[str, str] | None = None, active: int = 0) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": "train-a",
+        "namespace": "research",
+        "uid": "uid-1",
+        "creationTimestamp": "2026-12-01T00:00:00Z",
+        "labels": dict(QUEUE),
+    }
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "suspend": suspend,
+            "parallelism": 2,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "c", "resources": {"requests": {"nvidia.com/gpu": "2", "cpu": "4"}}},
+                    ]
+                }
+            },
+        },
+        "status": {"active": active},
+    }
+
+
+def test_the_webhook_suspends_a_labelled_job_and_makes_room_for_the_admission_note() -> None:
+    assert suspend_patch(raw_job(suspend=False)) == [
+        {"op": "add", "path": "/metadata/annotations", "value": {ADMISSION_ANNOTATION: ""}},
+        {"op": "add", "path": "/spec/suspend", "value": True},
+    ]
+    assert suspend_patch(raw_job(suspend=True, annotations={"a": "b"})) == [
+        {"op": "add", "path": "/metadata/annotations/admitd.io~1admission", "value": ""}
+    ]
+    unlabelled = raw_job(suspend=False)
+    unlabelled["metadata"]["labels"] = {}
+    assert suspend_patch(unlabelled) is None
+
+
+def test_the_admission_review_answer_carries_the_patch_base64() -> None:
+    review = {"request": {"uid": "r-1", "object": raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: ""})}}
+    answer = admission_response(review)["response"]
+    assert answer["uid"] == "r-1" and answer["allowed"] is True and answer["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(answer["patch"])) == [{"op": "add", "path": "/spec/suspend", "value": True}]
+
+
+def test_a_placement_sets_exactly_the_pod_templates_selector_and_tolerations() -> None:
+    toleration = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+    ops = placement_patch(
+        "Job", (Placement(pod_set="main", node_selector=(("gpu-type", "h100"),), tolerations=(toleration,)),)
+    )
+    assert ops == [
+        {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": {"gpu-type": "h100"}},
+        {
+            "op": "add",
+            "path": "/spec/template/spec/tolerations",
+            "value": [{"operator": "Exists", "key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+        },
+    ]
+
+
+def test_the_admission_note_round_trips_with_usage_from_the_workload() -> None:
+    adm = admission()
+    assert read_admission_note(admission_note(adm, 42), workload()) == adm
+    assert read_admission_note("{not json", workload()) is None
+    assert read_admission_note(json.dumps({"clusterQueue": "q", "podSets": [{"name": "other"}]}), workload()) is None
+
+
+def _observer(state: State, leader: bool = True) -> tuple[Observer, list[Observed], list[str]]:
+    put: list[Observed] = []
+    suspended: list[str] = []
+    observer = Observer(
+        state,
+        put.append,
+        clock=type("C", (), {"now": lambda self: 5_000})(),
+        on_started_unsuspended=lambda key, uid: suspended.append(key),
+        is_leader=lambda: leader,
+    )
+    return observer, put, suspended
+
+
+def test_a_running_job_with_another_replicas_note_is_adopted_not_suspended() -> None:
+    note = admission_note(admission(cq="team-research"), 42)
+    observer, put, suspended = _observer(State())
+    observer.job_event("ADDED", raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: note}))
+    events = put[0].events
+    assert [type(e) for e in events] == [ev.JobObserved, ev.WorkloadAdopted]
+    adopted = events[1]
+    assert isinstance(adopted, ev.WorkloadAdopted) and adopted.admission.cluster_queue == "team-research"
+    assert suspended == []
+
+
+def test_a_running_job_without_a_note_is_suspended_by_the_leader_only() -> None:
+    for leader, expected in ((True, ["research/train-a"]), (False, [])):
+        observer, put, suspended = _observer(State(), leader=leader)
+        observer.job_event("ADDED", raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: ""}))
+        assert [type(e) for e in put[0].events] == [ev.JobObserved]
+        assert suspended == expected
+
+
+def test_a_standby_frees_the_quota_of_an_adopted_job_that_the_leader_stopped() -> None:
+    state = State()
+    observer, put, _ = _observer(state, leader=False)
+    note = admission_note(admission(), 42)
+    observer.job_event("ADDED", raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: note}))
+    for seq, event in enumerate(put[0].events, start=1):
+        state.apply(event, seq)
+    put.clear()
+    observer.job_event("MODIFIED", raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""}, active=1))
+    assert put == [], "pods still running: the quota is still held"
+    observer.job_event("MODIFIED", raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""}, active=0))
+    (evicted,) = put[0].events
+    assert isinstance(evicted, ev.WorkloadEvicted) and evicted.reason == "SuspendedByAnotherReplica"
