@@ -1,4 +1,4 @@
-"""Event-log benchmarks: append throughput by batch size, replay throughput, start-up from a snapshot, peak RSS.
+"""Event-log benchmarks: append throughput by batch size, replay throughput, start-up from a snapshot, verify, peak RSS.
 
 Usage: python -m bench.bench_eventlog [--events 1000000] [--dir bench/out]
 Prints one JSON object. Each phase runs in its own process so its peak RSS is its own.
@@ -176,6 +176,23 @@ def startup_phase(path: Path) -> dict[str, object]:
     }
 
 
+def verify_phase(path: Path) -> dict[str, object]:
+    """`log verify`'s work: the whole hash chain (and, where there are any, every snapshot's digest)."""
+    runs = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        with LogReader(path) as reader:
+            n = reader.verify()
+        runs.append(time.perf_counter() - t0)
+    return {
+        "phase": "verify",
+        "events": n,
+        "seconds_runs": [round(r, 2) for r in runs],
+        "events_per_s_median": round(n / statistics.median(runs)),
+        "peak_rss_mib": round(rss_mib(), 1),
+    }
+
+
 def run_phase(args: list[str]) -> dict[str, object]:
     out = subprocess.run(
         [sys.executable, "-m", "bench.bench_eventlog", "--phase", *args],
@@ -209,6 +226,8 @@ def main() -> None:
             result = replay_phase(db)
         elif name == "snapshot":
             result = asyncio.run(snapshot_then_startup(db, int(rest[0])))
+        elif name == "verify":
+            result = verify_phase(db)
         else:
             result = startup_phase(db)
         print(json.dumps(result))
@@ -222,6 +241,7 @@ def main() -> None:
         run_phase(["replay"]),
         run_phase(["snapshot", "10000"]),
         run_phase(["startup"]),
+        run_phase(["verify"]),
     ]
     print(json.dumps({"benchmark": "eventlog", "python": sys.version.split()[0], "results": results}, indent=2))
 

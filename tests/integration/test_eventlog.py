@@ -285,13 +285,15 @@ async def test_replay_with_snapshots_equals_replay_without(tmp_path: Path) -> No
 
 async def test_replay_of_an_unknown_stored_event_names_its_seq(log: Path) -> None:
     conn = sqlite3.connect(log)
+    seq = len(one_of_each()) + 1
     conn.execute(
         "INSERT INTO events (seq, recorded_at, type, version, subject, payload, cause, hash) "
-        "VALUES (22, 0, 'job.teleported', 1, 'job/a/b', '{}', NULL, x'00')"
+        "VALUES (?, 0, 'job.teleported', 1, 'job/a/b', '{}', NULL, x'00')",
+        (seq,),
     )
     conn.commit()
     conn.close()
-    with pytest.raises(UnknownEvent, match=r"event seq 22: cannot decode 'job.teleported' version 1"):
+    with pytest.raises(UnknownEvent, match=rf"event seq {seq}: cannot decode 'job.teleported' version 1"):
         replay(LogReader(log))
 
 
