@@ -54,9 +54,7 @@ def parse_duration(text: str) -> int:
         total += Fraction(m.group(1)) * _UNITS_MS[m.group(2)]
         pos = m.end()
     if total * 1_000_000 > MAX_DURATION_NS:
-        raise DurationError(
-            f"{text!r}: longer than the longest Go duration, {MAX_DURATION_TEXT} (about 292 years)"
-        )
+        raise DurationError(f"{text!r}: longer than the longest Go duration, {MAX_DURATION_TEXT} (about 292 years)")
     whole = total.numerator // total.denominator
     return whole if whole == total else whole + 1
 
