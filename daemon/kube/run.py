@@ -17,6 +17,7 @@ import random
 import secrets
 import signal
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,7 @@ class RunOptions:
     health_host: str = "0.0.0.0"
     health_port: int = 8080
     actuation_parallelism: int = 16
+    cert_check_s: float = 12 * 3600  # how often the webhook's certificate is checked for renewal
     leader_elect: bool = False
     leader_election_lease: tuple[str, str] = ("admitd-system", "admitd")  # namespace, name of the Lease
     identity: str | None = None  # this replica's name in the Lease (default: host name and a random suffix)
@@ -121,6 +123,9 @@ class Daemon:
         self.ready = False
         self.stopping = False
         self._cert_pem = b""
+        self._cert_names: list[str] = []
+        self._ssl: ssl.SSLContext | None = None
+        self._leading = False
 
     async def run(self) -> int:
         opts = self.options
@@ -198,6 +203,7 @@ class Daemon:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
                 others.append(("startup", self._startup(queue_reflectors, jobs, actuate)))
                 others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, jobs.synced)))
+                others.append(("certificate", self._renew_certificate(client, opts)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
                 await run_concurrently(stages, clock, others=others, due={"actuate": actuate.next_due})
             except asyncio.CancelledError:
@@ -281,11 +287,25 @@ class Daemon:
         cert = webhook.load_or_make_cert(opts.cert_dir, names)
         runner = web.AppRunner(webhook.routes({webhook.CONVERT_PATH: review}), access_log=None)
         await runner.setup()
-        ctx = webhook.ssl_context(cert, opts.cert_dir)
-        await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=ctx).start()
+        self._ssl = webhook.ssl_context(cert, opts.cert_dir)
+        await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=self._ssl).start()
         log.info("webhook serving", port=opts.webhook_port)
-        self._cert_pem = cert.cert_pem
+        self._cert_pem, self._cert_names = cert.cert_pem, names
         return runner
+
+    async def _renew_certificate(self, client: KubeClient, opts: RunOptions) -> None:
+        """Rotate the serving certificate while running: every `cert_check_s`, a certificate with less than 30 days
+        left is replaced; new TLS handshakes use the new one, and the leader writes it into the caBundles."""
+        while True:
+            await asyncio.sleep(opts.cert_check_s)
+            cert = webhook.load_or_make_cert(opts.cert_dir, self._cert_names)
+            if cert.cert_pem == self._cert_pem or self._ssl is None:
+                continue
+            self._ssl.load_cert_chain(opts.cert_dir / "webhook.crt", opts.cert_dir / "webhook.key")
+            self._cert_pem = cert.cert_pem
+            log.info("webhook certificate renewed", not_after=cert.not_after.isoformat())
+            if self._leading:
+                await self._register_webhooks(client, opts)
 
     async def _register_webhooks(self, client: KubeClient, opts: RunOptions) -> None:
         """Point the API server's mutating webhook and the CRDs' conversion at this replica (the leader's job)."""
@@ -321,6 +341,7 @@ class Daemon:
         if elector is not None:
             log.info("standby: keeping the log current; waiting for the lease", identity=elector.identity)
             await elector.elected()
+        self._leading = True
         await self._register_webhooks(client, opts)
         await jobs_synced.wait()
         admit.notify(None)

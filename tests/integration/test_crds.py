@@ -422,9 +422,9 @@ def test_status_is_a_subresource_and_kubectl_get_prints_kueues_columns(
     kubectl(crds, "patch", "clusterqueue", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
 
     table = kubectl(crds, "get", "clusterqueues", name).stdout.splitlines()
-    assert table[0].split() == ["NAME", "COHORT", "PENDING", "WORKLOADS"]
-    assert table[1].split() == [name, "research-pool", "3"]
-    # As in Kueue, the strategy and the admitted count are priority-1 columns: `-o wide` shows them.
+    assert table[0].split() == ["NAME", "COHORT", "PENDING", "WORKLOADS", "ADMITTED", "WORKLOADS"]
+    assert table[1].split() == [name, "research-pool", "3", "2"]
+    # As in Kueue, the strategy is a priority-1 column: `-o wide` shows it (the admitted count is shown always).
     wide = kubectl(crds, "get", "clusterqueues", name, "-o", "wide").stdout.splitlines()
     assert wide[0].split() == ["NAME", "COHORT", "STRATEGY", "PENDING", "WORKLOADS", "ADMITTED", "WORKLOADS"]
     assert wide[1].split() == [name, "research-pool", "StrictFIFO", "3", "2"]

@@ -9,6 +9,8 @@ conversion webhook here). Cluster-scoped names carry the test's namespace, so te
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -261,3 +263,39 @@ def test_a_restart_replays_the_log_and_neither_loses_nor_repeats_a_decision(
         second.verify()
     finally:
         kubectl(crds, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+
+
+def test_admitd_refuses_to_start_beside_a_kueue_installation_that_owns_the_crds(
+    crds: KubeCluster, tmp_path: Path
+) -> None:
+    crd = "crd/clusterqueues.kueue.x-k8s.io"
+    kubectl(crds, "label", crd, "app.kubernetes.io/managed-by=kueue", "--overwrite")
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "daemon.cli",
+                "run",
+                "--kubeconfig",
+                str(crds.kubeconfig),
+                "--db",
+                str(tmp_path / "admitd.db"),
+                "--health-port",
+                "0",
+                "--webhook-port",
+                "0",
+                "--cert-dir",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=REPO,
+        )
+    finally:
+        kubectl(crds, "label", crd, "app.kubernetes.io/managed-by=admitd", "--overwrite")
+    assert result.returncode == 2, result.stderr
+    assert "belong to another installation (app.kubernetes.io/managed-by=kueue), probably Kueue" in result.stderr
+    assert "Traceback" not in result.stderr
