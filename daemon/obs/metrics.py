@@ -4,7 +4,7 @@ Two kinds. Figures that follow from the log (queue gauges, Kueue's workload coun
 `admitd_events_appended_total`...) are computed by `FoldedMetrics`, a fold over the same events as the state, so a
 restarted process that replays the log reports exactly what it reported before. Figures only a running process
 sees (cycle durations, append latency, watch restarts, leadership) are ordinary prometheus-client instruments in
-`LIVE`, fed by the process that does the work (`admitd run`, on the roadmap; `admitd simulate` feeds none of them).
+`LIVE`, for the process that does the work to feed (none is fed yet; `admitd simulate` feeds none of them).
 
 Kueue's metrics keep Kueue's names, types and labels (kueue-notes.md section 3), `replica_role` included; labels
 are bounded: queue, flavor, resource, priority class, reason, never a job name.
