@@ -10,7 +10,6 @@ from typing import Any
 
 from daemon.domain.admission import EngineConfig
 from daemon.kube.errors import KubeError
-from daemon.kube.run import RunOptions, StartupError, run_daemon
 from daemon.manifests import ManifestError
 from daemon.manifests.config import load_config
 
@@ -96,6 +95,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     for line in warnings:
         print(f"admitd: warning: {line}", file=sys.stderr)
+    # The daemon (aiohttp, the Kubernetes client, cryptography) loads only for `run`: every other command's
+    # start-up stays light (it cost `admitd explain` about 1.3 s).
+    from daemon.kube.run import RunOptions, StartupError, run_daemon  # noqa: PLC0415
+
     options = RunOptions(
         db=args.db,
         kubeconfig=args.kubeconfig,
