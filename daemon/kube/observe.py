@@ -103,6 +103,7 @@ class Observer:
         self.clock = clock
         self.on_started_unsuspended = on_started_unsuspended
         self._rejected: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, ns/name) -> errors last reported
+        self._sent: dict[str, tuple[object, ...]] = {}  # job -> the last fact appended about it (see `_first`)
 
     # --- jobs ------------------------------------------------------------------------------------------------
 
@@ -133,13 +134,12 @@ class Observer:
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         rec = self.state.workloads.get(key)
         now = self.clock.now()
-        if deleted:
-            return [ev.JobDeleted(job=key, at=now)] if rec is not None else []
-        if key in self.state.finished:
-            return []
+        if deleted or key in self.state.finished:
+            self._sent.pop(key, None)
+            return [ev.JobDeleted(job=key, at=now)] if deleted and rec is not None else []
         view = job_view(obj)
         if view.finished is not None:
-            if rec is None:
+            if rec is None or not self._first(key, ("finished",)):
                 return []
             return [ev.JobFinished(job=key, at=now, succeeded=view.finished == "Complete")]
         out: list[ev.Event] = []
@@ -150,7 +150,7 @@ class Observer:
             except ManifestError as e:
                 return self._reject(str(obj.get("kind")), key, (str(e),))
             self._rejected.pop((wl.kind, key), None)
-            if rec is None or rec.workload != wl:
+            if (rec is None or rec.workload != wl) and self._first(key, ("observed", wl)):
                 out.append(ev.JobObserved(workload=wl))
             if not view.suspended:
                 annotations = meta.get("annotations") or {}
@@ -159,20 +159,31 @@ class Observer:
                 order = self.state.outbox.get(key)
                 if adopted is not None:
                     # Admitted and carried out by another replica (a former leader): hold its quota, act on nothing.
-                    out.append(ev.WorkloadAdopted(workload=key, at=now, admission=adopted))
+                    if self._first(key, ("adopted", note)):
+                        out.append(ev.WorkloadAdopted(workload=key, at=now, admission=adopted))
                 elif (
                     (order is None or order.action is not Action.UNSUSPEND)
                     and self.is_leader()
                     and self.on_started_unsuspended is not None
                 ):
                     self.on_started_unsuspended(key, str(meta.get("uid", "")))
-        elif view.suspended and view.active == 0:
+        elif view.suspended and view.active == 0 and self._first(key, ("evicted", rec.admitted_at)):
             if rec.evicting:
                 out.append(ev.WorkloadEvicted(workload=key, at=now, reason=rec.eviction_reason or "Preempted"))
             elif not self.is_leader() and key not in self.state.outbox:
                 # A standby sees the leader stop a job it had adopted: the quota is free again.
                 out.append(ev.WorkloadEvicted(workload=key, at=now, reason="SuspendedByAnotherReplica"))
+            else:
+                self._sent.pop(key, None)
         return out
+
+    def _first(self, key: str, what: tuple[object, ...]) -> bool:
+        """Whether `what` about `key` is not already on its way to the log. Watch events come faster than the fold
+        absorbs them: two status updates of one Job must not append its eviction (or completion) twice."""
+        if self._sent.get(key) == what:
+            return False
+        self._sent[key] = what
+        return True
 
     # --- queue objects, namespaces, priority classes ----------------------------------------------------------
 

@@ -112,7 +112,7 @@ def _check_log(db: Path, ns: str, quotas: dict[str, int]) -> dict[str, int]:
                         counts["double_admissions"] += 1
                     admitted_now.add(key)
                 case ev.WorkloadEvicted(workload=key) if key.startswith(f"{ns}/"):
-                    counts["evicted"] += 1
+                    counts["evicted"] += key in admitted_now
                     admitted_now.discard(key)
                 case ev.JobFinished(job=key) | ev.JobDeleted(job=key) if key.startswith(f"{ns}/"):
                     counts["finished"] += isinstance(event, ev.JobFinished)

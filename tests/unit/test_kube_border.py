@@ -186,3 +186,23 @@ def test_a_queue_object_admitd_cannot_accept_is_one_rejection_naming_it_and_the_
     put.clear()
     observer.object_event("MODIFIED", bad)
     assert put == [], "the same problem is reported once"
+
+
+def test_two_status_updates_before_the_fold_catches_up_append_one_eviction_and_one_completion() -> None:
+    state = State()
+    observer, put, _ = _observer(state, leader=False)
+    note = admission_note(admission(), 42)
+    observer.job_event("ADDED", raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: note}))
+    for seq, event in enumerate(put[0].events, start=1):
+        state.apply(event, seq)
+    put.clear()
+    stopped = raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""}, active=0)
+    observer.job_event("MODIFIED", stopped)
+    observer.job_event("MODIFIED", stopped)  # the fold has not seen the first eviction yet
+    assert [type(e) for o in put for e in o.events] == [ev.WorkloadEvicted]
+    put.clear()
+    done = raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: note}, active=0)
+    done["status"]["conditions"] = [{"type": "Complete", "status": "True"}]
+    observer.job_event("MODIFIED", done)
+    observer.job_event("MODIFIED", done)
+    assert [type(e) for o in put for e in o.events] == [ev.JobFinished]
