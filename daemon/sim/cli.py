@@ -149,16 +149,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     for line in scenario.problems:
         print(f"admitd: rejected: {line}", file=sys.stderr)
     progress = _progress if sys.stderr.isatty() and not args.json else None
+    run = run_simulation(scenario, db_path=args.db, until=args.until, config=config, progress=progress)
     try:
-        result = asyncio.run(
-            run_simulation(
-                scenario,
-                db_path=args.db,
-                until=args.until,
-                config=config,
-                progress=progress,
-            )
-        )
+        result = asyncio.run(run)
+    except KeyboardInterrupt:
+        run.close()  # Ctrl-C before the loop started it: no "coroutine was never awaited" warning on the way out
+        raise
     except PreemptionLoop as e:  # an engine bug, never a property of the input: say which jobs, exit 1
         print(f"admitd: error: {e}", file=sys.stderr)
         return 1

@@ -172,10 +172,12 @@ def test_two_daemons_with_leader_election_the_standby_takes_over_and_nothing_is_
         wait_for("a to lead", lambda: "became the leader" in leader.stderr.read_text())
         apply(crds, *(job(ns, f"j{i}", queue="q", gpus=2) for i in range(4)))
         wait_for("four jobs to run", lambda: all(running(crds, ns, f"j{i}") for i in range(4)))
-        wait_for(
-            "the standby to adopt the four running jobs",
-            lambda: len(of_type(mine(standby, ns), "workload.adopted")) == 4,
-        )
+
+        def adopted() -> list[str]:
+            return sorted(e["payload"]["workload"] for e in of_type(mine(standby, ns), "workload.adopted"))
+
+        wait_for("the standby to adopt the four running jobs", lambda: len(set(adopted())) == 4)
+        assert adopted() == [f"{ns}/j{i}" for i in range(4)], "each job adopted once"
         assert "became the leader" not in standby.stderr.read_text()
         leader.kill()
         wait_for("b to take over", lambda: "became the leader" in standby.stderr.read_text(), timeout=45)
