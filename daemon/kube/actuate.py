@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement
-from daemon.domain.model import Toleration
 from daemon.kube.client import JSON_PATCH, KubeClient
 from daemon.kube.errors import Conflict, NotFound, Permanent, Temporary
+from daemon.kube.status_objects import toleration_object
 from daemon.obs.logging import get_logger
 from daemon.stages.ports import Done, Failed, Outcome
 
@@ -33,17 +33,6 @@ def job_path(kind: str, key: str) -> str:
     return _KINDS[kind][0].format(ns=namespace, name=name)
 
 
-def _toleration(t: Toleration) -> dict[str, Any]:
-    out: dict[str, Any] = {"operator": t.operator}
-    if t.key:
-        out["key"] = t.key
-    if t.value:
-        out["value"] = t.value
-    if t.effect:
-        out["effect"] = t.effect
-    return out
-
-
 def placement_patch(kind: str, placements: Sequence[Placement]) -> list[dict[str, Any]]:
     """JSON patch operations that set each pod set's nodeSelector and tolerations to exactly the placement."""
     pod_spec_paths = _KINDS[kind][1]
@@ -51,7 +40,7 @@ def placement_patch(kind: str, placements: Sequence[Placement]) -> list[dict[str
     for p in placements:
         base = pod_spec_paths[p.pod_set]
         ops.append({"op": "add", "path": f"{base}/nodeSelector", "value": dict(p.node_selector)})
-        ops.append({"op": "add", "path": f"{base}/tolerations", "value": [_toleration(t) for t in p.tolerations]})
+        ops.append({"op": "add", "path": f"{base}/tolerations", "value": [toleration_object(t) for t in p.tolerations]})
     return ops
 
 

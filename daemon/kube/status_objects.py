@@ -104,7 +104,8 @@ class PriorityRef:
     name: str
 
 
-def _toleration(t: Toleration) -> Obj:
+def toleration_object(t: Toleration) -> Obj:
+    """A toleration as the Kubernetes API writes it (empty fields left out)."""
     out: Obj = {"operator": t.operator}
     if t.key:
         out["key"] = t.key
@@ -129,7 +130,7 @@ def workload_object(wl: Workload, priority: int, priority_ref: PriorityRef | Non
         if ps.node_selector:
             pod_spec["nodeSelector"] = dict(sorted(ps.node_selector.items()))
         if ps.tolerations:
-            pod_spec["tolerations"] = [_toleration(t) for t in ps.tolerations]
+            pod_spec["tolerations"] = [toleration_object(t) for t in ps.tolerations]
         pod_sets.append({"name": ps.name, "count": ps.count, "template": {"spec": pod_spec}})
     spec: Obj = {"active": True, "podSets": pod_sets, "priority": priority}
     if wl.queue_name:
