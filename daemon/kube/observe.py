@@ -16,7 +16,7 @@ from typing import Any
 from daemon.domain import events as ev
 from daemon.domain import model
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, read_admission_note
-from daemon.domain.state import Phase, State
+from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.kube.client import Obj
 from daemon.manifests import ManifestError, adapter_for, parse_object
 from daemon.obs.logging import get_logger
@@ -103,7 +103,8 @@ class Observer:
         self.clock = clock
         self.on_started_unsuspended = on_started_unsuspended
         self._rejected: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, ns/name) -> errors last reported
-        self._sent: dict[str, tuple[object, ...]] = {}  # job -> the last fact appended about it (see `_first`)
+        # job -> (the fold's record when these were sent, facts sent about it since): see `_first`
+        self._sent: dict[str, tuple[WorkloadRecord | None, list[tuple[object, ...]]]] = {}
 
     # --- jobs ------------------------------------------------------------------------------------------------
 
@@ -167,22 +168,29 @@ class Observer:
                     and self.on_started_unsuspended is not None
                 ):
                     self.on_started_unsuspended(key, str(meta.get("uid", "")))
-        elif view.suspended and view.active == 0 and self._first(key, ("evicted", rec.admitted_at)):
+        elif view.suspended and view.active == 0:
+            reason = None
             if rec.evicting:
-                out.append(ev.WorkloadEvicted(workload=key, at=now, reason=rec.eviction_reason or "Preempted"))
+                reason = rec.eviction_reason or "Preempted"
             elif not self.is_leader() and key not in self.state.outbox:
-                # A standby sees the leader stop a job it had adopted: the quota is free again.
-                out.append(ev.WorkloadEvicted(workload=key, at=now, reason="SuspendedByAnotherReplica"))
-            else:
-                self._sent.pop(key, None)
+                reason = "SuspendedByAnotherReplica"  # a standby sees the leader stop a job it had adopted
+            if reason is not None and self._first(key, ("evicted",)):
+                out.append(ev.WorkloadEvicted(workload=key, at=now, reason=reason))
         return out
 
     def _first(self, key: str, what: tuple[object, ...]) -> bool:
         """Whether `what` about `key` is not already on its way to the log. Watch events come faster than the fold
-        absorbs them: two status updates of one Job must not append its eviction (or completion) twice."""
-        if self._sent.get(key) == what:
+        absorbs them: two status updates of one Job must not append its eviction (or completion) twice. What was
+        sent is remembered for as long as the fold's record of the job is the same object (the fold replaces it on
+        every change), so a later change of the same kind is appended again."""
+        rec = self.state.workloads.get(key)
+        entry = self._sent.get(key)
+        if entry is None or entry[0] is not rec:
+            entry = (rec, [])
+            self._sent[key] = entry
+        if what in entry[1]:  # compared by value (a workload holds dicts, so no set): a few facts per job at most
             return False
-        self._sent[key] = what
+        entry[1].append(what)
         return True
 
     # --- queue objects, namespaces, priority classes ----------------------------------------------------------

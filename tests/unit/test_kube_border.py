@@ -206,3 +206,17 @@ def test_two_status_updates_before_the_fold_catches_up_append_one_eviction_and_o
     observer.job_event("MODIFIED", done)
     observer.job_event("MODIFIED", done)
     assert [type(e) for o in put for e in o.events] == [ev.JobFinished]
+
+
+def test_a_job_seen_twice_while_running_for_another_replica_is_observed_and_adopted_once() -> None:
+    state = State()
+    observer, put, _ = _observer(state, leader=False)
+    observer.job_event("ADDED", raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""}))
+    for seq, event in enumerate(put[0].events, start=1):
+        state.apply(event, seq)
+    put.clear()
+    running = raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: admission_note(admission(), 42)})
+    running["spec"]["template"]["spec"]["nodeSelector"] = {"gpu-type": "h100"}  # as the leader's patch set it
+    observer.job_event("MODIFIED", running)
+    observer.job_event("MODIFIED", running)  # pod counts ticking, before the fold saw the first
+    assert [type(e) for o in put for e in o.events] == [ev.JobObserved, ev.WorkloadAdopted]
