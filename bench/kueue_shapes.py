@@ -7,11 +7,13 @@ workload class of each queue creates one workload every `every_ms`, as Kueue's g
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from daemon.domain import events as ev
 from daemon.domain.model import (
     ClusterQueue,
+    Cohort,
     FlavorQuotas,
     LabelSelector,
     LocalQueue,
@@ -154,3 +156,12 @@ def ideal_makespan_ms(shape: Shape) -> float:
     """Total work / total nominal capacity: the makespan of perfect packing."""
     per_cq = sum(cls.count * cls.cpu * cls.runtime_ms for cls in shape.classes)
     return per_cq / shape.nominal_cpu
+
+
+def hierarchical(scen: Scenario, cohorts: int) -> Scenario:
+    """The same queues and jobs with the cohorts joined into one tree three Cohort levels deep: `all` -> `org-0`,
+    `org-1` -> each `cohort-<c>` (under `org-<c % 2>`) -> its ClusterQueues. No Cohort has quota of its own."""
+    tree: list[ev.Event] = [ev.CohortObserved(cohort=Cohort(name="all"))]
+    tree += [ev.CohortObserved(cohort=Cohort(name=f"org-{i}", parent="all")) for i in range(2)]
+    tree += [ev.CohortObserved(cohort=Cohort(name=f"cohort-{c}", parent=f"org-{c % 2}")) for c in range(cohorts)]
+    return dataclasses.replace(scen, source=f"{scen.source}-hierarchical", config=(*tree, *scen.config))
