@@ -31,7 +31,7 @@ from daemon.domain.state import State
 from daemon.eventlog import EventStore, LogReader, replay
 from daemon.kube import webhook
 from daemon.kube.actuate import JobActuator
-from daemon.kube.client import KubeClient, Obj, load_configuration
+from daemon.kube.client import KubeClient, load_configuration
 from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
 from daemon.kube.leader import LeaderElector, LeadershipLost
 from daemon.kube.observe import Observer
@@ -43,7 +43,7 @@ from daemon.obs.logging import get_logger
 from daemon.stages.actuate import Actuate
 from daemon.stages.admit import Admit
 from daemon.stages.ingest import Ingest
-from daemon.stages.ports import Inbox, Outcome, WallClock
+from daemon.stages.ports import Inbox, Observed, Outcome, WallClock
 from daemon.stages.recorder import Recorder
 from daemon.stages.runner import StageCrashed, run_concurrently
 
@@ -93,7 +93,13 @@ class KubeCluster:
     def connect(self, inbox: Inbox) -> None:
         self.inbox = inbox
 
-    async def carry_out(self, order: Any) -> Outcome:
+    def deliver(self, observed: Observed) -> None:
+        """The Observer's output: what the watches saw, for the ingest stage."""
+        if self.inbox is None:
+            raise RuntimeError("the cluster is not connected to the ingest stage")
+        self.inbox.put(observed)
+
+    async def carry_out(self, order: Order) -> Outcome:
         return await self.actuator.carry_out(order)
 
 
@@ -158,7 +164,7 @@ class Daemon:
             starter = _suspender(actuate)
             observer = Observer(
                 state,
-                ingest.put,
+                cluster.deliver,
                 clock,
                 on_started_unsuspended=starter,
                 is_leader=elector.is_leader if elector is not None else lambda: True,
@@ -192,7 +198,7 @@ class Daemon:
                 on_event=observer.job_event,
                 on_listed=observer.jobs_listed,
             )
-            web_runner = await self._serve_health(opts, lambda: str(opts.db))
+            web_runner = await self._serve_health(opts)
             webhook_runner = await self._serve_webhook(client, opts)
             main = asyncio.current_task()
             loop = asyncio.get_running_loop()
@@ -251,7 +257,7 @@ class Daemon:
         log.info("ready: replayed and listed", outbox_resumed=resumed)
         await jobs_task
 
-    async def _serve_health(self, opts: RunOptions, db: Any) -> web.AppRunner:
+    async def _serve_health(self, opts: RunOptions) -> web.AppRunner:
         from daemon.obs.metrics import CONTENT_TYPE, LogMetrics  # noqa: PLC0415 - SQLite reads, only when scraped
 
         metrics: LogMetrics | None = None
@@ -395,4 +401,4 @@ async def run_daemon(options: RunOptions) -> int:
         raise
 
 
-__all__ = ["Daemon", "KubeCluster", "Obj", "RunOptions", "StartupError", "run_daemon"]
+__all__ = ["Daemon", "KubeCluster", "RunOptions", "StartupError", "run_daemon"]
