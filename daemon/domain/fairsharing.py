@@ -1,29 +1,24 @@
-"""Fair sharing: weighted dominant resource shares (DRS), the admission tournament and fair-sharing preemption.
+"""Fair sharing: weighted dominant resource shares (DRS) and the admission tournament.
 
-Ports of Kueue's `fair_sharing.go`, `fair_sharing_iterator.go` and `preemption.go`'s fairPreemptions with the
-default strategies (S2-a LessThanOrEqualToFinalShare, then S2-b LessThanInitialShare). Shares are exact Fractions.
+Ports of Kueue's `fair_sharing.go` and `fair_sharing_iterator.go`. Shares are exact Fractions. Fair-sharing
+preemption (targets over the branches of the cohort tree, the strategies) is in `fairpreemption.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TypeVar
 
-from daemon.domain.model import FlavorResource, PreemptionPolicy
-from daemon.domain.ordering import candidate_order, satisfies_policy
-from daemon.domain.preemption import Preemptor, Target, _fill_back_targets, uses_resources, workload_fits
+from daemon.domain.model import FlavorResource
 from daemon.domain.quota import (
     Node,
-    Snapshot,
     add_usage,
-    borrowing_with,
     post_order,
     potential_available,
     remove_usage,
 )
-from daemon.domain.view import AdmittedWorkload
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,101 +106,3 @@ def tournament(
         won_at[cohort.name] = min(nominees, key=key)
     won = won_at.get(root.name)
     return None if won is None else won[1]
-
-
-def _subtree_cqs(node: Node) -> Sequence[Node]:
-    """Every ClusterQueue under `node`, depth first (its own first, then each child cohort's), without recursion."""
-    out: list[Node] = []
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        out.extend(n.child_cqs)
-        stack.extend(reversed(n.child_cohorts))
-    return out
-
-
-# --- preemption ---------------------------------------------------------------------------------------------------
-
-
-def _cq_borrowing(node: Node, frs: frozenset[FlavorResource]) -> bool:
-    return node.parent is not None and any(borrowing_with(node, fr, 0) for fr in frs)
-
-
-def fair_targets(p: Preemptor, snap: Snapshot) -> list[Target]:
-    """Kueue's fairPreemptions for flat or hierarchical trees, comparing shares at the ClusterQueue level."""
-    pre = p.cq.preemption
-    candidates: list[AdmittedWorkload] = []
-    if pre.within_cluster_queue is not PreemptionPolicy.NEVER:
-        for key, wl in snap.workloads_by_cq.get(p.cq.name, {}).items():
-            ok = key not in snap.removed and satisfies_policy(p.pw, wl, pre.within_cluster_queue)
-            if ok and uses_resources(snap, wl, p.frs):
-                candidates.append(wl)
-    if p.node.parent is not None and pre.reclaim_within_cohort is not PreemptionPolicy.NEVER:
-        for other in _subtree_cqs(p.node.root()):
-            if other is p.node or not _cq_borrowing(other, p.frs):
-                continue
-            for key, wl in snap.workloads_by_cq.get(other.name, {}).items():
-                if key in snap.removed or not satisfies_policy(p.pw, wl, pre.reclaim_within_cohort):
-                    continue
-                if uses_resources(snap, wl, p.frs):
-                    candidates.append(wl)
-    if not candidates:
-        return []
-    candidates.sort(key=lambda wl: candidate_order(wl, p.cq.name))
-    snap.add_usage(p.node, p.usage)  # shares are computed as if the preemptor were admitted
-    within_nominal = not any(borrowing_with(p.node, fr, 0) for fr in p.frs)
-    targets: list[Target] = []
-    retry: list[AdmittedWorkload] = []
-
-    def fits() -> bool:
-        snap.remove_usage(p.node, p.usage)
-        ok = workload_fits(p, True)
-        snap.add_usage(p.node, p.usage)
-        return ok
-
-    def take(wl: AdmittedWorkload, reason: str, policy: str) -> bool:
-        snap.remove_workload(wl)
-        targets.append(Target(wl, reason, policy))
-        return fits()
-
-    done = False
-    pending = list(candidates)
-    while pending and not done:
-        cq_name = _highest_share_cq(pending, snap)
-        wl = next(w for w in pending if w.admission.cluster_queue == cq_name)
-        pending.remove(wl)
-        if cq_name == p.cq.name:
-            done = take(wl, "InClusterQueue", f"withinClusterQueue={pre.within_cluster_queue.value}")
-            continue
-        if within_nominal:
-            done = take(wl, "InCohortReclamation", f"reclaimWithinCohort={pre.reclaim_within_cohort.value}")
-            continue
-        target = snap.tree.cqs[cq_name]
-        preemptor_share = dominant_resource_share(p.node).key
-        snap.remove_workload(wl)
-        target_after = dominant_resource_share(target).key
-        snap.add_workload(wl)
-        if preemptor_share <= target_after:  # S2-a: LessThanOrEqualToFinalShare
-            done = take(wl, "InCohortFairSharing", f"reclaimWithinCohort={pre.reclaim_within_cohort.value}")
-        else:
-            retry.append(wl)
-    while retry and not done:  # S2-b: LessThanInitialShare, at most one victim per ClusterQueue
-        cq_name = _highest_share_cq(retry, snap)
-        wl = next(w for w in retry if w.admission.cluster_queue == cq_name)
-        if dominant_resource_share(p.node).key < dominant_resource_share(snap.tree.cqs[cq_name]).key:
-            done = take(wl, "InCohortFairSharing", f"reclaimWithinCohort={pre.reclaim_within_cohort.value}")
-        retry = [w for w in retry if w.admission.cluster_queue != cq_name]
-    snap.remove_usage(p.node, p.usage)
-    if not done:
-        for t in targets:
-            snap.add_workload(t.victim)
-        return []
-    kept = _fill_back_targets(p, snap, targets, True)
-    for t in kept:
-        snap.add_workload(t.victim)
-    return kept
-
-
-def _highest_share_cq(cands: list[AdmittedWorkload], snap: Snapshot) -> str:
-    names = sorted({w.admission.cluster_queue for w in cands})
-    return max(names, key=lambda n: (dominant_resource_share(snap.tree.cqs[n]).key, n))
