@@ -26,23 +26,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.bench_status import cluster
 from daemon.kube.client import KubeClient, load_configuration
-from tests.integration.conftest import STATE_DIR, KubeCluster
+from tests.integration.conftest import KubeCluster
 from tests.integration.daemon_harness import Daemon, apply, install_crds, kubectl
 
 V = "kueue.x-k8s.io/v1beta2"
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cluster() -> KubeCluster:
-    state = json.loads((STATE_DIR / "state.json").read_text())
-    return KubeCluster(
-        kubeconfig=Path(state["kubeconfig"]),
-        state_dir=STATE_DIR,
-        apiserver_url=state["apiserver_url"],
-        etcd_url=state["etcd_url"],
-        started_here=False,
-    )
 
 
 def cpu_seconds(pid: int) -> float:

@@ -45,14 +45,11 @@ def as_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
         # kubectl's copy of the whole object is not the user's annotation, and can exceed what we accept.
         trimmed = {k: v for k, v in annotations.items() if k != "kubectl.kubernetes.io/last-applied-configuration"}
         out["metadata"]["annotations"] = trimmed
-    for key in ("spec", "value", "globalDefault", "description", "preemptionPolicy"):
+    for key in ("spec", "value", "globalDefault"):  # a PriorityClass's value sits at the top level
         if key in obj:
             out[key] = obj[key]
-    if obj.get("kind") == "PriorityClass":
-        out.pop("preemptionPolicy", None)
-        out.pop("description", None)
     if obj.get("kind") == "Namespace":
-        out.pop("spec", None)
+        out.pop("spec", None)  # only the server's finalizers
     return out
 
 
@@ -215,40 +212,17 @@ class Observer:
         return listed
 
     def _gone(self, kind: str, seen: set[str]) -> list[ev.Event]:
-        s = self.state
-        match kind:
-            case "ResourceFlavor":
-                return [ev.ResourceFlavorDeleted(name=n) for n in s.flavors if n not in seen]
-            case "ClusterQueue":
-                return [ev.ClusterQueueDeleted(name=n) for n in s.cluster_queues if n not in seen]
-            case "Cohort":
-                return [ev.CohortDeleted(name=n) for n in s.cohorts if n not in seen]
-            case "LocalQueue":
-                return [
-                    ev.LocalQueueDeleted(namespace=lq.namespace, name=lq.name)
-                    for k, lq in s.local_queues.items()
-                    if k not in seen
-                ]
-        return []  # priority classes and namespaces have no deletion event: existing workloads keep what they got
+        return [_deleted(kind, key) for key in _held(self.state, kind) if key not in seen]
 
     def _object(self, obj: Obj, *, deleted: bool) -> list[ev.Event]:
         kind = str(obj.get("kind", ""))
         meta = _meta(obj)
         name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
         s = self.state
-        if deleted:
-            match kind:
-                case "ResourceFlavor" if name in s.flavors:
-                    return [ev.ResourceFlavorDeleted(name=name)]
-                case "ClusterQueue" if name in s.cluster_queues:
-                    return [ev.ClusterQueueDeleted(name=name)]
-                case "Cohort" if name in s.cohorts:
-                    return [ev.CohortDeleted(name=name)]
-                case "LocalQueue" if f"{namespace}/{name}" in s.local_queues:
-                    return [ev.LocalQueueDeleted(namespace=namespace, name=name)]
-            return []
-        parsed = parse_object(as_manifest(obj))
         subject = f"{namespace}/{name}" if namespace else name
+        if deleted:
+            return [_deleted(kind, subject)] if subject in _held(s, kind) else []
+        parsed = parse_object(as_manifest(obj))
         if not parsed.ok or parsed.obj is None:
             return self._reject(kind, subject, tuple(str(e) for e in parsed.errors))
         self._rejected.pop((kind, subject), None)
@@ -262,6 +236,35 @@ class Observer:
         namespace, _, name = subject.rpartition("/")
         log.warning("object rejected", kind=kind, object=subject, errors=list(errors))
         return [ev.ObjectRejected(kind=kind, name=name, namespace=namespace or None, errors=errors)]
+
+
+def _held(s: State, kind: str) -> Mapping[str, object]:
+    """The fold's objects of `kind` by name (namespace/name for LocalQueues); none for kinds that are never
+    deleted from the fold (priority classes, namespaces: existing workloads keep what they got)."""
+    match kind:
+        case "ResourceFlavor":
+            return s.flavors
+        case "ClusterQueue":
+            return s.cluster_queues
+        case "Cohort":
+            return s.cohorts
+        case "LocalQueue":
+            return s.local_queues
+    return {}
+
+
+def _deleted(kind: str, key: str) -> ev.Event:
+    match kind:
+        case "ResourceFlavor":
+            return ev.ResourceFlavorDeleted(name=key)
+        case "ClusterQueue":
+            return ev.ClusterQueueDeleted(name=key)
+        case "Cohort":
+            return ev.CohortDeleted(name=key)
+        case "LocalQueue":
+            namespace, _, name = key.partition("/")
+            return ev.LocalQueueDeleted(namespace=namespace, name=name)
+    raise ValueError(f"{kind} has no deletion event")
 
 
 def _observed(obj: object) -> ev.Event | None:

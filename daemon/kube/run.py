@@ -49,7 +49,13 @@ from daemon.stages.runner import StageCrashed, run_concurrently
 
 log = get_logger("admitd.run")
 
-KUEUE_KINDS = ("resourceflavors", "cohorts", "clusterqueues", "localqueues", "workloadpriorityclasses")
+KUEUE_KINDS = {  # watched in this order, queue objects before Jobs: plural -> kind
+    "resourceflavors": "ResourceFlavor",
+    "cohorts": "Cohort",
+    "clusterqueues": "ClusterQueue",
+    "localqueues": "LocalQueue",
+    "workloadpriorityclasses": "WorkloadPriorityClass",
+}
 MANAGED_BY = ("app.kubernetes.io/managed-by", "admitd")
 
 
@@ -185,11 +191,11 @@ class Daemon:
                 *(
                     Reflector(
                         client,
-                        Resource(kind, f"/apis/kueue.x-k8s.io/{version}/{kind}"),
+                        Resource(plural, f"/apis/kueue.x-k8s.io/{version}/{plural}"),
                         on_event=observer.object_event,
-                        on_listed=observer.objects_listed(_KIND[kind]),
+                        on_listed=observer.objects_listed(kind),
                     )
-                    for kind in KUEUE_KINDS
+                    for plural, kind in KUEUE_KINDS.items()
                 ),
             ]
             jobs = Reflector(
@@ -356,15 +362,6 @@ class Daemon:
             await status.run(started=jobs_synced)
             return
         await asyncio.gather(elector.keep(), status.run(started=jobs_synced))
-
-
-_KIND = {
-    "resourceflavors": "ResourceFlavor",
-    "cohorts": "Cohort",
-    "clusterqueues": "ClusterQueue",
-    "localqueues": "LocalQueue",
-    "workloadpriorityclasses": "WorkloadPriorityClass",
-}
 
 
 def _identity() -> str:

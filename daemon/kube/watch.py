@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from daemon.kube.client import KubeClient, Obj
 from daemon.kube.errors import Gone, KubeError, Permanent, Temporary
 from daemon.obs.logging import get_logger
+from daemon.stages.actuate import jittered_backoff
 
 log = get_logger("admitd.watch")
 
@@ -32,8 +33,8 @@ class Resource:
 
 
 def backoff_s(attempt: int, rng: random.Random) -> float:
-    """0.2 s doubling up to 30 s, with ±25% jitter."""
-    return float(min(30.0, 0.2 * 2 ** min(attempt, 10)) * rng.uniform(0.75, 1.25))
+    """A watch's (or a registration's) retry: from 0.2 s, capped at 30 s, ±25%."""
+    return jittered_backoff(attempt, rng, first=0.2, cap=30.0, jitter=0.25)
 
 
 class Reflector:

@@ -29,10 +29,15 @@ _BATCH = 1000  # orders whose results share one append
 log = get_logger("admitd.actuate")
 
 
+def jittered_backoff(attempt: int, rng: random.Random, *, first: float, cap: float, jitter: float) -> float:
+    """`first` doubling with each attempt up to `cap`, times a random factor in [1 - jitter, 1 + jitter], so that
+    many retries do not arrive together. The one backoff of the daemon (actuations, watches, registrations)."""
+    return float(min(cap, first * 2 ** min(attempt, 30)) * rng.uniform(1 - jitter, 1 + jitter))
+
+
 def backoff_ms(attempt: int, rng: random.Random) -> Millis:
-    """Exponential from 0.5 s, capped at 60 s, with ±20% jitter so that many retries do not arrive together."""
-    base = min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** min(attempt, 16))
-    return int(base * rng.uniform(0.8, 1.2))
+    """An actuation's retry: from 0.5 s, capped at 60 s, ±20%."""
+    return int(jittered_backoff(attempt, rng, first=BACKOFF_FIRST_MS, cap=BACKOFF_MAX_MS, jitter=0.2))
 
 
 def _chunks(orders: list[Order], size: int) -> list[list[Order]]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from daemon.domain import events as ev
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Placement, admission_note, read_admission_note
-from daemon.domain.model import Toleration
+from daemon.domain.model import LocalQueue, ResourceFlavor, Toleration
 from daemon.domain.state import State
 from daemon.kube.actuate import placement_patch
 from daemon.kube.observe import Observer
@@ -220,3 +220,21 @@ def test_a_job_seen_twice_while_running_for_another_replica_is_observed_and_adop
     observer.job_event("MODIFIED", running)
     observer.job_event("MODIFIED", running)  # pod counts ticking, before the fold saw the first
     assert [type(e) for o in put for e in o.events] == [ev.JobObserved, ev.WorkloadAdopted]
+
+
+def test_queue_objects_gone_from_a_list_or_deleted_by_a_watch_are_appended_as_deleted() -> None:
+    state = State()
+    state.apply(ev.ResourceFlavorObserved(flavor=ResourceFlavor(name="h100")), 1)
+    state.apply(ev.LocalQueueObserved(local_queue=LocalQueue(namespace="ns", name="q", cluster_queue="cq")), 2)
+    observer, put, _ = _observer(state)
+    observer.objects_listed("LocalQueue")([])
+    observer.object_event(
+        "DELETED", {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "h100"}}
+    )
+    observer.object_event(
+        "DELETED", {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "other"}}
+    )
+    assert [e for o in put for e in o.events] == [
+        ev.LocalQueueDeleted(namespace="ns", name="q"),
+        ev.ResourceFlavorDeleted(name="h100"),
+    ]
