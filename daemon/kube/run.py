@@ -213,7 +213,7 @@ class Daemon:
             stages = (ingest, actuate, admit)
             try:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
-                others.append(("startup", self._startup(queue_reflectors, jobs, actuate)))
+                others.append(("startup", self._startup(queue_reflectors, jobs)))
                 others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, jobs.synced)))
                 others.append(("certificate", self._renew_certificate(client, opts)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
@@ -252,15 +252,15 @@ class Daemon:
         log.info("replayed the log", seq=state.seq, workloads=len(state.workloads), outbox=len(state.outbox))
         return state
 
-    async def _startup(self, queue_reflectors: list[Reflector], jobs: Reflector, actuate: Actuate) -> None:
-        """Queue objects listed first, then Jobs, then the outbox; ready after that. Then watch Jobs."""
+    async def _startup(self, queue_reflectors: list[Reflector], jobs: Reflector) -> None:
+        """Queue objects listed first, then Jobs; ready after that. Then watch Jobs. (The leader resumes the
+        outbox once the Jobs are listed: `_lead`.)"""
         await asyncio.gather(*(r.synced.wait() for r in queue_reflectors))
         jobs_task = asyncio.create_task(jobs.run(), name="watch-jobs")
         await jobs.synced.wait()
-        resumed = actuate.resume()
         self.ready = True
         systemd.ready()  # Type=notify: READY=1 exactly when /readyz turns 200
-        log.info("ready: replayed and listed", outbox_resumed=resumed)
+        log.info("ready: replayed and listed")
         await jobs_task
 
     async def _serve_health(self, opts: RunOptions) -> web.AppRunner:
@@ -357,7 +357,8 @@ class Daemon:
         await self._register_webhooks(client, opts)
         await jobs_synced.wait()
         admit.notify(None)
-        actuate.resume()
+        resumed = actuate.resume()
+        log.info("leading: deciding and acting", outbox_resumed=resumed)
         if elector is None:
             await status.run(started=jobs_synced)
             return
