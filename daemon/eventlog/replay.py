@@ -52,6 +52,8 @@ def replay(reader: LogReader, *, use_snapshots: bool = True, upto: int | None = 
     return state
 
 
-async def save_snapshot(store: EventStore, state: State) -> None:
+async def save_snapshot(store: EventStore, state: State) -> bool:
+    """Write a snapshot of `state`; True when the log keeps it for good (a historical one, `write_snapshot`)."""
     if state.seq > 0:
-        await store.write_snapshot(state.seq, STATE_VERSION, encode_snapshot(state))
+        return await store.write_snapshot(state.seq, STATE_VERSION, encode_snapshot(state))
+    return False

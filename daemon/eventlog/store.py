@@ -47,8 +47,14 @@ Clock = Callable[[], int]
 """Milliseconds since the epoch (a virtual clock in simulations)."""
 
 SNAPSHOTS_KEPT = 3
-"""Snapshots kept per log; older ones are pruned in the transaction that writes a new one. Migration 0003's
-`snapshots_keep_the_newest_three` trigger holds the same number: change both together, in a new migration."""
+"""The newest snapshots always kept; older ones not marked `kept` are pruned in the transaction that writes a new
+one. Migration 0004's `snapshots_keep_the_newest_three_and_the_kept` trigger holds the same number: change both
+together, in a new migration."""
+
+SNAPSHOT_KEEP_RATIO: float = 1
+"""A snapshot is kept for the log's lifetime (a historical one, for past moments) when the events since the previous
+kept one hold at least SNAPSHOT_KEEP_RATIO times its body's size in payload bytes. Bound: the kept snapshots take at
+most 1/SNAPSHOT_KEEP_RATIO of the events' payload bytes, plus the newest SNAPSHOTS_KEPT (migration 0004)."""
 
 INTEGER_MIN, INTEGER_MAX = -(2**63), 2**63 - 1
 """SQLite's INTEGER range: every number stored in a column must be inside it."""
@@ -545,6 +551,21 @@ class LogReader:
         )
 
 
+_PREVIOUS_KEPT = "SELECT max(seq) FROM snapshots WHERE kept = 1 AND state_version = ? AND seq < ?"
+
+
+def _bytes_since_kept(path: Path, state_version: int, seq: int) -> tuple[int, int]:
+    """`(previous kept snapshot's seq or 0, payload bytes of the events after it up to seq)`: a range scan of at
+    most about one snapshot's worth of events (plus one snapshot interval), read-only."""
+    with contextlib.closing(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)) as conn:
+        row = conn.execute(_PREVIOUS_KEPT, (state_version, seq)).fetchone()
+        since = 0 if row is None or row[0] is None else int(row[0])
+        grown = conn.execute(
+            "SELECT total(length(payload)) FROM events WHERE seq > ? AND seq <= ?", (since, seq)
+        ).fetchone()[0]
+    return since, int(grown)
+
+
 @dataclass(slots=True)
 class _Request:
     items: Sequence[tuple[Event, int | None]]
@@ -705,12 +726,19 @@ class EventStore:
         """The seq the next submitted event will get, given that this process is the only writer."""
         return self._base_seq + self._submitted + 1
 
-    async def write_snapshot(self, seq: int, state_version: int, body: bytes) -> None:
+    async def write_snapshot(self, seq: int, state_version: int, body: bytes) -> bool:
         """Store a snapshot of the state after event `seq` (committed), tied to the chain by that event's hash and a
-        digest; in the same transaction, prune all but the newest SNAPSHOTS_KEPT. A failure raises AppendFailed and
-        leaves the snapshots as they were; it does not stop the writer (snapshots are only an accelerator)."""
+        digest; in the same transaction, prune all but the newest SNAPSHOTS_KEPT and the kept ones. Returns whether
+        this one is kept for the log's lifetime (SNAPSHOT_KEEP_RATIO). A failure raises AppendFailed and leaves the
+        snapshots as they were; it does not stop the writer (snapshots are only an accelerator)."""
         if self._failure is not None:
             raise AppendFailed(f"{self.path}: snapshot not written, the writer stopped earlier: {self._failure}")
+        try:
+            # Read on a connection of its own in a thread: the scan must not hold up the commits on the writer's.
+            previous_kept, grown = await asyncio.to_thread(_bytes_since_kept, self.path, state_version, seq)
+        except sqlite3.Error as e:
+            raise AppendFailed(f"{self.path}: snapshot at seq {seq} not written: {_describe(e, self.path)}") from e
+        kept = grown >= SNAPSHOT_KEEP_RATIO * len(body)
         conn = self._conn
         async with self._write_lock:
             try:
@@ -727,16 +755,20 @@ class EventStore:
                             f"{self.path}: snapshot at seq {seq} not written: one at seq {row[1]} is newer or equal"
                         )
                     event_hash = _bytes(row[0])
+                    if kept:  # another snapshot written meanwhile may have become the previous kept one
+                        async with conn.execute(_PREVIOUS_KEPT, (state_version, seq)) as cur:
+                            again = await cur.fetchone()
+                        kept = (0 if again is None or again[0] is None else int(again[0])) == previous_kept
                     digest = codec.snapshot_digest(seq, state_version, event_hash, body)
                     await conn.execute(
-                        "INSERT INTO snapshots (seq, event_hash, state_version, created_at, body, digest) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        (seq, event_hash, state_version, self._clock(), body, digest),
+                        "INSERT INTO snapshots (seq, event_hash, state_version, created_at, body, digest, kept) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (seq, event_hash, state_version, self._clock(), body, digest, int(kept)),
                     )
                     await conn.execute(
-                        "DELETE FROM snapshots WHERE seq < "
+                        "DELETE FROM snapshots WHERE (kept = 0 OR state_version != ?) AND seq < "
                         "(SELECT min(seq) FROM (SELECT seq FROM snapshots ORDER BY seq DESC LIMIT ?))",
-                        (SNAPSHOTS_KEPT,),
+                        (state_version, SNAPSHOTS_KEPT),
                     )
                     await conn.commit()
                 except BaseException:
@@ -745,6 +777,7 @@ class EventStore:
                     raise
             except (sqlite3.Error, OverflowError) as e:
                 raise AppendFailed(f"{self.path}: snapshot at seq {seq} not written: {_describe(e, self.path)}") from e
+        return kept
 
     async def _guard(self, loop: Callable[[], Any]) -> None:
         """Run a writer loop; any exception stops the writer loudly instead of leaving appenders waiting forever."""

@@ -94,8 +94,8 @@ class Recorder:
         if due and not self._unawaited and not self._snapshotting:
             self._snapshotting = True
             try:
-                await save_snapshot(self.store, self.state)
+                kept = await save_snapshot(self.store, self.state)
                 self._last_snapshot_seq = self.state.seq
-                log.debug("snapshot written", seq=self.state.seq)
+                log.debug("snapshot written", seq=self.state.seq, kept=kept)
             finally:
                 self._snapshotting = False

@@ -18,10 +18,16 @@ from structlog.testing import capture_logs
 
 from daemon.domain.state import STATE_VERSION
 from daemon.eventlog import EventStore, LogReader, codec, replay, save_snapshot
+from daemon.eventlog import store as eventlog_store
 from daemon.eventlog.errors import AppendFailed, BadSnapshot
+from daemon.eventlog.migrate import APPLICATION_ID, latest_version, load_migrations
 from daemon.eventlog.replay import decode_snapshot
 from daemon.eventlog.store import SNAPSHOTS_KEPT
-from tests.integration.logtools import admitd
+from daemon.query.moment import state_at
+from daemon.sim import run as sim_run
+from daemon.sim.scenario import load_scenario
+from daemon.stages import recorder as stages_recorder
+from tests.integration.logtools import ROOT, admitd
 from tests.samples import one_of_each
 
 
@@ -72,12 +78,16 @@ async def test_an_edited_snapshot_that_still_decodes_is_not_used_and_verify_repo
 async def test_a_snapshot_whose_event_hash_is_not_the_chains_is_not_used(log: Path) -> None:
     # A snapshot copied from another log (or left from before a rewrite): its own digest checks, the chain does not.
     conn = sqlite3.connect(log)
-    for name in ("snapshots_are_never_updated", "snapshots_follow_the_chain", "snapshots_keep_the_newest_three"):
+    for name in (
+        "snapshots_are_never_updated",
+        "snapshots_follow_the_chain",
+        "snapshots_keep_the_newest_three_and_the_kept",
+    ):
         conn.execute(f"DROP TRIGGER {name}")
     (body,) = conn.execute("SELECT body FROM snapshots WHERE seq = 10").fetchone()
     other = bytes(32)
     digest = codec.snapshot_digest(12, STATE_VERSION, other, body)
-    conn.execute("INSERT INTO snapshots VALUES (12, ?, ?, 0, ?, ?)", (other, STATE_VERSION, body, digest))
+    conn.execute("INSERT INTO snapshots VALUES (12, ?, ?, 0, ?, ?, 0)", (other, STATE_VERSION, body, digest))
     conn.commit()
     conn.close()
     with capture_logs() as logs, LogReader(log) as reader:
@@ -91,13 +101,15 @@ async def test_the_triggers_refuse_updates_unchecked_inserts_and_deleting_a_kept
     conn = sqlite3.connect(log)
     with pytest.raises(sqlite3.DatabaseError, match="snapshots are never updated"):
         conn.execute("UPDATE snapshots SET body = x'7b7d'")
-    with pytest.raises(sqlite3.DatabaseError, match="the newest 3 snapshots are kept"):
+    with pytest.raises(sqlite3.DatabaseError, match="the newest 3 snapshots and the kept ones are kept"):
         conn.execute("DELETE FROM snapshots")
-    row = conn.execute("SELECT seq, event_hash, state_version, created_at, body, digest FROM snapshots").fetchone()
+    row = conn.execute(
+        "SELECT seq, event_hash, state_version, created_at, body, digest, kept FROM snapshots"
+    ).fetchone()
     with pytest.raises(sqlite3.DatabaseError, match="newer than the newest kept one"):
-        conn.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?, ?)", row)
+        conn.execute("INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?)", row)
     with pytest.raises(sqlite3.DatabaseError, match="carry its event's hash"):
-        conn.execute("INSERT INTO snapshots VALUES (12, ?, ?, ?, ?, ?)", row[1:])
+        conn.execute("INSERT INTO snapshots VALUES (12, ?, ?, ?, ?, ?, ?)", row[1:])
     conn.close()
     assert LogReader(log).check().snapshots == 1
 
@@ -125,3 +137,141 @@ async def test_the_writer_keeps_only_the_newest_snapshots_and_the_file_stays_bou
     assert size < max(size_after_kept, 1) + 4 * body_size
     assert size < written * body_size / 4
     assert LogReader(path).check().snapshots == SNAPSHOTS_KEPT
+
+
+# --- historical snapshots (migration 0004): kept for good when the log grew by their size since the last kept one
+
+
+def kept_rows(path: Path) -> list[tuple[int, int, int]]:
+    """`(seq, kept, body bytes)` of every snapshot row, in seq order."""
+    conn = sqlite3.connect(path)
+    try:
+        return [
+            (int(s), int(k), int(n))
+            for s, k, n in conn.execute("SELECT seq, kept, length(body) FROM snapshots ORDER BY seq")
+        ]
+    finally:
+        conn.close()
+
+
+def payload_bytes(path: Path, after: int, upto: int) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(
+            conn.execute(
+                "SELECT total(length(payload)) FROM events WHERE seq > ? AND seq <= ?", (after, upto)
+            ).fetchone()[0]
+        )
+    finally:
+        conn.close()
+
+
+async def test_historical_snapshots_are_kept_when_the_log_grew_by_their_size_and_bound_the_total(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "history.db"
+    events = one_of_each()
+    body = 300  # bytes of each snapshot body; each round below appends 66 bytes of payloads
+    results: list[tuple[int, bool]] = []
+    async with await EventStore.open(path) as store:
+        await store.append(events)
+        for i in range(30):
+            seq = (await store.append(events[-3:]))[-1]
+            results.append((seq, await store.write_snapshot(seq, STATE_VERSION, bytes([i % 251]) * body)))
+    rows = kept_rows(path)
+    kept = [s for s, k, _ in rows if k]
+    # What the writer said it kept is what the log holds, and the newest SNAPSHOTS_KEPT are there besides.
+    assert kept == [s for s, k in results if k]
+    assert [s for s, _, _ in rows[-SNAPSHOTS_KEPT:]] == [s for s, _ in results[-SNAPSHOTS_KEPT:]]
+    assert {s for s, _, _ in rows} == set(kept) | {s for s, _ in results[-SNAPSHOTS_KEPT:]}
+    assert 5 <= len(kept) < 30
+    # Each kept one follows at least its own size of event payloads since the previous kept one, and the first
+    # snapshot after that much growth is the one kept (none is skipped that should have been kept).
+    previous = 0
+    for seq, was_kept in results:
+        grown = payload_bytes(path, previous, seq)
+        assert was_kept == (grown >= body), (seq, previous, grown)
+        if was_kept:
+            previous = seq
+    # The bound: kept snapshots never take more room than the events' payloads.
+    assert sum(n for _, k, n in rows if k) <= payload_bytes(path, 0, results[-1][0])
+    assert LogReader(path).check().snapshots == len(rows)
+
+
+async def test_a_kept_snapshot_of_the_current_shape_cannot_be_deleted_one_of_an_old_shape_is_pruned(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "shapes.db"
+    events = one_of_each()
+    async with await EventStore.open(path) as store:
+        await store.append(events)
+        first = (await store.append(events[-1:]))[0]
+        assert await store.write_snapshot(first, STATE_VERSION - 1, b"{}")  # an old shape, kept
+        seqs = []
+        for _ in range(SNAPSHOTS_KEPT + 1):
+            seqs.append((await store.append(events[-1:]))[0])
+            await store.write_snapshot(seqs[-1], STATE_VERSION, b"{}")
+    rows = kept_rows(path)
+    assert first not in [s for s, _, _ in rows]  # the old shape's kept snapshot went with the first new-shape prune
+    kept_now = [s for s, k, _ in rows if k]
+    assert kept_now and kept_now[0] == seqs[0]
+    conn = sqlite3.connect(path)
+    with pytest.raises(sqlite3.DatabaseError, match="the kept ones are kept"):
+        conn.execute("DELETE FROM snapshots WHERE seq = ?", (kept_now[0],))
+    conn.close()
+
+
+async def test_a_past_moment_folds_from_the_nearest_kept_snapshot_and_equals_the_full_fold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A small scenario's state is large next to its few events: a lower ratio keeps several snapshots of it.
+    monkeypatch.setattr(sim_run, "SNAPSHOT_EVERY", 5)
+    monkeypatch.setattr(stages_recorder, "_CATCH_UP_EVERY", 1)
+    monkeypatch.setattr(eventlog_store, "SNAPSHOT_KEEP_RATIO", 0.1)
+    db = tmp_path / "sim.db"
+    await sim_run.run_simulation(load_scenario(ROOT / "config" / "samples" / "fair-sharing.yaml"), db_path=db)
+    rows = kept_rows(db)
+    kept = [s for s, k, _ in rows if k]
+    assert len(kept) >= 3 and len(rows) > len(kept), rows
+    with LogReader(db) as reader:
+        last = reader.last_seq()
+        for seq in range(1, last + 1):
+            nearest = reader.snapshot_at_or_before(STATE_VERSION, seq)
+            below = [s for s, _, _ in rows if s <= seq]
+            assert (nearest[0] if nearest else None) == (below[-1] if below else None)
+            assert state_at(reader, seq).to_snapshot() == replay(reader, use_snapshots=False, upto=seq).to_snapshot()
+        assert reader.check().snapshots == len(rows)
+
+
+async def test_a_schema_3_log_migrates_its_snapshots_stay_checked_and_are_not_kept_for_good(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for m in load_migrations()[:3]:
+        conn.executescript(
+            f"BEGIN; PRAGMA application_id = {APPLICATION_ID}; {m.sql}\nPRAGMA user_version = {m.version}; COMMIT;"
+        )
+    conn.close()
+    events = one_of_each()
+    async with await EventStore.open(path) as store:  # migrates to the newest version first
+        await store.append(events)
+    # Rewind the schema to version 3 with a snapshot as 0003 wrote it (no `kept` column), then migrate again.
+    conn = sqlite3.connect(path, isolation_level=None)
+    seq, event_hash = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    conn.executescript(
+        "BEGIN; DROP TABLE snapshots;"
+        + load_migrations()[2].sql.split("DROP TABLE snapshots;", 1)[1]
+        + "PRAGMA user_version = 3; COMMIT;"
+    )
+    body = codec.encode_json(replay(LogReader(path)).to_snapshot())
+    digest = codec.snapshot_digest(seq, STATE_VERSION, event_hash, body)
+    conn.execute("INSERT INTO snapshots VALUES (?, ?, ?, 0, ?, ?)", (seq, event_hash, STATE_VERSION, body, digest))
+    conn.close()
+    async with await EventStore.open(path) as store:
+        more = await store.append(events[-1:])
+        # No kept one yet: the whole log counts as grown since, and it is bigger than this body.
+        assert await store.write_snapshot(more[0], STATE_VERSION, b"{}") is True
+    assert kept_rows(path) == [(seq, 0, len(body)), (more[0], 1, 2)]
+    with LogReader(path) as reader:
+        assert reader.schema_version == latest_version() == 4
+        assert reader.check().snapshots == 2
+        assert reader.snapshot_at_or_before(STATE_VERSION, seq) == (seq, body)
