@@ -1,9 +1,11 @@
 """The border between raw manifests (dicts from YAML files or the Kubernetes API) and the typed domain objects of
-`daemon.domain.model`: Kueue and core objects via `parse_object`/`load_documents`, jobs via a `JobAdapter`.
+`daemon.domain.model`: Kueue and core objects via `parse_object`/`load_documents`, jobs via a `JobAdapter`
+(batch/v1 Job in `jobs`; PyTorchJob, RayJob and JobSet in `distributed`).
 """
 
 from __future__ import annotations
 
+from daemon.manifests.distributed import JobSetAdapter, PyTorchJobAdapter, RayJobAdapter
 from daemon.manifests.errors import ManifestError
 from daemon.manifests.jobs import (
     PRIORITY_CLASS_LABEL,
@@ -20,9 +22,12 @@ __all__ = [
     "QUEUE_NAME_LABEL",
     "BatchJobAdapter",
     "JobAdapter",
+    "JobSetAdapter",
     "ManifestError",
     "Parsed",
     "ParsedObject",
+    "PyTorchJobAdapter",
+    "RayJobAdapter",
     "adapter_for",
     "load_documents",
     "parse_documents",

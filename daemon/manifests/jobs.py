@@ -35,8 +35,12 @@ __all__ = [
     "QUEUE_NAME_LABEL",
     "BatchJobAdapter",
     "JobAdapter",
+    "JobMetadata",
+    "PodTemplate",
     "adapter_for",
     "pod_requests",
+    "read_job_metadata",
+    "read_pod_template",
     "register_adapter",
     "registered_adapters",
 ]
@@ -116,22 +120,7 @@ class BatchJobAdapter:
 
     def read(self, r: Reader, obj: Mapping[str, object], *, created_at: Millis, uid: str) -> Workload | None:
         """Like `to_workload`, but records every problem in `r` instead of raising the first."""
-        meta = r.mapping(obj.get("metadata"), "metadata") or {}
-        # The subject of later messages; a name or namespace that fails its syntax is named escaped (repr).
-        raw_name, raw_ns = meta.get("name"), meta.get("namespace")
-        name = r.string(raw_name, "metadata.name", required=True, syntax=dns_label_name)
-        namespace = r.string(raw_ns, "metadata.namespace", syntax=dns_label) or "default"
-        r.name = name if name is not None else (shown(raw_name) if isinstance(raw_name, str) and raw_name else "")
-        r.namespace = namespace if raw_ns is None or raw_ns == namespace else shown(str(raw_ns))
-        labels = read_labels(r, meta)
-        read_annotations(r, meta)
-        # Kueue's job webhook (ValidateQueueName) also requires the queue name to be a DNS-1123 subdomain.
-        queue_name = r.string(
-            labels.get(QUEUE_NAME_LABEL), key("metadata.labels", QUEUE_NAME_LABEL), syntax=dns_subdomain
-        )
-        priority_class = r.string(
-            labels.get(PRIORITY_CLASS_LABEL), key("metadata.labels", PRIORITY_CLASS_LABEL), syntax=dns_subdomain
-        )
+        meta = read_job_metadata(r, obj)
         spec = r.mapping(obj.get("spec"), "spec", required=True)
         if spec is None:
             return None
@@ -141,50 +130,102 @@ class BatchJobAdapter:
         count = 1 if parallelism is None else parallelism
         if completions is not None and completions < count:
             count = completions
-        template = r.mapping(spec.get("template"), "spec.template", required=True)
-        pod = r.mapping(template.get("spec"), "spec.template.spec", required=True) if template is not None else None
-        if pod is None:
-            return None
-        requests = pod_requests(r, pod, "spec.template.spec")
-        for resource, milli in requests.items():
-            # What the admission holds (and the log stores) is count x request, an int64 of milli-units in Kueue.
-            if count * milli > INT64_MAX:
-                r.error(
-                    "spec.parallelism",
-                    f"{count} pods x {format_quantity(milli, resource)} {resource} per pod do not fit in a 64-bit "
-                    "integer of milli-units; request less per pod or run fewer pods",
-                )
-        node_selector = r.string_map(
-            pod.get("nodeSelector"),
-            "spec.template.spec.nodeSelector",
-            key_syntax=qualified_name,
-            value_syntax=label_value,
-        )
-        tolerations = read_tolerations(r, pod.get("tolerations"), "spec.template.spec.tolerations")
-        pod_priority_class = (
-            r.string(pod.get("priorityClassName"), "spec.template.spec.priorityClassName", syntax=dns_subdomain) or None
-        )
-        if r.errors or name is None:
+        template = read_pod_template(r, spec.get("template"), "spec.template", "main", count, "spec.parallelism")
+        if template is None or r.errors or meta.name is None:
             return None
         return Workload(
-            namespace=namespace,
-            name=name,
+            namespace=meta.namespace,
+            name=meta.name,
             kind=self.kind,
             uid=uid,
             created_at=created_at,
-            queue_name=queue_name or None,
-            priority_class=priority_class or None,
-            pod_priority_class=pod_priority_class,
-            pod_sets=(
-                PodSet(
-                    name="main",
-                    count=count,
-                    requests=requests,
-                    node_selector=node_selector,
-                    tolerations=tolerations,
-                ),
-            ),
+            queue_name=meta.queue_name,
+            priority_class=meta.priority_class,
+            pod_priority_class=template.priority_class,
+            pod_sets=(template.pod_set,),
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobMetadata:
+    """What every job kind's metadata says to admission. `name` is None when it is missing or invalid."""
+
+    name: str | None
+    namespace: str
+    labels: Mapping[str, str]
+    queue_name: str | None
+    priority_class: str | None
+
+
+def read_job_metadata(r: Reader, obj: Mapping[str, object]) -> JobMetadata:
+    """A job's metadata, checked; it also sets `r`'s subject (name, namespace) for the messages that follow."""
+    meta = r.mapping(obj.get("metadata"), "metadata") or {}
+    # The subject of later messages; a name or namespace that fails its syntax is named escaped (repr).
+    raw_name, raw_ns = meta.get("name"), meta.get("namespace")
+    name = r.string(raw_name, "metadata.name", required=True, syntax=dns_label_name)
+    namespace = r.string(raw_ns, "metadata.namespace", syntax=dns_label) or "default"
+    r.name = name if name is not None else (shown(raw_name) if isinstance(raw_name, str) and raw_name else "")
+    r.namespace = namespace if raw_ns is None or raw_ns == namespace else shown(str(raw_ns))
+    labels = read_labels(r, meta)
+    read_annotations(r, meta)
+    # Kueue's job webhook (ValidateQueueName) also requires the queue name to be a DNS-1123 subdomain.
+    queue_name = r.string(labels.get(QUEUE_NAME_LABEL), key("metadata.labels", QUEUE_NAME_LABEL), syntax=dns_subdomain)
+    priority_class = r.string(
+        labels.get(PRIORITY_CLASS_LABEL), key("metadata.labels", PRIORITY_CLASS_LABEL), syntax=dns_subdomain
+    )
+    return JobMetadata(
+        name=name,
+        namespace=namespace,
+        labels=labels,
+        queue_name=queue_name or None,
+        priority_class=priority_class or None,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodTemplate:
+    """One pod template read as a pod set, with the pod's own priorityClassName (None when unset)."""
+
+    pod_set: PodSet
+    priority_class: str | None
+
+
+def read_pod_template(
+    r: Reader, value: object, path: str, pod_set: str, count: int, count_field: str
+) -> PodTemplate | None:
+    """The pod template at `path` (a PodTemplateSpec) as the pod set `pod_set` of `count` pods: per-pod requests
+    (`pod_requests`), nodeSelector, tolerations. `count_field` is where an overflowing count x request is reported.
+    None when the template or its spec is missing (reported)."""
+    template = r.mapping(value, path, required=True)
+    spec_path = at(path, "spec")
+    pod = r.mapping(template.get("spec"), spec_path, required=True) if template is not None else None
+    if pod is None:
+        return None
+    requests = pod_requests(r, pod, spec_path)
+    for resource, milli in requests.items():
+        # What the admission holds (and the log stores) is count x request, an int64 of milli-units in Kueue.
+        if count * milli > INT64_MAX:
+            r.error(
+                count_field,
+                f"{count} pods x {format_quantity(milli, resource)} {resource} per pod do not fit in a 64-bit "
+                "integer of milli-units; request less per pod or run fewer pods",
+            )
+    node_selector = r.string_map(
+        pod.get("nodeSelector"),
+        at(spec_path, "nodeSelector"),
+        key_syntax=qualified_name,
+        value_syntax=label_value,
+    )
+    tolerations = read_tolerations(r, pod.get("tolerations"), at(spec_path, "tolerations"))
+    priority_class = (
+        r.string(pod.get("priorityClassName"), at(spec_path, "priorityClassName"), syntax=dns_subdomain) or None
+    )
+    return PodTemplate(
+        pod_set=PodSet(
+            name=pod_set, count=count, requests=requests, node_selector=node_selector, tolerations=tolerations
+        ),
+        priority_class=priority_class,
+    )
 
 
 def pod_requests(r: Reader, pod: Mapping[str, object], path: str) -> dict[str, int]:

@@ -24,6 +24,7 @@ from daemon.domain.model import (
     Workload,
 )
 from daemon.manifests.core import parse_namespace, parse_priority_class, read_annotations, read_labels
+from daemon.manifests.distributed import DistributedAdapter
 from daemon.manifests.errors import ManifestError
 from daemon.manifests.fields import Reader, describe, dns_label, dns_subdomain, shown
 from daemon.manifests.jobs import BatchJobAdapter, adapter_for, registered_adapters
@@ -185,7 +186,7 @@ def parse_object(
     raw_job: Mapping[str, object] | None = None
     workload: Workload | None = None
     if adapter is not None:
-        if isinstance(adapter, BatchJobAdapter):
+        if isinstance(adapter, BatchJobAdapter | DistributedAdapter):
             workload = adapter.read(r, doc, created_at=0, uid="")  # every problem, not just the first
         else:
             try:

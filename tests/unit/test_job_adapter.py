@@ -467,7 +467,6 @@ def test_batch_job_adapter_is_registered() -> None:
     adapter = adapter_for("batch/v1", "Job")
     assert isinstance(adapter, BatchJobAdapter)
     assert (adapter.api_version, adapter.kind) == ("batch/v1", "Job")
-    assert adapter_for("kubeflow.org/v1", "PyTorchJob") is None
     assert adapter_for("batch/v2", "Job") is None
 
 

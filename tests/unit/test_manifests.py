@@ -1182,7 +1182,8 @@ def test_a_bad_job_is_reported_at_parse_time() -> None:
                     "Cohort (kueue.x-k8s.io/v1beta1, kueue.x-k8s.io/v1beta2); "
                     "LocalQueue (kueue.x-k8s.io/v1beta1, kueue.x-k8s.io/v1beta2); "
                     "WorkloadPriorityClass (kueue.x-k8s.io/v1beta1, kueue.x-k8s.io/v1beta2); "
-                    "PriorityClass (scheduling.k8s.io/v1); Namespace (v1); Job (batch/v1))",
+                    "PriorityClass (scheduling.k8s.io/v1); Namespace (v1); Job (batch/v1); "
+                    "PyTorchJob (kubeflow.org/v1); RayJob (ray.io/v1); JobSet (jobset.x-k8s.io/v1alpha2))",
                 )
             ],
         ),
