@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from daemon.domain import events as ev
 from daemon.domain.actuation import Placement
 from daemon.domain.model import (
@@ -45,6 +47,11 @@ def workload(
         priority_class=priority_class,
         pod_sets=(PodSet(name="main", count=2, requests={"nvidia.com/gpu": gpus * 1000 // 2, "cpu": 4000}),),
     )
+
+
+def with_min_count(wl: Workload, min_count: int) -> Workload:
+    """`wl` admissible with as few as `min_count` pods per pod set (partial admission)."""
+    return replace(wl, pod_sets=tuple(replace(ps, min_count=min_count) for ps in wl.pod_sets))
 
 
 def admission(cq: str = "team-research", flavor: str = "h100-flavor", gpus: int = 4) -> Admission:
@@ -103,7 +110,7 @@ def one_of_each() -> list[ev.Event]:
         ev.PriorityClassObserved(priority_class=PriorityClass(name="high", value=1000)),
         ev.NamespaceObserved(namespace=Namespace(name="research", labels={"team": "research"})),
         ev.ObjectRejected(kind="ClusterQueue", name="broken", errors=("spec.resourceGroups[0]: bad",)),
-        ev.JobObserved(workload=workload(priority_class="high")),
+        ev.JobObserved(workload=with_min_count(workload(priority_class="high"), 1)),
         ev.WorkloadPending(workload="research/train-a", at=1_001, cluster_queue="team-research", reason=reason),
         ev.WorkloadAdmitted(
             workload="research/train-a",

@@ -60,12 +60,21 @@ from daemon.domain.events import (
 )
 from daemon.domain.fairpreemption import DEFAULT_STRATEGIES, fair_targets
 from daemon.domain.fairsharing import tournament
-from daemon.domain.flavors import Assignment, FlavorAssigner, Mode, PMode
+from daemon.domain.flavors import (
+    Assignment,
+    FlavorAssigner,
+    Mode,
+    PMode,
+    can_be_partially_admitted,
+    search_counts,
+    with_counts,
+)
 from daemon.domain.model import (
     Admission,
     ClusterQueue,
     Cohort,
     FlavorResource,
+    JobManagement,
     LabelSelector,
     Millis,
     PendingReason,
@@ -76,6 +85,7 @@ from daemon.domain.model import (
     ResourceFlavor,
     Shortage,
     StopPolicy,
+    Workload,
 )
 from daemon.domain.ordering import candidate_order, entry_order
 from daemon.domain.preemption import Preemptor, Target, classical_targets, oracle_mode
@@ -104,6 +114,13 @@ class EngineConfig:
     """Kueue's resourcesToReserve: a workload that needs preemption but has no candidates holds quota against other
     queues for the rest of the cycle. It makes a cycle's outcome depend on the order of its passes, so a second
     cycle over the first one's output may admit what the hold kept back; turn it off to get a strict fixpoint."""
+    partial_admission: bool = True
+    """Kueue's PartialAdmission feature gate (on by default): a workload with a pod set's `min_count` that fits
+    neither whole nor by preempting at its full count is admitted with the largest counts that fit
+    (`daemon.domain.flavors.search_counts`)."""
+    jobs: JobManagement = field(default_factory=JobManagement)
+    """Which jobs are managed at all (manageJobsWithoutQueueName, managedJobsNamespaceSelector): read by the
+    borders that observe jobs (`daemon.domain.management`), not by the cycle."""
 
 
 # --- public entry points --------------------------------------------------------------------------------------
@@ -160,6 +177,7 @@ class _Result:
     targets: list[Target] = field(default_factory=list)
     waits_on: list[AdmittedWorkload] = field(default_factory=list)
     coarse_reason: Coarse | None = None  # coarse(reason), computed on first use
+    workload: Workload | None = None  # partial admission: the workload at the counts `assignment` is for
     volatile: bool = False  # depends on the instant, not only on the tree: never kept in the engine's memo
 
     def coarse(self) -> Coarse:
@@ -410,9 +428,10 @@ class _Cycle:
                     self._claim(aw)
             self.own_victims[pw.key] = live
         for _, q, pw, live in owners:
-            saved, q.assigner.oracle = q.assigner.oracle, None
-            a = q.assigner.assign(pw.workload)
-            q.assigner.oracle = saved
+            a = self._assign_plainly(q, pw.workload)
+            if a.mode is not Mode.FIT and self.config.partial_admission and can_be_partially_admitted(pw.workload):
+                # It may have claimed them for fewer pods (partial admission): the largest counts that fit now.
+                a = self._largest_plain_fit(q, pw.workload) or a
             if a.mode is Mode.FIT:
                 self._reserve(q.node, a.usage)
                 self.kept[pw.key] = live
@@ -768,13 +787,48 @@ class _Cycle:
         return ()
 
     def _assess(self, q: _Queue, pw: PendingWorkload) -> _Result:
-        preemptor, result = self._assess_with(q, pw)
+        preemptor, result = self._assess_with(q, pw, pw.workload)
         # Whether a candidate was off limits for this instant only is not a property of the tree's generation:
         # such a result must not be remembered beyond this cycle.
-        result.volatile = preemptor.skipped_readmitted
+        volatile = preemptor.skipped_readmitted
+        if (
+            result.kind in (_Kind.NO_FIT, _Kind.NO_TARGETS)
+            and self.config.partial_admission
+            and can_be_partially_admitted(pw.workload)
+        ):
+            # Kueue's getInitialAssignments: only when the full counts neither fit nor find victims, the largest
+            # counts down to the pod sets' minimum that fit or find victims. Otherwise the full counts' result.
+            def reduced(counts: tuple[int, ...]) -> _Result | None:
+                nonlocal volatile
+                wl = with_counts(pw.workload, counts)
+                p, r = self._assess_with(q, pw, wl)
+                volatile |= p.skipped_readmitted
+                if r.kind not in (_Kind.FIT, _Kind.PREEMPT, _Kind.WAIT_EVICTIONS):
+                    return None
+                r.workload = wl
+                return r
+
+            result = search_counts(pw.workload, reduced) or result
+        result.volatile = volatile
         return result
 
-    def _assess_with(self, q: _Queue, pw: PendingWorkload) -> tuple[Preemptor, _Result]:
+    def _assign_plainly(self, q: _Queue, wl: Workload) -> Assignment:
+        """Flavors for `wl` in the snapshot as it is, without simulating preemption."""
+        saved, q.assigner.oracle = q.assigner.oracle, None
+        a = q.assigner.assign(wl)
+        q.assigner.oracle = saved
+        return a
+
+    def _largest_plain_fit(self, q: _Queue, whole: Workload) -> Assignment | None:
+        """Partial admission without preemption: the assignment of the largest counts that fit as things are."""
+
+        def fit(counts: tuple[int, ...]) -> Assignment | None:
+            a = self._assign_plainly(q, with_counts(whole, counts))
+            return a if a.mode is Mode.FIT else None
+
+        return search_counts(whole, fit)
+
+    def _assess_with(self, q: _Queue, pw: PendingWorkload, wl: Workload) -> tuple[Preemptor, _Result]:
         preemptor = Preemptor(
             pw=pw, cq=q.cq, node=q.node, usage={}, frs=frozenset(), excluded=self.snap.removed, now=self.now
         )
@@ -785,12 +839,12 @@ class _Cycle:
             return oracle_mode(preemptor, self.snap, fr, quantity, targets_fn)
 
         q.assigner.oracle = oracle
-        a = q.assigner.assign(pw.workload)
+        a = q.assigner.assign(wl)
         if a.mode is Mode.FIT:
             return preemptor, _Result(_Kind.FIT, assignment=a)
         if a.mode is Mode.NO_FIT and a.reason_kind is not PendingReasonKind.WAITING_FOR_QUOTA:
             return preemptor, _Result(_Kind.NO_FIT, reason=_no_fit_reason(a))
-        waiting = self._fits_after_evictions(q, pw)
+        waiting = self._fits_after_evictions(q, wl)
         if waiting is not None:
             return preemptor, waiting
         if a.mode is Mode.NO_FIT:
@@ -807,7 +861,7 @@ class _Cycle:
     def _fair_targets(self, p: Preemptor, snap: Snapshot) -> list[Target]:
         return fair_targets(p, snap, self.config.fair_sharing_strategies)
 
-    def _fits_after_evictions(self, q: _Queue, pw: PendingWorkload) -> _Result | None:
+    def _fits_after_evictions(self, q: _Queue, wl: Workload) -> _Result | None:
         """Would the workload fit once the tree's already-evicting workloads (not claimed this cycle) are gone?"""
         leaving = [aw for aw in self.evicting.get(q.node.tree, ()) if aw.key not in self.snap.removed]
         if not leaving:
@@ -815,9 +869,7 @@ class _Cycle:
         leaving.sort(key=lambda aw: candidate_order(aw, q.name))
         for aw in leaving:
             self.snap.remove_workload(aw)
-        saved, q.assigner.oracle = q.assigner.oracle, None
-        a = q.assigner.assign(pw.workload)
-        q.assigner.oracle = saved
+        a = self._assign_plainly(q, wl)
         needed: list[AdmittedWorkload] = []
         if a.mode is Mode.FIT:
             needed = list(leaving)
@@ -878,13 +930,11 @@ class _Cycle:
         finally:
             self._relay(e.queue)
 
-    def _assign_with_victims(self, q: _Queue, pw: PendingWorkload) -> Assignment:
+    def _assign_with_victims(self, q: _Queue, wl: Workload) -> Assignment:
         claimed = self.claimed.get(q.node.tree, [])
         for aw in claimed:
             self.snap.add_workload(aw)
-        saved, q.assigner.oracle = q.assigner.oracle, None
-        alt = q.assigner.assign(pw.workload)
-        q.assigner.oracle = saved
+        alt = self._assign_plainly(q, wl)
         for aw in claimed:
             self.snap.remove_workload(aw)
         return alt
@@ -900,7 +950,7 @@ class _Cycle:
                 # The flavors were chosen with this cycle's victims gone. With them still holding their quota
                 # another assignment may fit now; otherwise it fits only once they are gone (Kueue's DeferredFit):
                 # wait, holding the room.
-                alt = self._assign_with_victims(q, pw)
+                alt = self._assign_with_victims(q, r.workload or pw.workload)
                 if alt.mode is Mode.FIT:
                     self._admit(q, pw, alt)
                     return

@@ -158,10 +158,11 @@ class ObjectRejected:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobObserved:
-    """A managed job was seen (created or changed while pending). Carries its workload, already typed."""
+    """A managed job was seen (created or changed while pending). Carries its workload, already typed. Version 2:
+    each pod set has `min_count` (partial admission)."""
 
     TYPE: ClassVar[str] = "job.observed"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
     workload: Workload
 
     @property

@@ -1,14 +1,16 @@
 """Flavor assignment: for each pod set and resource group, the first acceptable flavor in the ClusterQueue's order.
 
-A port of Kueue's `flavorassigner.go` without TAS, partial admission or scan resumption: taints and node
-selectors filter flavors, each resource is rated fit / reclaim / preempt / noFit, and fungibility picks the flavor.
+A port of Kueue's `flavorassigner.go` without TAS or scan resumption: taints and node selectors filter flavors, each
+resource is rated fit / reclaim / preempt / noFit, and fungibility picks the flavor. `search_counts` is Kueue's
+`PodSetReducer` (partial admission): the largest pod counts between the full and the minimum ones that pass a test.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
+from typing import TypeVar
 
 from daemon.domain.model import (
     ClusterQueue,
@@ -307,3 +309,47 @@ def _from_attempts(ps_name: str, attempts: list[_Attempt]) -> Assignment:
     first = next(a for a in failed if a.kind is kind)
     notes = "; ".join(n for a in attempts for n in a.notes)
     return _no_fit(kind, tuple(first.shortages), f"couldn't assign flavors to pod set {ps_name}: {notes}")
+
+
+# --- partial admission ----------------------------------------------------------------------------------------------
+
+R = TypeVar("R")
+
+
+def can_be_partially_admitted(wl: Workload) -> bool:
+    """Some pod set may run with fewer pods than it asks for (Kueue's CanBePartiallyAdmitted)."""
+    return any(ps.min_count is not None and ps.min_count < ps.count for ps in wl.pod_sets)
+
+
+def with_counts(wl: Workload, counts: Sequence[int]) -> Workload:
+    """`wl` with each pod set's count replaced (the rest of the pod set as it is)."""
+    return replace(
+        wl,
+        pod_sets=tuple(
+            ps if ps.count == n else replace(ps, count=n) for ps, n in zip(wl.pod_sets, counts, strict=True)
+        ),
+    )
+
+
+def search_counts(wl: Workload, test: Callable[[tuple[int, ...]], R | None]) -> R | None:
+    """Kueue's PodSetReducer.Search: a binary search over how far to step down from the full counts towards the
+    minimum ones (every pod set stepped in proportion to its slack, `count - min_count`), for the smallest step whose
+    counts pass `test` (not None), so the largest counts that do. Like Kueue, it assumes that fewer pods pass when
+    more do, and answers None unless the last passing test is the step the search ends on."""
+    full = [ps.count for ps in wl.pod_sets]
+    deltas = [ps.count - (ps.count if ps.min_count is None else ps.min_count) for ps in wl.pod_sets]
+    total = sum(deltas)
+    if total <= 0:
+        return None
+    last_good, found = 0, None
+    lo, hi = 0, total + 1  # Go's sort.Search(total+1, ...)
+    while lo < hi:
+        step = (lo + hi) // 2
+        counts = tuple(f - d * step // total for f, d in zip(full, deltas, strict=True))
+        result = test(counts)
+        if result is not None:
+            last_good, found = step, result
+            hi = step
+        else:
+            lo = step + 1
+    return found if found is not None and lo == last_good else None

@@ -78,6 +78,26 @@ class LabelSelector:
     match_expressions: tuple[LabelRequirement, ...] = ()
 
 
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""Set by the API server on every namespace, to its name."""
+
+DEFAULT_MANAGED_NAMESPACES = LabelSelector(
+    match_expressions=(
+        LabelRequirement(key=NAMESPACE_NAME_LABEL, operator="NotIn", values=("kube-system", "kueue-system")),
+    )
+)
+"""Kueue's default managedJobsNamespaceSelector: every namespace but kube-system and Kueue's own."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobManagement:
+    """Which jobs are managed (Kueue Configuration's `manageJobsWithoutQueueName` and `managedJobsNamespaceSelector`):
+    see `daemon.domain.management`."""
+
+    without_queue_name: bool = False
+    namespace_selector: LabelSelector = DEFAULT_MANAGED_NAMESPACES
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResourceFlavor:
     name: str
@@ -179,11 +199,15 @@ class PodSet:
     requests: Mapping[str, Milli]
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    min_count: int | None = None
+    """Partial admission (Kueue's PodSet.minCount; for a Job the annotation kueue.x-k8s.io/job-min-parallelism):
+    when `count` pods do not fit, as few as `min_count` may be admitted. None: all `count` or nothing."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Workload:
-    """What the engine admits: one job (of any kind) as its pod sets. Admitted whole or not at all."""
+    """What the engine admits: one job (of any kind) as its pod sets. Admitted whole or not at all, unless a pod set
+    has a `min_count` (partial admission)."""
 
     namespace: str
     name: str

@@ -55,7 +55,7 @@ from daemon.domain.model import (
 )
 from daemon.domain.view import AdmittedWorkload, ClusterView, PendingIndex, PendingWorkload, Shape, queue_key
 
-STATE_VERSION = 4
+STATE_VERSION = 5
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
 
 

@@ -32,6 +32,15 @@ def _actuation_v1_to_v2(payload: Payload) -> Payload:
     return upgraded
 
 
+def _job_observed_v1_to_v2(payload: Payload) -> Payload:
+    # Version 1 had no partial admission: every pod set was all or nothing.
+    upgraded = dict(payload)
+    workload = dict(upgraded["workload"])
+    workload["pod_sets"] = [{**ps, "min_count": None} for ps in workload["pod_sets"]]
+    upgraded["workload"] = workload
+    return upgraded
+
+
 _WAITING_FOR = re.compile(r"^waiting for \d+ preempted workloads: (.+)$")
 
 
@@ -50,6 +59,7 @@ def _workload_pending_v1_to_v2(payload: Payload) -> Payload:
 
 UPCASTERS: Mapping[tuple[str, int], Callable[[Payload], Payload]] = {
     ("job.observed", 0): _job_observed_v0_to_v1,
+    ("job.observed", 1): _job_observed_v1_to_v2,
     ("workload.pending", 1): _workload_pending_v1_to_v2,
     ("job.unsuspended", 1): _actuation_v1_to_v2,
     ("job.suspended", 1): _actuation_v1_to_v2,

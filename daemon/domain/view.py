@@ -98,7 +98,8 @@ class ClusterView:
 
 Shape = tuple[object, ...]
 """What flavor assignment and preemption read from a workload: its pod sets' names, counts, requests, node
-selectors and tolerations. Two workloads of the same shape (and priority) get the same outcome in the same state."""
+selectors, tolerations and minimum counts. Two workloads of the same shape (and priority) get the same outcome in
+the same state."""
 
 Coarse = tuple[object, ...]
 """A pending reason without the `available` figures (see `coarse`)."""
@@ -115,6 +116,7 @@ def shape_of(wl: Workload) -> Shape:
             tuple(sorted(ps.requests.items())),
             tuple(sorted(ps.node_selector.items())),
             ps.tolerations,
+            ps.min_count,
         )
         for ps in wl.pod_sets
     )

@@ -265,6 +265,11 @@ class JobBuilder:
         self.pod_sets[-1] = replace(last, node_selector={**last.node_selector, **labels})
         return self
 
+    def min(self, count: int) -> JobBuilder:
+        """Partial admission: the last pod set may run with as few as `count` pods."""
+        self.pod_sets[-1] = replace(self.pod_sets[-1], min_count=count)
+        return self
+
     def tolerate(self, key: str = "", value: str = "", effect: str = "", operator: str = "Equal") -> JobBuilder:
         last = self.pod_sets[-1]
         tol = Toleration(key=key, operator=operator, value=value, effect=effect)

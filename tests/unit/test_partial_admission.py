@@ -1,0 +1,238 @@
+"""Partial admission (Kueue's PodSet.minCount, a Job's kueue.x-k8s.io/job-min-parallelism): the engine's rule, its
+binary search, and what the decision records.
+
+Real: `daemon.domain.admission` (decide, settle) with `daemon.domain.flavors.search_counts`, on the real fold fed
+by the builders' `World`. Faked: observations come from builders, not a cluster; time is a fixed integer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from daemon.domain.admission import EngineConfig, decide
+from daemon.domain.events import Event, WorkloadAdmitted, WorkloadPending, WorkloadPreempted
+from daemon.domain.flavors import search_counts
+from daemon.domain.model import PendingReasonKind as K
+from daemon.domain.model import PodSet, Workload
+from tests.unit.builders import M, World, cohort, cq, flavor, job, lq, namespace, running, settle, world
+
+NOW = 1000
+
+
+def base(*items: Any) -> World:
+    return world(flavor("h100"), namespace("default"), lq("default", "q", "a"), lq("default", "qb", "b"), *items)
+
+
+def admitted(events: list[Event]) -> dict[str, WorkloadAdmitted]:
+    return {e.workload: e for e in events if isinstance(e, WorkloadAdmitted)}
+
+
+def pending(events: list[Event]) -> dict[str, WorkloadPending]:
+    return {e.workload: e for e in events if isinstance(e, WorkloadPending)}
+
+
+def preempted(events: list[Event]) -> dict[str, WorkloadPreempted]:
+    return {e.workload: e for e in events if isinstance(e, WorkloadPreempted)}
+
+
+def counts(e: WorkloadAdmitted) -> dict[str, int]:
+    return {ps.name: ps.count for ps in e.admission.pod_sets}
+
+
+CASES = [
+    pytest.param(
+        [cq("a").flavor("h100", gpu=8), running(job("r").gpus(1, pods=5), "a", "h100")],
+        job("j").gpus(1, pods=6).min(2),
+        3,
+        id="what is free (3 of 6 pods) is admitted",
+    ),
+    pytest.param(
+        [cq("a").flavor("h100", gpu=8)],
+        job("j").gpus(1, pods=6).min(2),
+        6,
+        id="the full count when it fits",
+    ),
+    pytest.param(
+        [cq("a").flavor("h100", gpu=8)],
+        job("j").gpus(1, pods=12).min(4),
+        8,
+        id="a job larger than the queue could ever hold runs with what it holds",
+    ),
+    pytest.param(
+        [cq("a").flavor("h100", gpu=8), running(job("r").gpus(1, pods=7), "a", "h100")],
+        job("j").gpus(2, pods=4).min(1),
+        None,
+        id="not even the minimum fits (1 pod of 2 GPUs, 1 GPU free)",
+    ),
+    pytest.param(
+        [cq("a").flavor("h100", gpu=8), running(job("r").gpus(1, pods=5), "a", "h100")],
+        job("j").gpus(1, pods=6).min(4),
+        None,
+        id="the minimum (4) is more than is free (3)",
+    ),
+    pytest.param(
+        [
+            cq("a").cohort("c").flavor("h100", gpu=4),
+            cq("b").cohort("c").flavor("h100", gpu=4),
+            running(job("r").queue("qb").gpus(1, pods=2), "b", "h100"),
+        ],
+        job("j").gpus(1, pods=8).min(1),
+        6,
+        id="borrowing counts: what the cohort has free",
+    ),
+]
+
+
+@pytest.mark.parametrize(("queues", "jb", "expected"), CASES)
+def test_largest_count_that_fits(queues: list[Any], jb: Any, expected: int | None) -> None:
+    events = decide(base(*queues, jb).view(), NOW)
+    if expected is None:
+        assert jb.key not in admitted(events)
+        assert pending(events)[jb.key].reason.kind in (K.WAITING_FOR_QUOTA, K.EXCEEDS_MAX_QUOTA)
+        return
+    got = admitted(events)[jb.key]
+    assert counts(got) == {"main": expected}
+    assert got.admission.usage() == {("h100", "gpu"): expected * jb.pod_sets[0].requests["gpu"]}
+
+
+def test_without_the_annotation_the_job_waits_whole() -> None:
+    w = base(cq("a").flavor("h100", gpu=8), running(job("r").gpus(1, pods=5), "a", "h100"), job("j").gpus(1, pods=6))
+    events = decide(w.view(), NOW)
+    assert "default/j" not in admitted(events)
+    assert pending(events)["default/j"].reason.kind is K.WAITING_FOR_QUOTA
+
+
+def test_the_feature_gate_off_admits_nothing_partially() -> None:
+    w = base(
+        cq("a").flavor("h100", gpu=8),
+        running(job("r").gpus(1, pods=5), "a", "h100"),
+        job("j").gpus(1, pods=6).min(2),
+    )
+    events = decide(w.view(), NOW, EngineConfig(partial_admission=False))
+    assert "default/j" not in admitted(events)
+
+
+def test_preemption_at_the_full_count_comes_before_fewer_pods() -> None:
+    """Kueue's rule: reduce only when the full count can be admitted neither as it is nor by preempting."""
+    w = base(
+        cq("a").preempt(within="LowerPriority").flavor("h100", gpu=8),
+        running(job("low").gpus(1, pods=4), "a", "h100"),
+        job("high").gpus(1, pods=8).min(2).priority(10).at(5),
+    )
+    events = settle(w)
+    assert "default/low" in preempted(events)
+    assert counts(admitted(events)["default/high"]) == {"main": 8}
+
+
+def test_fewer_pods_when_preemption_at_the_full_count_finds_no_victims() -> None:
+    """The running job has the same priority (no victim), so the full count waits; 4 of 8 pods fit as things are."""
+    w = base(
+        cq("a").preempt(within="LowerPriority").flavor("h100", gpu=8),
+        running(job("peer").gpus(1, pods=4), "a", "h100"),
+        job("j").gpus(1, pods=8).min(2).at(5),
+    )
+    events = decide(w.view(), NOW)
+    assert not preempted(events)
+    assert counts(admitted(events)["default/j"]) == {"main": 4}
+
+
+def test_a_reduced_count_may_preempt() -> None:
+    """8 pods would need both running jobs gone, but only `low` may be preempted: the largest count that preempting
+    `low` makes room for (4) is chosen, and admitted once `low` is gone."""
+    w = base(
+        cq("a").preempt(within="LowerPriority").flavor("h100", gpu=8),
+        running(job("low").gpus(1, pods=4), "a", "h100"),
+        running(job("peer").gpus(1, pods=4).priority(10), "a", "h100"),
+        job("j").gpus(1, pods=8).min(1).priority(10).at(5),
+    )
+    events = settle(w)
+    assert set(preempted(events)) == {"default/low"}
+    assert counts(admitted(events)["default/j"]) == {"main": 4}
+
+
+def test_a_readmission_starts_from_the_full_count() -> None:
+    """The fold keeps the job as it was created: after an eviction it is assessed at its full count again."""
+    w = base(
+        cq("a").flavor("h100", gpu=8), running(job("r").gpus(1, pods=5), "a", "h100"), job("j").gpus(1, pods=6).min(2)
+    )
+    first = admitted(settle(w))["default/j"]
+    assert counts(first) == {"main": 3}
+    assert w.state.workloads["default/j"].workload.pod_sets[0].count == 6
+    w.apply(
+        [
+            WorkloadPreempted(
+                workload="default/j",
+                at=NOW,
+                cluster_queue="a",
+                preemptor=None,
+                preemptor_cluster_queue=None,
+                reason="ClusterQueueStopped",
+                policy="",
+            )
+        ]
+    )
+    w.evict("default/j", NOW)
+    w.finish("default/r")
+    assert counts(admitted(settle(w, now=NOW + 1))["default/j"]) == {"main": 6}
+
+
+def test_partial_admission_in_a_fair_sharing_cohort() -> None:
+    w = base(
+        cohort("c"),
+        cq("a").cohort("c").flavor("h100", gpu=4),
+        cq("b").cohort("c").flavor("h100", gpu=4),
+        running(job("r").queue("qb").gpus(1, pods=4), "b", "h100"),
+        job("j").gpus(1, pods=8).min(2),
+    )
+    events = decide(w.view(), NOW, EngineConfig(fair_sharing=True))
+    assert counts(admitted(events)["default/j"]) == {"main": 4}
+    assert admitted(events)["default/j"].admission.usage() == {("h100", "gpu"): 4 * M}
+
+
+def _workload(*pod_sets: tuple[int, int | None]) -> Workload:
+    return Workload(
+        namespace="ns",
+        name="w",
+        uid="u",
+        created_at=0,
+        queue_name="q",
+        pod_sets=tuple(
+            PodSet(name=f"p{i}", count=c, min_count=m, requests={"cpu": 1000}) for i, (c, m) in enumerate(pod_sets)
+        ),
+    )
+
+
+@given(st.integers(1, 64), st.integers(1, 64), st.integers(0, 70))
+def test_search_finds_the_largest_count_under_a_monotone_test(count: int, minimum: int, room: int) -> None:
+    minimum = min(minimum, count)
+    tried: list[int] = []
+
+    def fits(c: tuple[int, ...]) -> int | None:
+        tried.append(c[0])
+        return c[0] if c[0] <= room else None
+
+    got = search_counts(_workload((count, minimum)), fits)
+    if minimum == count:
+        assert got is None and not tried  # nothing to reduce
+    elif room >= minimum:
+        assert got == min(count, room)
+    else:
+        assert got is None
+    assert len(tried) <= (count - minimum + 1).bit_length() + 1  # a binary search, not a scan
+
+
+def test_search_steps_every_pod_set_in_proportion() -> None:
+    """Kueue's PodSetReducer: pod sets step down together, each by its share of the total slack."""
+    seen: list[tuple[int, ...]] = []
+
+    def fits(c: tuple[int, ...]) -> tuple[int, ...] | None:
+        seen.append(c)
+        return c if sum(c) <= 14 else None
+
+    got = search_counts(_workload((8, 4), (6, None), (4, 0)), fits)
+    assert got == (6, 6, 2)  # slack 4 + 0 + 4: at step 4 of 8, each has given half of its slack
+    assert all(c[1] == 6 for c in seen)
