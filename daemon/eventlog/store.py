@@ -250,6 +250,16 @@ def _row(r: tuple[int, int, str, int, str, bytes | str, int | None, bytes | str]
 
 
 @dataclass(frozen=True, slots=True)
+class WriteObserver:
+    """What the writer reports as it works, for whoever runs it to count (the daemon's metrics; this package knows
+    no metrics library). Each is called on the event loop and must return at once."""
+
+    appended: Callable[[float], None]  # seconds from submit to durable, once per append
+    committed: Callable[[int, float], None]  # events in a committed batch, seconds the transaction took (fsync too)
+    failed: Callable[[], None]  # the writer stopped: a batch could not be written
+
+
+@dataclass(frozen=True, slots=True)
 class TypeStats:
     type: str
     count: int
@@ -571,6 +581,7 @@ class _Request:
     items: Sequence[tuple[Event, int | None]]
     done: asyncio.Future[list[int]]
     recorded_at: int | None = None
+    submitted: float = 0.0  # time.perf_counter() at submit, for WriteObserver.appended
 
 
 @dataclass(slots=True)
@@ -618,6 +629,7 @@ class EventStore:
         self._tail_hash = GENESIS_HASH
         self._base_seq = 0
         self._submitted = 0
+        self.observer: WriteObserver | None = None
 
     @classmethod
     async def open(
@@ -717,7 +729,7 @@ class EventStore:
         if self._failure is not None:
             raise AppendFailed(f"{self.path}: not written, the writer stopped earlier: {self._failure}")
         done: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Request(items, done, recorded_at))
+        self._queue.put_nowait(_Request(items, done, recorded_at, time.perf_counter()))
         self._submitted += len(items)
         return done
 
@@ -797,6 +809,8 @@ class EventStore:
         if self._failure is None:
             self._failure = _describe(e, self.path)
             log.debug("event log writer stopped", path=str(self.path), cause=self._failure, exc_info=e)
+            if self.observer is not None:
+                self.observer.failed()
         failed, self._preparing = self._preparing, []
         if in_commit:
             failed += self._committing
@@ -856,6 +870,7 @@ class EventStore:
             prepared = await self._prepared.get()
             self._committing = prepared.requests
             async with self._write_lock:
+                started = time.perf_counter()
                 await conn.execute("BEGIN IMMEDIATE")
                 try:
                     # Under the write lock: the log must end where this writer thinks it does. The writer's lock
@@ -875,9 +890,15 @@ class EventStore:
                         await conn.rollback()
                     raise
             self._committing = []
+            done = time.perf_counter()
+            observer = self.observer
+            if observer is not None:
+                observer.committed(len(prepared.rows), done - started)
             offset = 0
             for req in prepared.requests:
                 n = len(req.items)
                 if not req.done.done():
                     req.done.set_result([r[0] for r in prepared.rows[offset : offset + n]])
+                if observer is not None:
+                    observer.appended(done - req.submitted)
                 offset += n

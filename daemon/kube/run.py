@@ -18,6 +18,7 @@ import secrets
 import signal
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,18 +28,20 @@ from aiohttp import web
 
 from daemon.domain.actuation import Action, Order
 from daemon.domain.admission import AdmissionEngine, EngineConfig
+from daemon.domain.events import Event, WorkloadAdmitted
 from daemon.domain.state import State
 from daemon.eventlog import EventStore, LogReader, replay
 from daemon.kube import webhook
 from daemon.kube.actuate import JobActuator
 from daemon.kube.client import KubeClient, load_configuration
 from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
+from daemon.kube.jobkinds import JobWatches, served_distributed_kinds
 from daemon.kube.leader import LeaderElector, LeadershipLost
 from daemon.kube.observe import Observer
 from daemon.kube.status import StatusWriter
 from daemon.kube.watch import Reflector, Resource, backoff_s
 from daemon.manifests.conversion import review
-from daemon.obs import systemd
+from daemon.obs import metrics, systemd
 from daemon.obs.logging import get_logger
 from daemon.stages.actuate import Actuate
 from daemon.stages.admit import Admit
@@ -146,6 +149,7 @@ class Daemon:
         cfg = await load_configuration(opts.kubeconfig, opts.context)
         status_client = KubeClient(cfg, user_agent="admitd-status")  # its own count of requests, and its own pool
         async with KubeClient(cfg) as client, status_client, await EventStore.open(opts.db) as store:
+            store.observer = metrics.write_observer()
             version = await check_crds(client)
             recorder = Recorder(store, state, clock, wait_durable=True)
             status = StatusWriter(
@@ -159,7 +163,8 @@ class Daemon:
             recorder.listeners.append(status.listener)
             cluster = KubeCluster(client)
             actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_parallelism)
-            admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit)
+            pods_ready = opts.engine.wait_for_pods_ready
+            admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit, pods_ready=pods_ready)
             ingest = Ingest(recorder, admit.notify)
             cluster.connect(ingest)
             elector = None
@@ -167,6 +172,7 @@ class Daemon:
                 namespace, name = opts.leader_election_lease
                 elector = LeaderElector(client, namespace=namespace, name=name, identity=opts.identity or _identity())
                 admit.gate = actuate.gate = elector.is_leader
+            metrics.leader_is(elector.is_leader if elector is not None else lambda: self._leading)
             starter = _suspender(actuate)
             observer = Observer(
                 state,
@@ -174,6 +180,7 @@ class Daemon:
                 clock,
                 on_started_unsuspended=starter,
                 is_leader=elector.is_leader if elector is not None else lambda: True,
+                pods_ready=pods_ready is not None,
             )
             queue_reflectors = [
                 Reflector(
@@ -181,12 +188,14 @@ class Daemon:
                     Resource("namespaces", "/api/v1/namespaces"),
                     on_event=observer.object_event,
                     on_listed=observer.objects_listed("Namespace"),
+                    on_restart=metrics.watch_restarted,
                 ),
                 Reflector(
                     client,
                     Resource("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses"),
                     on_event=observer.object_event,
                     on_listed=observer.objects_listed("PriorityClass"),
+                    on_restart=metrics.watch_restarted,
                 ),
                 *(
                     Reflector(
@@ -194,6 +203,7 @@ class Daemon:
                         Resource(plural, f"/apis/kueue.x-k8s.io/{version}/{plural}"),
                         on_event=observer.object_event,
                         on_listed=observer.objects_listed(kind),
+                        on_restart=metrics.watch_restarted,
                     )
                     for plural, kind in KUEUE_KINDS.items()
                 ),
@@ -203,6 +213,21 @@ class Daemon:
                 Resource("jobs", "/apis/batch/v1/jobs"),
                 on_event=observer.job_event,
                 on_listed=observer.jobs_listed,
+                on_restart=metrics.watch_restarted,
+            )
+            all_jobs = JobWatches(  # Jobs, and the distributed kinds this cluster serves
+                [
+                    jobs,
+                    *(
+                        Reflector(
+                            client,
+                            Resource(k.plural, k.list_path),
+                            on_event=observer.job_event,
+                            on_listed=observer.jobs_listed_of(k.kind),
+                        )
+                        for k in await served_distributed_kinds(client)
+                    ),
+                ]
             )
             web_runner = await self._serve_health(opts)
             webhook_runner = await self._serve_webhook(client, opts)
@@ -210,14 +235,15 @@ class Daemon:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stop, main)
-            stages = (ingest, actuate, admit)
+            stages = (ingest, actuate, CountedCycles(admit, recorder, metrics.admission_attempt))
             try:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
-                others.append(("startup", self._startup(queue_reflectors, jobs)))
-                others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, jobs.synced)))
+                others.append(("startup", self._startup(queue_reflectors, all_jobs)))
+                others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, all_jobs.synced)))
                 others.append(("certificate", self._renew_certificate(client, opts)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
-                await run_concurrently(stages, clock, others=others, due={"actuate": actuate.next_due})
+                due = {"actuate": actuate.next_due, "admit": admit.next_due}
+                await run_concurrently(stages, clock, others=others, due=due)
             except asyncio.CancelledError:
                 if not self.stopping:
                     raise
@@ -247,12 +273,14 @@ class Daemon:
     def _replay(db: Path) -> State:
         if not db.exists():
             return State()
+        started = time.perf_counter()
         with LogReader(db) as reader:
             state = replay(reader)
+        metrics.replayed(time.perf_counter() - started)
         log.info("replayed the log", seq=state.seq, workloads=len(state.workloads), outbox=len(state.outbox))
         return state
 
-    async def _startup(self, queue_reflectors: list[Reflector], jobs: Reflector) -> None:
+    async def _startup(self, queue_reflectors: list[Reflector], jobs: JobWatches) -> None:
         """Queue objects listed first, then Jobs; ready after that. Then watch Jobs. (The leader resumes the
         outbox once the Jobs are listed: `_lead`.)"""
         await asyncio.gather(*(r.synced.wait() for r in queue_reflectors))
@@ -264,9 +292,9 @@ class Daemon:
         await jobs_task
 
     async def _serve_health(self, opts: RunOptions) -> web.AppRunner:
-        from daemon.obs.metrics import CONTENT_TYPE, LogMetrics  # noqa: PLC0415 - SQLite reads, only when scraped
+        from daemon.obs.metrics import CONTENT_TYPE, LogMetrics, MetricsNotReady  # noqa: PLC0415
 
-        metrics: LogMetrics | None = None
+        log_metrics: LogMetrics | None = None
 
         async def healthz(_: web.Request) -> web.Response:
             return web.Response(text="ok")
@@ -275,10 +303,13 @@ class Daemon:
             return web.Response(text="ready" if self.ready else "not ready", status=200 if self.ready else 503)
 
         async def scrape(_: web.Request) -> web.Response:
-            nonlocal metrics
-            if metrics is None:
-                metrics = LogMetrics(opts.db)
-            body = await asyncio.to_thread(metrics.render)
+            nonlocal log_metrics
+            if log_metrics is None:
+                log_metrics = LogMetrics(opts.db)
+            try:
+                body = await asyncio.to_thread(log_metrics.render)
+            except MetricsNotReady as e:
+                return web.Response(text=str(e), status=503)
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
         app = web.Application()
@@ -365,20 +396,46 @@ class Daemon:
         await asyncio.gather(elector.keep(), status.run(started=jobs_synced))
 
 
+class CountedCycles:
+    """The admit stage, each step timed and counted as one admission attempt (`kueue_admission_attempts_total`,
+    `_duration_seconds`): `success` when the step appended a WorkloadAdmitted, `inadmissible` otherwise. Wraps
+    the stage from the outside, so that daemon.stages knows no metrics."""
+
+    def __init__(self, admit: Admit, recorder: Recorder, attempt: Callable[[bool, float], None]) -> None:
+        self.admit = admit
+        self.name = admit.name
+        self.wake = admit.wake
+        self._attempt = attempt
+        self._admitted = 0
+        recorder.listeners.append(self._count)
+
+    def _count(self, event: Event, _seq: int) -> None:
+        if isinstance(event, WorkloadAdmitted):
+            self._admitted += 1
+
+    def has_work(self) -> bool:
+        return self.admit.has_work()
+
+    async def step(self) -> None:
+        before, started = self._admitted, time.perf_counter()
+        await self.admit.step()
+        self._attempt(self._admitted > before, time.perf_counter() - started)
+
+
 def _identity() -> str:
     return f"{socket.gethostname()}_{secrets.token_hex(4)}"
 
 
-def _suspender(actuate: Actuate) -> Callable[[str, str], None]:
+def _suspender(actuate: Actuate) -> Callable[[str, str, str], None]:
     """A queued Job found running unsuspended (the webhook was bypassed, or down with failurePolicy Ignore) is
     suspended at once, by the actuate stage, so that it never races an admission of the same job."""
 
-    def started_unsuspended(key: str, uid: str) -> None:
-        log.warning("a queued job started unsuspended; suspending it", job=key)
+    def started_unsuspended(key: str, uid: str, kind: str) -> None:
+        log.warning("a queued job started unsuspended; suspending it", job=key, kind=kind)
         actuate.submit(
             Order(
                 job=key,
-                kind="Job",
+                kind=kind,
                 uid=uid,
                 decision=0,
                 action=Action.SUSPEND,

@@ -46,6 +46,7 @@ class Reflector:
         on_event: Callable[[str, Obj], None],
         on_listed: Callable[[list[Obj]], None],
         seed: int | None = None,
+        on_restart: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -53,6 +54,7 @@ class Reflector:
         self.on_listed = on_listed
         self.synced = asyncio.Event()  # set after the first full list
         self.restarts = 0
+        self.on_restart = on_restart  # called with the resource's name at every restart (the daemon's metrics)
         self.resource_version: str | None = None
         self.watch_timeout_s = WATCH_TIMEOUT_S
         self._rng = random.Random(seed)
@@ -85,16 +87,21 @@ class Reflector:
                 await self._watch()
                 attempt = 0  # the server ended a healthy stream: resume at once
             except Gone as e:
-                self.restarts += 1
+                self._restarted()
                 log.info("watch expired; listing again", resource=self.resource.name, error=str(e))
                 self.resource_version = None
             except (Temporary, Permanent) as e:
-                self.restarts += 1
+                self._restarted()
                 delay = backoff_s(attempt, self._rng)
                 attempt += 1
                 level = log.error if isinstance(e, Permanent) else log.warning
                 level("watch failed; retrying", resource=self.resource.name, error=str(e), retry_in_s=round(delay, 2))
                 await asyncio.sleep(delay)
+
+    def _restarted(self) -> None:
+        self.restarts += 1
+        if self.on_restart is not None:
+            self.on_restart(self.resource.name)
 
     async def _watch(self) -> None:
         params = {

@@ -4,7 +4,7 @@ Two kinds. Figures that follow from the log (queue gauges, Kueue's workload coun
 `admitd_events_appended_total`...) are computed by `FoldedMetrics`, a fold over the same events as the state, so a
 restarted process that replays the log reports exactly what it reported before. Figures only a running process
 sees (cycle durations, append latency, watch restarts, leadership) are ordinary prometheus-client instruments in
-`LIVE`, for the process that does the work to feed (none is fed yet; `admitd simulate` feeds none of them).
+`LIVE`, fed by `admitd run` through the callables below (`admitd simulate` feeds none of them).
 
 Kueue's metrics keep Kueue's names, types and labels (kueue-notes.md section 3), `replica_role` included; labels
 are bounded: queue, flavor, resource, priority class, reason, never a job name.
@@ -40,6 +40,8 @@ from daemon.domain.model import (
 from daemon.domain.quota import UNLIMITED, QuotaTree
 from daemon.domain.state import Phase, State
 from daemon.eventlog import LogReader, codec
+from daemon.eventlog.errors import NotAnEventLog
+from daemon.eventlog.store import WriteObserver
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -84,6 +86,42 @@ LEADER = Gauge("admitd_leader", "1 while this process holds the leader lease, el
 REPLAY_DURATION = Gauge(
     "admitd_replay_duration_seconds", "How long the last replay of the log into state took at start-up", registry=LIVE
 )
+_STARTUP_REPLAY = threading.Event()  # set once the process reported its own start-up replay
+
+
+# --- feeding the live instruments: plain callables the edge (`admitd run`) hands to the writer, the stages, the
+# watches and the elector, so that none of those packages knows prometheus-client.
+
+
+def write_observer() -> WriteObserver:
+    """The log writer's reports -> append latency, commit latency, append failures."""
+    return WriteObserver(
+        appended=APPEND_LATENCY.observe,
+        committed=lambda _events, seconds: COMMIT_LATENCY.observe(seconds),
+        failed=APPEND_FAILURES.inc,
+    )
+
+
+def admission_attempt(admitted: bool, seconds: float, role: str = "leader") -> None:
+    """One admission cycle: Kueue's result is `success` when it admitted something, `inadmissible` otherwise."""
+    result = "success" if admitted else "inadmissible"
+    ADMISSION_ATTEMPTS.labels(replica_role=role, result=result).inc()
+    ADMISSION_ATTEMPT_DURATION.labels(replica_role=role, result=result).observe(seconds)
+
+
+def watch_restarted(resource: str) -> None:
+    WATCH_RESTARTS.labels(resource=resource).inc()
+
+
+def leader_is(is_leader: Callable[[], bool]) -> None:
+    """`admitd_leader` reads `is_leader()` at every scrape."""
+    LEADER.set_function(lambda: 1.0 if is_leader() else 0.0)
+
+
+def replayed(seconds: float) -> None:
+    """The start-up replay's duration (the process's own; a scrape's fold no longer sets it after this)."""
+    _STARTUP_REPLAY.set()
+    REPLAY_DURATION.set(seconds)
 
 
 # --- the fold of metrics ---------------------------------------------------------------------------------------
@@ -572,7 +610,7 @@ class Renderer:
             "# TYPE admitd_unrouted_pending_workloads gauge\n"
         )
         out += [f'admitd_unrouted_pending_workloads{{reason="{_esc(r)}"}} {n}.0\n' for r, n in sorted(unrouted.items())]
-        if fm.replay_seconds is not None:
+        if fm.replay_seconds is not None and not _STARTUP_REPLAY.is_set():
             REPLAY_DURATION.set(fm.replay_seconds)
         return "".join(out)
 
@@ -599,9 +637,30 @@ def log_file_figures(reader: LogReader, fm: FoldedMetrics, now_ms: int | None = 
     return out
 
 
+class MetricsNotReady(Exception):
+    """The log file exists but its writer has not created the schema yet: a scrape says so (HTTP 503) and the
+    next one tries again."""
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _being_created(path: Path) -> bool:
+    """An empty file, a SQLite header still being written, or a SQLite file with no schema and no application id:
+    what a writer's log looks like before its first migration commits."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(100)
+    except OSError:
+        return False
+    if len(head) < 100:
+        return _SQLITE_MAGIC.startswith(head[:16])
+    return head.startswith(_SQLITE_MAGIC) and head[68:72] == bytes(4) and head[40:44] == bytes(4)
+
+
 class LogMetrics:
     """Metrics of one log file, folded on demand: every scrape first folds what was appended since the last one.
-    Thread-safe (the HTTP server's threads share it)."""
+    Thread-safe (the HTTP server's threads share it). A log its writer is still creating raises MetricsNotReady."""
 
     def __init__(self, path: Path, replica_role: str = "leader") -> None:
         self.path = path
@@ -615,7 +674,14 @@ class LogMetrics:
             if self._reader is None:
                 if not self.path.exists():
                     return generate_latest(LIVE)
-                self._reader = LogReader(self.path)
+                try:
+                    self._reader = LogReader(self.path)
+                except NotAnEventLog as e:
+                    if _being_created(self.path):
+                        raise MetricsNotReady(
+                            f"not ready: {self.path} is being created by its writer (no schema yet); scrape again"
+                        ) from e
+                    raise
             reader = self._reader
             self.fm.follow(reader)
             folded = self.renderer.render(self.fm, lambda: log_file_figures(reader, self.fm))
@@ -638,6 +704,9 @@ def serve(address: tuple[str, int], render: Callable[[], bytes]) -> http.server.
                 return
             try:
                 body = render()
+            except MetricsNotReady as e:
+                self.send_error(503, str(e))
+                return
             except Exception as e:  # a scrape must answer, and say why it failed
                 self.send_error(500, f"rendering metrics failed: {e}")
                 return

@@ -276,7 +276,7 @@ async def test_replay_with_snapshots_equals_replay_without(tmp_path: Path) -> No
         scratch = replay(reader, use_snapshots=False)
     assert with_snap.to_snapshot() == scratch.to_snapshot()
     conn = sqlite3.connect(path)
-    conn.execute("DROP TRIGGER snapshots_keep_the_newest_three")  # the newest snapshots are guarded
+    conn.execute("DROP TRIGGER snapshots_keep_the_newest_three_and_the_kept")  # the newest snapshots are guarded
     conn.execute("DELETE FROM snapshots")
     conn.commit()
     conn.close()
