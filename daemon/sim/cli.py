@@ -1,4 +1,5 @@
-"""`admitd simulate SCENARIO.yaml [--db FILE] [--json] [--until DURATION] [--fair-sharing]`."""
+"""`admitd simulate SCENARIO.yaml [--db FILE] [--json] [--until DURATION] [--fair-sharing]`, and the what-if on a
+recorded log, `admitd simulate --from-log LOG [--with CHANGES.yaml]` (daemon.sim.whatif_cli)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,23 @@ def add_simulate_parser(sub: Any) -> None:
         "simulate.admitd.io/submit-at and simulate.admitd.io/runtime (Go durations).",
     )
     p.add_argument(
-        "scenario", type=Path, help="multi-document YAML of Kueue objects, Namespaces, PriorityClasses, Jobs"
+        "scenario",
+        type=Path,
+        nargs="?",
+        help="multi-document YAML of Kueue objects, Namespaces, PriorityClasses, Jobs (or --from-log)",
+    )
+    p.add_argument(
+        "--from-log",
+        type=Path,
+        metavar="LOG",
+        help="what-if: replay the arrivals, requests and runtimes this event log recorded, instead of a scenario",
+    )
+    p.add_argument(
+        "--with",
+        dest="changes",
+        type=Path,
+        metavar="CHANGES.yaml",
+        help="with --from-log: queue objects (Kueue YAML) that replace the recorded ones of the same kind and name",
     )
     p.add_argument("--db", type=Path, help="keep the event log in this new file (for `admitd log ...`)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
@@ -123,6 +140,13 @@ def _input_problem(path: Path) -> str | None:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    if args.from_log is not None or args.changes is not None:
+        from daemon.sim.whatif_cli import cmd_what_if  # noqa: PLC0415  (only the what-if needs it)
+
+        return cmd_what_if(args)
+    if args.scenario is None:
+        print("admitd: simulate needs a SCENARIO.yaml, or --from-log LOG for a what-if", file=sys.stderr)
+        return 2
     for path in (args.config, args.scenario):
         if path is not None and (problem := _input_problem(path)) is not None:
             print(f"admitd: {path}: {problem}", file=sys.stderr)

@@ -33,7 +33,7 @@ from daemon.stages.ports import Done, Inbox, Observed, Outcome
 from daemon.stages.recorder import SNAPSHOT_EVERY, Recorder
 from daemon.stages.runner import run_stepped
 
-_CREATE, _FINISH = 0, 1
+_CREATE, _FINISH, _CONFIG = 0, 1, 2
 
 log = get_logger("admitd.sim")
 
@@ -99,6 +99,8 @@ class SimulatedCluster:
         self._order = 0
         self._inbox: Inbox | None = None
         self._started = False
+        for index, (at, _) in enumerate(scenario.timed_config):
+            self._push(at, _CONFIG, str(index))
         for job in scenario.jobs:
             self._push(job.submit_at, _CREATE, job.workload.key)
 
@@ -132,6 +134,8 @@ class SimulatedCluster:
                 if kind == _CREATE:
                     observed.append(ev.JobObserved(workload=self.by_key[key].workload))
                     self.created += 1
+                elif kind == _CONFIG:
+                    observed.append(self.scenario.timed_config[int(key)][1])
                 elif self.epoch.get(key) == epoch and key in self.running:
                     self.running.discard(key)
                     observed.append(ev.JobFinished(job=key, at=at))

@@ -45,6 +45,9 @@ class Scenario:
     warnings: tuple[str, ...] = ()  # one line each, escaped likewise
     unmanaged_jobs: int = 0  # jobs without a queue label: not managed, not simulated
     rejected: Mapping[str, str] = field(default_factory=dict)  # job key -> why it was not simulated
+    # Queue-object events observed later, at their times (a what-if on a recorded log: daemon.sim.whatif); at an
+    # instant they come before the jobs created then.
+    timed_config: tuple[tuple[Millis, ev.Event], ...] = ()
 
 
 def _observed(parsed: Parsed) -> ev.Event | None:
