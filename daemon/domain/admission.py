@@ -88,6 +88,7 @@ from daemon.domain.model import (
     Workload,
 )
 from daemon.domain.ordering import candidate_order, entry_order
+from daemon.domain.podsready import WAITING, WaitForPodsReady, blocking
 from daemon.domain.preemption import Preemptor, Target, classical_targets, oracle_mode
 from daemon.domain.quantity import format_quantity
 from daemon.domain.quota import Node, QuotaTree, Snapshot, cq_available, fits, nominal, sat_add, sat_sub
@@ -114,6 +115,9 @@ class EngineConfig:
     """Kueue's resourcesToReserve: a workload that needs preemption but has no candidates holds quota against other
     queues for the rest of the cycle. It makes a cycle's outcome depend on the order of its passes, so a second
     cycle over the first one's output may admit what the hold kept back; turn it off to get a strict fixpoint."""
+    wait_for_pods_ready: WaitForPodsReady | None = None
+    """Kueue's `waitForPodsReady` (None: off). The cycle honours blockAdmission; the timeouts and requeues are
+    decided by `daemon.domain.podsready.decide`, which the admit stage runs before each cycle."""
     partial_admission: bool = True
     """Kueue's PartialAdmission feature gate (on by default): a workload with a pod set's `min_count` that fits
     neither whole nor by preempting at its full count is admitted with the largest counts that fit
@@ -342,6 +346,9 @@ class _Cycle:
         # Waiting preemptors that keep the victims they claimed in an earlier cycle (see `_keep_claims`).
         self.kept: dict[str, list[AdmittedWorkload]] = {}
         self.own_victims: dict[str, list[AdmittedWorkload]] = {}
+        # waitForPodsReady.blockAdmission: while an admitted workload is not ready, nothing is admitted (preemptions
+        # go on). After this cycle's first admission, that workload is the one not ready.
+        self.pods_blocked = blocking(view, config.wait_for_pods_ready)
 
     # --- driver -------------------------------------------------------------------------------------------------
 
@@ -1005,6 +1012,17 @@ class _Cycle:
             self._advance(q, pw)
 
     def _admit(self, q: _Queue, pw: PendingWorkload, a: Assignment) -> None:
+        if self.pods_blocked:
+            # Kueue's scheduler waits here until every admitted workload is ready; nothing else is considered
+            # meanwhile. The next cycle (a `job.ready` starts one) offers this queue again from its head.
+            q.emitted |= self._pending(pw, q.name, WAITING)
+            if q.strict:
+                self._block(q, pw)
+            else:
+                q.done = True
+            return
+        if _blocks_after_admission(self.config):
+            self.pods_blocked = True
         self.snap.add_usage(q.node, a.usage)
         self.snap.touch(q.node.tree)
         real = self.real_cq_usage.setdefault(q.name, {})
@@ -1060,6 +1078,11 @@ class _Cycle:
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------
+
+
+def _blocks_after_admission(config: EngineConfig) -> bool:
+    """Whether an admission blocks the ones after it (blockAdmission: its pods are not ready yet)."""
+    return config.wait_for_pods_ready is not None and config.wait_for_pods_ready.block_admission
 
 
 def selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:

@@ -184,6 +184,22 @@ class JobFinished:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobReady:
+    """Every pod the admitted job asked for is ready (Kueue's PodsReady condition): ready plus succeeded pods reach
+    the admitted counts. Recorded only when waitForPodsReady is configured; it ends the job's PodsReady timeout and
+    lets blockAdmission admit the next workload."""
+
+    TYPE: ClassVar[str] = "job.ready"
+    VERSION: ClassVar[int] = 1
+    job: str
+    at: Millis
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.job}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobDeleted:
     TYPE: ClassVar[str] = "job.deleted"
     VERSION: ClassVar[int] = 1
@@ -299,6 +315,49 @@ class WorkloadEvicted:
         return f"job/{self.workload}"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadTimedOut:
+    """waitForPodsReady: `workload`'s pods were not all ready `timeout` ms after its admission, so it must stop
+    (reason PodsReadyTimeout). It holds its quota until `WorkloadEvicted`, then waits in its queue, held until
+    `requeue_at` (`WorkloadRequeued`), ordered by `queue_order_at`. `timeouts` counts this workload's timeouts,
+    this one included; past backoffLimitCount it is `deactivated` instead (Kueue's RequeuingLimitExceeded): it
+    stays suspended and is never requeued."""
+
+    TYPE: ClassVar[str] = "workload.timed_out"
+    VERSION: ClassVar[int] = 1
+    workload: str
+    at: Millis
+    cluster_queue: str
+    timeout: Millis
+    timeouts: int
+    requeue_at: Millis | None  # None when deactivated
+    queue_order_at: Millis
+    deactivated: bool = False
+
+    @property
+    def reason(self) -> str:
+        """The eviction reason Kueue writes: PodsReadyTimeout, or InactiveWorkload for a deactivation."""
+        return "InactiveWorkload" if self.deactivated else "PodsReadyTimeout"
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.workload}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadRequeued:
+    """waitForPodsReady: the backoff of a workload evicted for PodsReadyTimeout is over; it is back in its queue."""
+
+    TYPE: ClassVar[str] = "workload.requeued"
+    VERSION: ClassVar[int] = 1
+    workload: str
+    at: Millis
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.workload}"
+
+
 # --- actuations ---------------------------------------------------------------------------------------------
 
 
@@ -366,11 +425,14 @@ Event = (
     | JobObserved
     | JobFinished
     | JobDeleted
+    | JobReady
     | WorkloadAdmitted
     | WorkloadPreempted
     | WorkloadPending
     | WorkloadEvicted
     | WorkloadAdopted
+    | WorkloadTimedOut
+    | WorkloadRequeued
     | JobUnsuspended
     | JobSuspended
     | ActuationFailed
@@ -391,11 +453,14 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobObserved,
     JobFinished,
     JobDeleted,
+    JobReady,
     WorkloadAdmitted,
     WorkloadPreempted,
     WorkloadPending,
     WorkloadEvicted,
     WorkloadAdopted,
+    WorkloadTimedOut,
+    WorkloadRequeued,
     JobUnsuspended,
     JobSuspended,
     ActuationFailed,

@@ -264,6 +264,11 @@ class PendingReasonKind(StrEnum):
     # WorkloadPriorityClassNotFound); the job waits until the class appears.
     WORKLOAD_PRIORITY_CLASS_NOT_FOUND = "WorkloadPriorityClassNotFound"  # label kueue.x-k8s.io/priority-class
     PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"  # spec.template.spec.priorityClassName
+    # waitForPodsReady: blockAdmission holds admissions while an admitted workload's pods are not all ready; a
+    # workload evicted for PodsReadyTimeout waits out its backoff, and is deactivated past backoffLimitCount.
+    WAITING_FOR_PODS_READY = "WaitingForPodsReady"
+    REQUEUE_BACKOFF = "RequeueBackoff"
+    DEACTIVATED = "Deactivated"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

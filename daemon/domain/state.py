@@ -25,6 +25,7 @@ from daemon.domain.events import (
     JobDeleted,
     JobFinished,
     JobObserved,
+    JobReady,
     JobSuspended,
     JobUnsuspended,
     LocalQueueDeleted,
@@ -39,6 +40,8 @@ from daemon.domain.events import (
     WorkloadEvicted,
     WorkloadPending,
     WorkloadPreempted,
+    WorkloadRequeued,
+    WorkloadTimedOut,
 )
 from daemon.domain.model import (
     Admission,
@@ -53,10 +56,14 @@ from daemon.domain.model import (
     ResourceFlavor,
     Workload,
 )
+from daemon.domain.podsready import held_reason
 from daemon.domain.view import AdmittedWorkload, ClusterView, PendingIndex, PendingWorkload, Shape, queue_key
 
 STATE_VERSION = 5
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
+
+
+_CLASS_HELD = (PendingReasonKind.WORKLOAD_PRIORITY_CLASS_NOT_FOUND, PendingReasonKind.PRIORITY_CLASS_NOT_FOUND)
 
 
 class Phase(StrEnum):
@@ -78,6 +85,12 @@ class WorkloadRecord:
     evicting: bool = False
     eviction_reason: str | None = None  # while evicting: Preempted | ClusterQueueStopped | LocalQueueStopped
     evicted_at: Millis | None = None  # when it last stopped after an admission (kept when admitted again)
+    # waitForPodsReady: `ready` since `job.ready` for this admission; `timeouts` PodsReadyTimeout evictions so far;
+    # while pending after one, held out of its queue until `requeue_at`, or for good when `deactivated`.
+    ready: bool = False
+    timeouts: int = 0
+    requeue_at: Millis | None = None
+    deactivated: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,6 +158,8 @@ class State:
         self._admitted_by_cq: dict[str, dict[str, AdmittedWorkload]] = {}
         self._admitted_journal: list[tuple[AdmittedWorkload, int]] = []  # see ClusterView.admitted_journal
         self._evicting: dict[str, AdmittedWorkload] = {}
+        self._unready: dict[str, tuple[Millis, int]] = {}  # see ClusterView.unready
+        self._backoff: dict[str, Millis] = {}  # see ClusterView.backoff
         self._pending_version: dict[str, int] = {}  # per ClusterQueue; derived, starts afresh on every load
         self._pending_version_counter = 0
         self._tree_generation: dict[str, int] = {}
@@ -229,8 +244,38 @@ class State:
                             evicting=False,
                             eviction_reason=None,
                             last_reason=None,
+                            ready=False,
                         )
                     )
+            case JobReady(job=key):
+                rec = self.workloads.get(key)
+                if rec is not None and rec.phase is Phase.ADMITTED and not rec.ready:
+                    self._set(replace(rec, ready=True))
+                    # blockAdmission may now let a workload of any tree in: every tree's memo is stale.
+                    self._config_changed()
+            case WorkloadTimedOut(workload=key):
+                rec = self.workloads.get(key)
+                if rec is not None and rec.phase is Phase.ADMITTED and not rec.evicting:
+                    self._set(
+                        replace(
+                            rec,
+                            evicting=True,
+                            eviction_reason=event.reason,
+                            timeouts=event.timeouts,
+                            requeue_at=event.requeue_at,
+                            deactivated=event.deactivated,
+                            queue_order_at=event.queue_order_at,
+                        )
+                    )
+                    self._bump_tree_of(rec)
+                    victim_cq = rec.admission.cluster_queue if rec.admission is not None else ""
+                    self.outbox[key] = suspend_order(
+                        rec.workload, victim_cq, self.seq, reason=event.reason, preemptor=None
+                    )
+            case WorkloadRequeued(workload=key):
+                rec = self.workloads.get(key)
+                if rec is not None and rec.phase is Phase.PENDING and rec.requeue_at is not None:
+                    self._set(replace(rec, requeue_at=None, last_reason=None))
             case WorkloadPending(workload=key, reason=reason):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.PENDING:
@@ -292,7 +337,7 @@ class State:
         released = [
             key
             for key, pw in self._pending_unrouted.items()
-            if pw.held is not None and not self._missing_class(pw.workload)
+            if pw.held is not None and pw.held.kind in _CLASS_HELD and not self._missing_class(pw.workload)
         ]
         for key in released:
             rec = self.workloads[key]
@@ -333,6 +378,7 @@ class State:
                 admission=admission,
                 admitted_at=at,
                 evicted_at=rec.evicted_at,
+                timeouts=rec.timeouts,
             )
         )
         self._bump_tree(self.tree_of_cq(admission.cluster_queue))
@@ -371,9 +417,15 @@ class State:
             self._admitted[key] = aw
             self._admitted_by_cq.setdefault(rec.admission.cluster_queue, {})[key] = aw
             self._journal(aw, 1)
+            if not rec.ready:
+                self._unready[key] = (rec.admitted_at, rec.timeouts)
             return
         lq_key = f"{rec.workload.namespace}/{rec.workload.queue_name}" if rec.workload.queue_name else ""
         held = self._missing_class(rec.workload)
+        if rec.deactivated or rec.requeue_at is not None:
+            held = held_reason(rec.timeouts, rec.requeue_at)
+            if rec.requeue_at is not None:
+                self._backoff[key] = rec.requeue_at
         pw = PendingWorkload(
             workload=rec.workload,
             priority=rec.priority,
@@ -399,6 +451,8 @@ class State:
 
     def _unindex(self, key: str) -> tuple[Workload, Shape] | None:
         """Drop `key` from the indexes; if it was pending in a ClusterQueue, return its workload and shape."""
+        self._unready.pop(key, None)
+        self._backoff.pop(key, None)
         aw = self._admitted.pop(key, None)
         if aw is not None:
             self._journal(aw, -1)
@@ -505,6 +559,8 @@ class State:
             pending_unrouted=self._pending_unrouted,
             generation=_Generations(self._tree_generation, self._config_generation),
             pending_version=self._pending_version,
+            unready=self._unready,
+            backoff=self._backoff,
         )
 
     def to_snapshot(self) -> StateSnapshot:

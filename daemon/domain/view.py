@@ -92,6 +92,12 @@ class ClusterView:
     """Optional, per ClusterQueue: a counter bumped whenever its pending sequence changes (a workload added, removed
     or replaced). With it, `AdmissionEngine` skips an unchanged queue of unfitting workloads in O(1); without it
     (None) the engine still skips each memoised workload, in O(pending) dictionary lookups."""
+    unready: Mapping[str, tuple[Millis, int]] | None = None
+    """Optional (waitForPodsReady): the admitted workloads whose pods are not all ready (`job.ready` not seen since
+    their admission), stopping ones included, by key: (admitted_at, PodsReadyTimeout evictions so far)."""
+    backoff: Mapping[str, Millis] | None = None
+    """Optional (waitForPodsReady): pending workloads evicted for PodsReadyTimeout that wait out their backoff, by
+    key: when they may be requeued. They are held out of their queue (in `pending_unrouted`) until then."""
 
 
 # --- the grouped pending index ------------------------------------------------------------------------------------

@@ -69,6 +69,7 @@ class JobView:
     suspended: bool
     active: int
     finished: str | None  # "Complete" | "Failed" | None
+    ready: int = 0  # status.ready + status.succeeded: Kueue counts both towards PodsReady
 
 
 def job_view(obj: Mapping[str, Any]) -> JobView:
@@ -79,7 +80,8 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
             finished = cond["type"]
     active = int(status.get("active") or 0) + int(status.get("terminating") or 0)
-    return JobView(suspended=bool(spec.get("suspend")), active=active, finished=finished)
+    ready = int(status.get("ready") or 0) + int(status.get("succeeded") or 0)
+    return JobView(suspended=bool(spec.get("suspend")), active=active, finished=finished, ready=ready)
 
 
 class Observer:
@@ -93,8 +95,10 @@ class Observer:
         *,
         on_started_unsuspended: Callable[[str, str], None] | None = None,
         is_leader: Callable[[], bool] = lambda: True,
+        pods_ready: bool = False,
     ) -> None:
         self.is_leader = is_leader
+        self.pods_ready = pods_ready  # waitForPodsReady: report when an admitted job's pods are all ready
         self.state = state
         self.put = put
         self.clock = clock
@@ -165,6 +169,9 @@ class Observer:
                     and self.on_started_unsuspended is not None
                 ):
                     self.on_started_unsuspended(key, str(meta.get("uid", "")))
+        elif self.pods_ready and not view.suspended and _pods_ready(rec, view):
+            if self._first(key, ("ready",)):
+                out.append(ev.JobReady(job=key, at=now))
         elif view.suspended and view.active == 0:
             reason = None
             if rec.evicting:
@@ -236,6 +243,13 @@ class Observer:
         namespace, _, name = subject.rpartition("/")
         log.warning("object rejected", kind=kind, object=subject, errors=list(errors))
         return [ev.ObjectRejected(kind=kind, name=name, namespace=namespace or None, errors=errors)]
+
+
+def _pods_ready(rec: WorkloadRecord, view: JobView) -> bool:
+    """Kueue's PodsReady for a Job: ready plus succeeded pods reach what was admitted (the pod sets' counts)."""
+    if rec.ready or rec.evicting or rec.admission is None:
+        return False
+    return view.ready >= sum(ps.count for ps in rec.admission.pod_sets)
 
 
 def _held(s: State, kind: str) -> Mapping[str, object]:

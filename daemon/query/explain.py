@@ -19,7 +19,7 @@ from daemon.domain.quota import QuotaTree
 from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import StoredEvent
-from daemon.query.history import amounts, job_events, q
+from daemon.query.history import amounts, job_events, q, timed_out_detail, timed_out_text
 from daemon.query.moment import Clock, Moment, QueryError, state_at
 from daemon.query.quota import FlavorFit, flavor_analysis, in_tree, loaded_tree, requests_of
 
@@ -84,6 +84,7 @@ def explain(reader: LogReader, clock: Clock, key: str, moment: Moment) -> Explan
         )
         x.body["observed"] = {"seq": observed[0].seq, "time": clock.show(observed[0].recorded_at)}
     _preemptions(x, rows, clock)
+    _timeouts(x, rows, clock)
     rec = state.workloads.get(key)
     if rec is None:
         _gone(x, rows, state, clock, key)
@@ -110,6 +111,31 @@ def _preemptions(x: Explanation, rows: list[tuple[StoredEvent, ev.Event]], clock
                 }
             )
     x.body["preemptions"] = out
+
+
+def _timeouts(x: Explanation, rows: list[tuple[StoredEvent, ev.Event]], clock: Clock) -> None:
+    """waitForPodsReady: every PodsReadyTimeout eviction, and the sentence for the last one."""
+    out = []
+    for row, e in rows:
+        if isinstance(e, ev.WorkloadTimedOut):
+            detail = timed_out_detail(e, clock)
+            out.append(
+                {"seq": row.seq, "time": clock.show(row.recorded_at), "text": timed_out_text(e, clock), **detail}
+            )
+    x.body["timeouts"] = out
+
+
+def _last_eviction_timed_out(x: Explanation) -> dict[str, Any] | None:
+    """The last PodsReadyTimeout eviction, if it came after the last preemption."""
+    timeouts, preemptions = x.body["timeouts"], x.body["preemptions"]
+    if not timeouts or (preemptions and preemptions[-1]["seq"] > timeouts[-1]["seq"]):
+        return None
+    last: dict[str, Any] = timeouts[-1]
+    return last
+
+
+def _say_timeout(x: Explanation, t: dict[str, Any]) -> None:
+    x.say(f"at {t['time']}: {t['text']}", t["seq"])
 
 
 def _say_preemption(x: Explanation, p: dict[str, Any]) -> None:
@@ -146,7 +172,14 @@ def _admission(x: Explanation, rows: list[tuple[StoredEvent, ev.Event]], clock: 
 def _admitted(x: Explanation, rows: list[tuple[StoredEvent, ev.Event]], rec: WorkloadRecord, clock: Clock) -> None:
     x.status = "admitted"
     _admission(x, rows, clock, "admitted to")
-    if rec.evicting and x.body["preemptions"]:
+    timed_out = _last_eviction_timed_out(x)
+    ready = _last(rows, ev.JobReady)
+    if ready is not None and rec.ready:
+        x.say(f"its pods are all ready (PodsReady) since {clock.show(ready[0].recorded_at)}", ready[0].seq)
+    if rec.evicting and timed_out is not None:
+        x.status = "timed-out-stopping"
+        _say_timeout(x, timed_out)
+    elif rec.evicting and x.body["preemptions"]:
         x.status = "preempted-stopping"
         _say_preemption(x, x.body["preemptions"][-1])
 
@@ -186,8 +219,11 @@ def _pending(
     # The job's own story up to now: back in the queue after a preemption?
     requeued = _last(rows, ev.WorkloadEvicted)
     requeue_seq = requeued[0].seq if requeued is not None else 0
+    timed_out = _last_eviction_timed_out(x)
     if requeued is not None:
-        if x.body["preemptions"]:
+        if timed_out is not None:
+            _say_timeout(x, timed_out)
+        elif x.body["preemptions"]:
             _say_preemption(x, x.body["preemptions"][-1])
         x.say(
             f"evicted ({requeued[1].reason}) and back in its queue since {clock.show(requeued[0].recorded_at)}",

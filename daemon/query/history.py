@@ -201,6 +201,14 @@ def history(reader: LogReader, key: str, clock: Clock, until: int | None = None)
                         {"error": error, "permanent": permanent},
                     )
                 )
+            case ev.JobReady():
+                entries.append(Entry(row.seq, t, "ready", "its pods are all ready (PodsReady)", {}))
+            case ev.WorkloadTimedOut() as timed_out:
+                entries.append(
+                    Entry(row.seq, t, "timed-out", timed_out_text(timed_out, clock), timed_out_detail(timed_out, clock))
+                )
+            case ev.WorkloadRequeued():
+                entries.append(Entry(row.seq, t, "requeued", "backoff over: back in its queue", {}))
             case _:
                 entries.append(Entry(row.seq, t, row.type, row.type, {}))
     if queued_since is not None:
@@ -208,6 +216,25 @@ def history(reader: LogReader, key: str, clock: Clock, until: int | None = None)
     if running_since is not None:
         running += max(0, until_ms - running_since)
     return History(key, entries, waiting, running, admissions, preemptions, status)
+
+
+def timed_out_text(e: ev.WorkloadTimedOut, clock: Clock) -> str:
+    """A PodsReadyTimeout eviction in a sentence (history and explain)."""
+    seconds = e.timeout / 1000
+    head = f"{e.reason}: its pods were not all ready {seconds:g}s after its admission (waitForPodsReady), so it stops"
+    if e.deactivated:
+        return f"{head}; timeout {e.timeouts} exceeds backoffLimitCount, so it is deactivated and stays suspended"
+    return f"{head}; timeout {e.timeouts}, back in its queue at {clock.show(e.requeue_at)} after its backoff"
+
+
+def timed_out_detail(e: ev.WorkloadTimedOut, clock: Clock) -> dict[str, Any]:
+    return {
+        "reason": e.reason,
+        "timeout_seconds": e.timeout / 1000,
+        "timeouts": e.timeouts,
+        "requeue_at": None if e.requeue_at is None else clock.show(e.requeue_at),
+        "deactivated": e.deactivated,
+    }
 
 
 def to_json(h: History, clock: Clock) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from daemon.domain import events as ev
 from daemon.domain.actuation import Action, Order
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.model import Millis, PendingReason
+from daemon.domain.podsready import WaitForPodsReady
 from daemon.domain.state import State
 from daemon.eventlog import EventStore
 from daemon.obs.logging import get_logger
@@ -34,6 +35,8 @@ from daemon.stages.recorder import SNAPSHOT_EVERY, Recorder
 from daemon.stages.runner import run_stepped
 
 _CREATE, _FINISH, _CONFIG = 0, 1, 2
+
+_READY = 3  # waitForPodsReady: a job's pods all became ready (simulate.admitd.io/ready-after)
 
 log = get_logger("admitd.sim")
 
@@ -86,7 +89,15 @@ class SimulatedCluster:
     """A fake Cluster on a virtual clock: jobs appear at their submit time, run for their runtime once unsuspended,
     and stop at once when suspended (their quota is released in the same instant)."""
 
-    def __init__(self, scenario: Scenario, clock: VirtualClock, until: Millis | None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        clock: VirtualClock,
+        until: Millis | None,
+        *,
+        pods_ready: WaitForPodsReady | None = None,
+        due: Callable[[], Millis | None] | None = None,
+    ) -> None:
         self.scenario = scenario
         self.clock = clock
         self.until = until
@@ -99,6 +110,22 @@ class SimulatedCluster:
         self._order = 0
         self._inbox: Inbox | None = None
         self._started = False
+        # waitForPodsReady: report when each started job's pods are ready, and stop at the admit stage's deadlines
+        # (timeouts, ends of backoff) while some job that could still finish has not (one that is never ready in
+        # time would otherwise be timed out and requeued without end). With nothing else left to happen, at most
+        # `quiet_limit` deadlines in a row are followed: a job that can never be admitted must not keep it going.
+        self.pods_ready = pods_ready
+        self.due = due
+        self.can_finish = {
+            job.workload.key
+            for job in scenario.jobs
+            if pods_ready is not None
+            and job.runtime is not None
+            and job.ready_after is not None
+            and job.ready_after <= pods_ready.timeout
+        }
+        self.quiet_steps = 0
+        self.quiet_limit = 16 * len(scenario.jobs) + 64
         for index, (at, _) in enumerate(scenario.timed_config):
             self._push(at, _CONFIG, str(index))
         for job in scenario.jobs:
@@ -122,7 +149,21 @@ class SimulatedCluster:
             self._started = True
             self._put(Observed(tuple(self.scenario.config)))
             return True
-        while self.timeline:
+        while True:
+            due = self.due() if self.due is not None and self.can_finish else None
+            if due is not None and (not self.timeline or due < self.timeline[0][0]):
+                if self.until is not None and due > self.until:
+                    self.cut_by_until = True
+                    return False
+                if not self.timeline:
+                    self.quiet_steps += 1
+                    if self.quiet_steps > self.quiet_limit:
+                        log.warning("simulation stopped: only waitForPodsReady deadlines were left", at=self.clock.at)
+                        return False
+                self.clock.at = max(self.clock.at, due)
+                return True  # the admit stage has work now: a timeout or a backoff is due
+            if not self.timeline:
+                return False
             at = self.timeline[0][0]
             if self.until is not None and at > self.until:
                 self.cut_by_until = True
@@ -136,13 +177,17 @@ class SimulatedCluster:
                     self.created += 1
                 elif kind == _CONFIG:
                     observed.append(self.scenario.timed_config[int(key)][1])
+                elif kind == _READY:
+                    if self.epoch.get(key) == epoch and key in self.running:
+                        observed.append(ev.JobReady(job=key, at=at))
                 elif self.epoch.get(key) == epoch and key in self.running:
                     self.running.discard(key)
+                    self.can_finish.discard(key)
                     observed.append(ev.JobFinished(job=key, at=at))
             if observed:
+                self.quiet_steps = 0
                 self._put(Observed(tuple(observed)))
                 return True
-        return False
 
     async def carry_out(self, order: Order) -> Outcome:
         key, now = order.job, self.clock.now()
@@ -150,10 +195,18 @@ class SimulatedCluster:
         if order.action is Action.UNSUSPEND:
             self.running.add(key)
             runtime = self.by_key[key].runtime
-            if runtime is not None:
+            ready_after = self.by_key[key].ready_after
+            never_ready = self.pods_ready is not None and ready_after is None
+            if runtime is not None and not never_ready:  # pods that never get ready never complete
                 self._push(now + runtime, _FINISH, key, self.epoch[key])
+            if self.pods_ready is not None and ready_after == 0:
+                self._put(Observed((ev.JobReady(job=key, at=now),), order.decision))
+            elif self.pods_ready is not None and ready_after is not None:
+                self._push(now + ready_after, _READY, key, self.epoch[key])
         else:
             self.running.discard(key)
+            if order.reason == "InactiveWorkload":  # deactivated (waitForPodsReady): it never runs again
+                self.can_finish.discard(key)
             # A simulated job's pods stop at once: its quota is free in the same instant.
             self._put(Observed((ev.WorkloadEvicted(workload=key, at=now, reason=order.reason),), order.decision))
         return Done()
@@ -243,9 +296,12 @@ async def run_simulation(
             recorder = Recorder(store, state, clock, wait_durable=False, snapshot_every=SNAPSHOT_EVERY)
             outcomes = _Outcomes(state)
             recorder.listeners.append(outcomes)
-            cluster = SimulatedCluster(scenario, clock, until)
+            config = config or EngineConfig()
+            pods_ready = config.wait_for_pods_ready
+            cluster = SimulatedCluster(scenario, clock, until, pods_ready=pods_ready)
             actuate = Actuate(recorder, cluster, clock)
-            admit = Admit(recorder, AdmissionEngine(config or EngineConfig()), clock, actuate.submit)
+            admit = Admit(recorder, AdmissionEngine(config), clock, actuate.submit, pods_ready=pods_ready)
+            cluster.due = admit.next_due
             ingest = Ingest(recorder, admit.notify)
             cluster.connect(ingest)
             last_report = time.monotonic()

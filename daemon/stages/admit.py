@@ -14,8 +14,11 @@ import time
 from collections.abc import Callable
 
 from daemon.domain import events as ev
+from daemon.domain import podsready
 from daemon.domain.actuation import Order
 from daemon.domain.admission import AdmissionEngine
+from daemon.domain.model import Millis
+from daemon.domain.podsready import WaitForPodsReady
 from daemon.domain.state import State
 from daemon.obs.logging import get_logger
 from daemon.stages.ports import Clock
@@ -47,6 +50,8 @@ class Admit:
         engine: AdmissionEngine,
         clock: Clock,
         to_actuate: Callable[[Order], None],
+        *,
+        pods_ready: WaitForPodsReady | None = None,
     ) -> None:
         self.recorder = recorder
         self.state: State = recorder.state
@@ -62,6 +67,9 @@ class Admit:
         self.engine_seconds = 0.0
         self._instant: int | None = None
         self._preempted_at_instant: dict[str, str | None] = {}  # victim -> preemptor, at `_instant`
+        # waitForPodsReady: the next timeout or end of backoff, cached per fold seq (has_work asks often).
+        self.pods_ready = pods_ready
+        self._due: tuple[int, Millis | None] = (-1, None)
 
     def notify(self, cause: int | None) -> None:
         """The fold changed at `cause`: run a cycle soon."""
@@ -70,7 +78,21 @@ class Admit:
         self.wake.set()
 
     def has_work(self) -> bool:
-        return self._dirty and self.gate()
+        if not self.gate():
+            return False
+        if self._dirty:
+            return True
+        due = self.next_due()
+        return due is not None and due <= self.clock.now()
+
+    def next_due(self) -> Millis | None:
+        """When a PodsReady timeout or a backoff ends next (waitForPodsReady), if nothing else happens first: the
+        stage must run a cycle then even though nothing was observed. None without waitForPodsReady."""
+        if self.pods_ready is None:
+            return None
+        if self._due[0] != self.state.seq:
+            self._due = (self.state.seq, podsready.next_due(self.state.view(), self.pods_ready))
+        return self._due[1]
 
     def _guard_loops(self, now: int, decisions: list[ev.Event]) -> None:
         """No workload may be preempted twice at one instant: it would have been preempted, readmitted and
@@ -94,6 +116,8 @@ class Admit:
     async def step(self) -> None:
         self._dirty = False
         now = self.clock.now()
+        if self.pods_ready is not None:
+            await self._pods_ready_step(now)
         t0 = time.perf_counter()
         decisions = self.engine.decide(self.state.view(), now)
         engine_s = time.perf_counter() - t0
@@ -126,4 +150,27 @@ class Admit:
             preempted=preempted,
             pending=len(decisions) - admitted - preempted,
             engine_ms=round(engine_s * 1000, 3),
+        )
+
+    async def _pods_ready_step(self, now: int) -> None:
+        """waitForPodsReady's decisions due at `now` (timeouts, ends of backoff), recorded before the cycle so that
+        the cycle sees their effect: a timed-out workload stopping, a requeued one back in its queue. Their cause
+        is the clock, so they name none."""
+        assert self.pods_ready is not None
+        decisions = podsready.decide(self.state.view(), now, self.pods_ready)
+        if not decisions:
+            return
+        self.decisions += len(decisions)
+        seqs = await self.recorder.append([(d, None) for d in decisions])
+        outbox = self.state.outbox
+        for decision, seq in zip(decisions, seqs, strict=True):
+            if isinstance(decision, ev.WorkloadTimedOut):
+                order = outbox.get(decision.workload)
+                if order is not None and order.decision == seq:
+                    self.to_actuate(order)
+        log.debug(
+            "waitForPodsReady",
+            at=now,
+            timed_out=[d.workload for d in decisions if isinstance(d, ev.WorkloadTimedOut)],
+            requeued=[d.workload for d in decisions if isinstance(d, ev.WorkloadRequeued)],
         )
