@@ -4,6 +4,8 @@ An admission becomes an `Order` to unsuspend with each pod set's nodeSelector me
 and the flavors' tolerations appended; a preemption becomes an order to suspend with the pod sets' original
 nodeSelector and tolerations restored (the fold has them from the job as first observed). The fold keeps every order
 that has no recorded actuation yet (its outbox), so a restarted daemon carries out exactly what was decided.
+A workload that may be admitted partially also has its pod counts set: to the admitted counts on admission, back to
+the counts it asked for on suspension (Kueue's RunWithPodSetsInfo / RestorePodSetsInfo).
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Resize:
+    """Partial admission: run pod set `pod_set` with `count` pods; `full` is the count the job asked for."""
+
+    pod_set: str
+    count: int
+    full: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Order:
     """One decision to carry out on the job `job` (namespace/name) of kind `kind`.
 
@@ -50,6 +61,7 @@ class Order:
     preemptor: str | None = None
     conflict: str | None = None
     note: str = ""  # for an admission: `admission_note`, written on the job so another replica can adopt it
+    resize: tuple[Resize, ...] = ()  # the pod sets that may run with fewer pods (a `min_count`): their counts
 
 
 def _as_created(ps: PodSet) -> Placement:
@@ -113,6 +125,11 @@ def unsuspend_order(
         placements=tuple(placements),
         conflict=conflict,
         note=admission_note(admission, decision),
+        resize=tuple(
+            Resize(pod_set=ps.name, count=assigned[ps.name].count if ps.name in assigned else ps.count, full=ps.count)
+            for ps in workload.pod_sets
+            if ps.min_count is not None
+        ),
     )
 
 
@@ -164,4 +181,12 @@ def suspend_order(
         placements=original_placements(workload),
         reason=reason,
         preemptor=preemptor,
+        resize=_as_asked(workload),
+    )
+
+
+def _as_asked(workload: Workload) -> tuple[Resize, ...]:
+    """The pod counts the job asked for, restored on suspension (harmless when it ran with all of them)."""
+    return tuple(
+        Resize(pod_set=ps.name, count=ps.count, full=ps.count) for ps in workload.pod_sets if ps.min_count is not None
     )

@@ -457,10 +457,18 @@ class _Cycle:
             lq = self.view.local_queues.get(pw.local_queue) if pw.local_queue else None
             if pw.held is not None:  # e.g. its priority class does not exist: no queue sees it
                 reason = pw.held
-            elif lq is None:
-                name = pw.local_queue or f"{pw.workload.namespace}/<none>"
+            elif not pw.local_queue:
+                # manageJobsWithoutQueueName: managed (suspended) though it names no LocalQueue, and the namespace
+                # had no LocalQueue `default` when it was created (Kueue: "LocalQueue  doesn't exist").
                 reason = PendingReason(
-                    kind=PendingReasonKind.LOCAL_QUEUE_NOT_FOUND, message=f"LocalQueue {name} doesn't exist"
+                    kind=PendingReasonKind.LOCAL_QUEUE_NOT_FOUND,
+                    message=f"the job has no kueue.x-k8s.io/queue-name label and namespace {pw.workload.namespace} "
+                    "had no LocalQueue named default when it was created; it stays suspended "
+                    "(manageJobsWithoutQueueName) until it is given a queue-name label",
+                )
+            elif lq is None:
+                reason = PendingReason(
+                    kind=PendingReasonKind.LOCAL_QUEUE_NOT_FOUND, message=f"LocalQueue {pw.local_queue} doesn't exist"
                 )
             else:
                 reason = PendingReason(

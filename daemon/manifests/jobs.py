@@ -7,7 +7,7 @@ Per-pod requests follow Kubernetes' `resourcehelper.PodRequests`, as Kueue's `to
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Protocol
 
@@ -47,6 +47,12 @@ __all__ = [
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
+"""Partial admission of a batch/v1 Job: it may run with as few pods as this (Kueue's PodSet.minCount)."""
+FULL_PARALLELISM_ANNOTATION = "admitd.io/full-parallelism"
+"""Written by admitd on a Job it admitted with fewer pods than it asked for (partial admission): the pod count it
+asked for, so that whoever reads the running Job (another replica, a restarted admitd) sees the Job as created.
+Set back to "" when the Job is suspended and its parallelism restored."""
 
 # PodLevelResources (KEP-2837): only these may be set at pod level, and then they replace the container sum.
 _POD_LEVEL_RESOURCES = ("cpu", "memory")
@@ -130,6 +136,9 @@ class BatchJobAdapter:
         count = 1 if parallelism is None else parallelism
         if completions is not None and completions < count:
             count = completions
+        annotations = _annotations(obj)
+        count = _full_count(r, annotations, count)
+        min_count = _min_count(r, annotations, count)
         template = read_pod_template(r, spec.get("template"), "spec.template", "main", count, "spec.parallelism")
         if template is None or r.errors or meta.name is None:
             return None
@@ -142,8 +151,60 @@ class BatchJobAdapter:
             queue_name=meta.queue_name,
             priority_class=meta.priority_class,
             pod_priority_class=template.priority_class,
-            pod_sets=(template.pod_set,),
+            pod_sets=(replace(template.pod_set, min_count=min_count),),
         )
+
+
+def _annotations(obj: Mapping[str, object]) -> Mapping[str, object]:
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def _decimal(value: object) -> int | None:
+    """An annotation's integer, as Go's strconv.Atoi reads it (an optional sign, then decimal digits)."""
+    if not isinstance(value, str):
+        return None
+    digits = value[1:] if value[:1] in "+-" else value
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 19:
+        return None
+    return int(value)
+
+
+def _full_count(r: Reader, annotations: Mapping[str, object], count: int) -> int:
+    """The pod count the Job asked for: `admitd.io/full-parallelism` while admitd runs it with fewer pods."""
+    raw = annotations.get(FULL_PARALLELISM_ANNOTATION)
+    if raw is None or raw == "":
+        return count
+    full = _decimal(raw)
+    if full is None or not count <= full <= INT32_MAX:
+        r.error(
+            key("metadata.annotations", FULL_PARALLELISM_ANNOTATION),
+            f"must be the Job's full pod count, an integer from {count} to {INT32_MAX} (admitd writes it when it "
+            f"admits the Job with fewer pods), got {shown(str(raw))}",
+        )
+        return count
+    return full
+
+
+def _min_count(r: Reader, annotations: Mapping[str, object], count: int) -> int | None:
+    """`kueue.x-k8s.io/job-min-parallelism`, checked as Kueue's job webhook does: an integer from 1 to one less
+    than the Job's pod count (min(parallelism, completions))."""
+    raw = annotations.get(MIN_PARALLELISM_ANNOTATION)
+    if raw is None:
+        return None
+    path = key("metadata.annotations", MIN_PARALLELISM_ANNOTATION)
+    value = _decimal(raw)
+    if value is None:
+        r.error(path, f"must be an integer (a minimum pod count for partial admission), got {shown(str(raw))}")
+        return None
+    if count < 2:
+        r.error(path, f"partial admission needs a Job of at least 2 pods; this one has {count} (got {value})")
+        return None
+    if not 1 <= value < count:
+        r.error(path, f"must be from 1 to {count - 1}, fewer than the Job's {count} pods (got {value})")
+        return None
+    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

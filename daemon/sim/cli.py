@@ -153,7 +153,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             return 2
     try:
         config, config_warnings = (EngineConfig(), ()) if args.config is None else load_config(args.config)
-        scenario = load_scenario(args.scenario)
+        scenario = load_scenario(args.scenario, config.jobs)
     except ManifestError as e:
         print(f"admitd: {e}", file=sys.stderr)
         return 2
@@ -187,7 +187,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     else:
         print(to_table(result))
         if scenario.unmanaged_jobs:
-            print(f"({scenario.unmanaged_jobs} jobs without a kueue.x-k8s.io/queue-name label are not managed)")
+            print(
+                f"({scenario.unmanaged_jobs} jobs are not managed: no kueue.x-k8s.io/queue-name label and no "
+                "LocalQueue default in their namespace, or a namespace managedJobsNamespaceSelector leaves out)"
+            )
         if args.db is not None:
             print(f"event log: {args.db} (try: admitd log stats --db {shlex.quote(str(args.db))})")
     return 0

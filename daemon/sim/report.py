@@ -37,6 +37,7 @@ def to_json(result: SimResult) -> dict[str, Any]:
                 "evicted_at": [_seconds(t) for t in out.evicted_at],
                 "finished_at": None if out.finished_at is None else _seconds(out.finished_at),
                 "flavors": out.flavors,
+                "counts": out.counts,
                 "pending_reason": pending_text(out),
             }
             for key, out in sorted(result.jobs.items())

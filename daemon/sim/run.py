@@ -49,6 +49,7 @@ class JobOutcome:
     evicted_at: list[Millis] = field(default_factory=list)
     finished_at: Millis | None = None
     flavors: dict[str, dict[str, str]] | None = None
+    counts: dict[str, int] | None = None  # pods per pod set at the last admission (fewer with partial admission)
     pending_reason: PendingReason | None = None
     running: bool = False
     created_at: Millis = 0
@@ -233,6 +234,7 @@ class _Outcomes:
                 out.admitted_at.append(at)
                 out.cluster_queue = adm.cluster_queue
                 out.flavors = {ps.name: dict(ps.flavors) for ps in adm.pod_sets}
+                out.counts = {ps.name: ps.count for ps in adm.pod_sets}
                 out.running, out.pending_reason = True, None
                 self.admitted += 1
             case ev.WorkloadEvicted(workload=key, at=at):

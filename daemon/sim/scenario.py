@@ -1,9 +1,7 @@
 """A simulator scenario: the manifests of one multi-document YAML file, read into events and timed jobs.
 
 The file holds what `kubectl apply` takes (Kueue objects, PriorityClass, Namespace, batch/v1 Job). A Job's
-`simulate.admitd.io/submit-at` says when it is created and `simulate.admitd.io/runtime` how long it runs;
-`simulate.admitd.io/ready-after` says how long after it starts its pods are all ready (`never`: they never are; it
-matters only with waitForPodsReady; default: ready at once).
+`simulate.admitd.io/submit-at` says when it is created and `simulate.admitd.io/runtime` how long it runs.
 """
 
 from __future__ import annotations
@@ -13,9 +11,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from daemon.domain import events as ev
+from daemon.domain.management import default_queue_exists, manage_new_job, namespace_managed
 from daemon.domain.model import (
     ClusterQueue,
     Cohort,
+    JobManagement,
     LocalQueue,
     Millis,
     Namespace,
@@ -29,7 +29,6 @@ from daemon.sim.durations import DurationError, parse_duration
 
 SUBMIT_AT = "simulate.admitd.io/submit-at"
 RUNTIME = "simulate.admitd.io/runtime"
-READY_AFTER = "simulate.admitd.io/ready-after"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,7 +36,6 @@ class SimJob:
     workload: Workload
     submit_at: Millis  # when it is created: its annotation plus its place among jobs of the same instant
     runtime: Millis | None  # None: it never finishes
-    ready_after: Millis | None = 0  # after each start, when its pods are all ready; None: never
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,7 +45,7 @@ class Scenario:
     jobs: tuple[SimJob, ...]  # in creation order
     problems: tuple[str, ...] = ()  # one line each (escaped for a terminal): an object or job rejected, and why
     warnings: tuple[str, ...] = ()  # one line each, escaped likewise
-    unmanaged_jobs: int = 0  # jobs without a queue label: not managed, not simulated
+    unmanaged_jobs: int = 0  # jobs admitd leaves alone (no queue name, or a namespace not managed): not simulated
     rejected: Mapping[str, str] = field(default_factory=dict)  # job key -> why it was not simulated
     # Queue-object events observed later, at their times (a what-if on a recorded log: daemon.sim.whatif); at an
     # instant they come before the jobs created then.
@@ -100,9 +98,18 @@ def _annotation(raw: Mapping[str, object], name: str) -> str | None:
     return str(value)
 
 
-def load_scenario(path: Path | str) -> Scenario:
-    """Read a scenario file. Raises ManifestError only when the file itself cannot be read or parsed as YAML."""
+def load_scenario(path: Path | str, management: JobManagement | None = None) -> Scenario:
+    """Read a scenario file. Raises ManifestError only when the file itself cannot be read or parsed as YAML.
+    `management` says which jobs are managed (manageJobsWithoutQueueName, managedJobsNamespaceSelector; Kueue's defaults
+    when None); a job without a queue name in a namespace with a LocalQueue `default` is queued there."""
     docs = load_documents(path)
+    manages = management if management is not None else JobManagement()
+    # Every queue object is observed before the first job is created, so a job sees them all when it is created.
+    local_queues = {d.obj.key: d.obj for d in docs if isinstance(d.obj, LocalQueue) and not d.errors}
+    namespaces: dict[str, Namespace] = {}
+    for d in docs:
+        if isinstance(d.obj, Namespace) and not d.errors:
+            namespaces.setdefault(d.obj.name, d.obj)
     config: list[ev.Event] = []
     problems: list[str] = []
     warnings: list[str] = []
@@ -110,7 +117,6 @@ def load_scenario(path: Path | str) -> Scenario:
     timed: list[tuple[Millis, int, Workload, Millis | None]] = []
     unmanaged = 0
     seen_jobs: set[str] = set()
-    ready_after_of: dict[str, Millis | None] = {}
     declared: dict[tuple[str, str], str] = {}  # queue object -> where it was first declared
     for document in docs:
         parsed = document
@@ -148,10 +154,16 @@ def load_scenario(path: Path | str) -> Scenario:
         if parsed.raw_job is None or parsed.workload is None:
             continue
         adapter = adapter_for(parsed.api_version, parsed.kind)
-        if adapter is None or not adapter.is_managed(parsed.raw_job):
+        ns = parsed.namespace or "default"
+        managed = manage_new_job(
+            manages,
+            parsed.workload.queue_name,
+            namespace_selected=namespace_managed(manages, ns, namespaces.get(ns)),
+            default_queue=default_queue_exists(local_queues, ns),
+        )
+        if adapter is None or managed is None:
             unmanaged += 1
             continue
-        ns = parsed.namespace or "default"
         key = f"{ns}/{parsed.name}"
 
         def job_error(field: str, message: str, parsed: Parsed = parsed, ns: str = ns) -> ManifestError:
@@ -170,22 +182,14 @@ def load_scenario(path: Path | str) -> Scenario:
                 runtime = None if runtime_text is None else parse_duration(runtime_text)
             except DurationError as e:
                 raise job_error(f"metadata.annotations[{RUNTIME}]", str(e)) from e
-            ready_text = _annotation(parsed.raw_job, READY_AFTER)
-            try:
-                ready_after = (
-                    0 if ready_text is None else None if ready_text.strip() == "never" else parse_duration(ready_text)
-                )
-            except DurationError as e:
-                raise job_error(f"metadata.annotations[{READY_AFTER}]", f"{e} (or 'never')") from e
             # The loader already ran the adapter; only the identity and creation time are the simulator's.
-            workload = replace(parsed.workload, uid=f"sim-{parsed.doc_index}")
+            workload = replace(parsed.workload, uid=f"sim-{parsed.doc_index}", queue_name=managed.queue_name)
         except ManifestError as e:
             problems.append(printable(f"{_where(parsed)}: {e}"))
             rejected[key] = str(e)
             config.append(ev.ObjectRejected(kind=parsed.kind, name=parsed.name, namespace=ns, errors=(str(e),)))
             continue
         seen_jobs.add(key)
-        ready_after_of[key] = ready_after
         timed.append((submit_at, len(timed), workload, runtime))
     # Jobs of the same instant are created in document order, 1 ms apart, so FIFO ties are well defined.
     timed.sort(key=lambda t: (t[0], t[1]))
@@ -195,14 +199,7 @@ def load_scenario(path: Path | str) -> Scenario:
         offset = offset + 1 if submit_at == last_instant else 0
         last_instant = submit_at
         created = submit_at + offset
-        jobs.append(
-            SimJob(
-                workload=replace(workload, created_at=created),
-                submit_at=created,
-                runtime=runtime,
-                ready_after=ready_after_of.get(workload.key, 0),
-            )
-        )
+        jobs.append(SimJob(workload=replace(workload, created_at=created), submit_at=created, runtime=runtime))
     return Scenario(
         source=str(path),
         config=tuple(config),

@@ -52,6 +52,7 @@ def test_the_seed_runs_as_a_kueue_user_expects() -> None:
         "evicted_at",
         "finished_at",
         "flavors",
+        "counts",
         "pending_reason",
     }
     # 4 + 4 GPUs fit the nominal 8 side by side; the 8-GPU gang waits for both, then runs whole.

@@ -18,6 +18,7 @@ from daemon.domain.events import Event, WorkloadAdmitted, WorkloadPending, Workl
 from daemon.domain.flavors import search_counts
 from daemon.domain.model import PendingReasonKind as K
 from daemon.domain.model import PodSet, Workload
+from daemon.manifests import BatchJobAdapter, ManifestError
 from tests.unit.builders import M, World, cohort, cq, flavor, job, lq, namespace, running, settle, world
 
 NOW = 1000
@@ -236,3 +237,69 @@ def test_search_steps_every_pod_set_in_proportion() -> None:
     got = search_counts(_workload((8, 4), (6, None), (4, 0)), fits)
     assert got == (6, 6, 2)  # slack 4 + 0 + 4: at step 4 of 8, each has given half of its slack
     assert all(c[1] == 6 for c in seen)
+
+
+# --- the Job adapter: kueue.x-k8s.io/job-min-parallelism --------------------------------------------------------------
+
+
+def _job(parallelism: int = 8, completions: int | None = None, **annotations: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "parallelism": parallelism,
+        "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}},
+    }
+    if completions is not None:
+        spec["completions"] = completions
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "train",
+            "namespace": "ml",
+            "labels": {"kueue.x-k8s.io/queue-name": "q"},
+            "annotations": {k.replace("__", "/").replace("_", "-"): v for k, v in annotations.items()},
+        },
+        "spec": spec,
+    }
+
+
+MIN = "kueue.x-k8s.io__job_min_parallelism"
+FULL = "admitd.io__full_parallelism"
+
+
+@pytest.mark.parametrize(
+    ("obj", "count", "min_count"),
+    [
+        pytest.param(_job(8), 8, None, id="no annotation: all or nothing"),
+        pytest.param(_job(8, **{MIN: "3"}), 8, 3, id="min-parallelism 3 of 8"),
+        pytest.param(_job(8, 6, **{MIN: "5"}), 6, 5, id="the pod count is min(parallelism, completions)"),
+        pytest.param(_job(8, **{MIN: "+7"}), 8, 7, id="read as Go's Atoi reads it"),
+        pytest.param(_job(3, **{MIN: "2", FULL: "8"}), 8, 2, id="running with fewer pods: the full count is read back"),
+        pytest.param(_job(8, **{MIN: "2", FULL: ""}), 8, 2, id="suspended again: the full count is the Job's"),
+    ],
+)
+def test_the_adapter_reads_the_minimum(obj: dict[str, Any], count: int, min_count: int | None) -> None:
+    ps = BatchJobAdapter().to_workload(obj, created_at=0, uid="u").pod_sets[0]
+    assert (ps.count, ps.min_count) == (count, min_count)
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        pytest.param(_job(8, **{MIN: "two"}), "must be an integer", id="not a number"),
+        pytest.param(_job(8, **{MIN: "0"}), "must be from 1 to 7", id="zero"),
+        pytest.param(_job(8, **{MIN: "-1"}), "must be from 1 to 7", id="negative"),
+        pytest.param(_job(8, **{MIN: "8"}), "must be from 1 to 7", id="the full count (Kueue rejects it too)"),
+        pytest.param(_job(8, 4, **{MIN: "5"}), "must be from 1 to 3", id="more than the completions"),
+        pytest.param(_job(1, **{MIN: "1"}), "at least 2 pods", id="a one-pod Job"),
+        pytest.param(_job(8, **{MIN: " 3"}), "must be an integer", id="a space"),
+        pytest.param(_job(8, **{FULL: "4"}), "admitd.io/full-parallelism", id="a full count below the running count"),
+    ],
+)
+def test_a_bad_annotation_is_a_clear_error(obj: dict[str, Any], message: str) -> None:
+    with pytest.raises(ManifestError) as info:
+        BatchJobAdapter().to_workload(obj, created_at=0, uid="u")
+    text = str(info.value)
+    assert message in text
+    assert "ml/train" in text or "train" in text
+    if "full" not in message:
+        assert "metadata.annotations[kueue.x-k8s.io/job-min-parallelism]" in text
