@@ -1,8 +1,8 @@
 """admitd's own settings, read from Kueue's Configuration file so that one file serves both.
 
-Only what admitd implements is read (`fairSharing` with its `preemptionStrategies`); every other Kueue setting is
-reported as ignored, never silently dropped. v1beta1 switches fair sharing on with `fairSharing.enable: true`; in
-v1beta2 a `fairSharing` section switches it on by being there, as in Kueue.
+Only what admitd implements is read (`fairSharing` with its `preemptionStrategies`, `waitForPodsReady`); every other
+Kueue setting is reported as ignored, never silently dropped. v1beta1 switches fair sharing on with
+`fairSharing.enable: true`; in v1beta2 a `fairSharing` section switches it on by being there, as in Kueue.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from daemon.domain.admission import EngineConfig, selects
 from daemon.domain.fairpreemption import DEFAULT_STRATEGIES, VALID_STRATEGY_SETS
 from daemon.domain.management import namespace_labels
 from daemon.domain.model import JobManagement
+from daemon.domain.podsready import RequeueTimestamp, WaitForPodsReady
 from daemon.manifests.core import read_label_selector
+from daemon.manifests.durations import DurationError, parse_duration
 from daemon.manifests.errors import ManifestError
 from daemon.manifests.fields import Reader
 
@@ -43,7 +45,7 @@ def parse_config(doc: object, source: str = "<config>") -> tuple[EngineConfig, t
     warnings = [
         f"{source}: {name} is a Kueue setting admitd does not implement; ignored"
         for name in sorted(str(k) for k in doc)
-        if name not in ("apiVersion", "kind", "fairSharing", *_JOB_SETTINGS)
+        if name not in ("apiVersion", "kind", "fairSharing", "waitForPodsReady", *_JOB_SETTINGS)
     ]
     section = doc.get("fairSharing")
     fair = False
@@ -78,7 +80,8 @@ def parse_config(doc: object, source: str = "<config>") -> tuple[EngineConfig, t
         for name in sorted(str(k) for k in section):
             if name not in ("enable", "preemptionStrategies"):
                 warnings.append(f"{source}: fairSharing.{name} is not implemented by admitd; ignored")
-    config = EngineConfig(fair_sharing=fair, fair_sharing_strategies=chosen)
+    pods_ready = _wait_for_pods_ready(doc.get("waitForPodsReady"), str(api_version), source, warnings)
+    config = EngineConfig(fair_sharing=fair, fair_sharing_strategies=chosen, wait_for_pods_ready=pods_ready)
     config = replace(
         config,
         jobs=_job_management(doc, source),
@@ -134,6 +137,82 @@ def _partial_admission(gates: object, source: str, warnings: list[str]) -> bool:
             warnings.append(f"{source}: featureGates.{name} is not a feature gate admitd implements; ignored")
     value = gates.get("PartialAdmission", _GATES["PartialAdmission"])
     return bool(value)
+
+
+_WFPR = "waitForPodsReady"
+
+
+def _wait_for_pods_ready(
+    section: object, api_version: str, source: str, warnings: list[str]
+) -> WaitForPodsReady | None:
+    """Kueue's `waitForPodsReady` with Kueue's defaults (timeout 5m; blockAdmission true when enabled; requeuing by
+    eviction time, backoff 60 s doubling up to 3600 s, no limit). None when absent or not enabled. v1beta1 needs
+    `enable: true`; in v1beta2 the section's presence is enough (unless it says enable: false)."""
+    if section is None:
+        return None
+    if not isinstance(section, Mapping):
+        raise _error(_WFPR, f"must be a mapping, got {type(section).__name__}", source)
+    enable = section.get("enable")
+    if enable is not None and not isinstance(enable, bool):
+        raise _error(f"{_WFPR}.enable", f"must be true or false, got {enable!r}", source)
+    enabled = bool(enable) if api_version == f"{CONFIG_GROUP}/v1beta1" else enable is not False
+    timeout = 300_000
+    raw_timeout = section.get("timeout")
+    if raw_timeout is not None:
+        if not isinstance(raw_timeout, str):
+            raise _error(f"{_WFPR}.timeout", f"must be a duration such as 5m or 90s, got {raw_timeout!r}", source)
+        try:
+            timeout = parse_duration(raw_timeout)
+        except DurationError as e:
+            raise _error(f"{_WFPR}.timeout", str(e), source) from e
+        if timeout <= 0:
+            raise _error(f"{_WFPR}.timeout", f"must be longer than 0, got {raw_timeout!r}", source)
+    block = section.get("blockAdmission")
+    if block is not None and not isinstance(block, bool):
+        raise _error(f"{_WFPR}.blockAdmission", f"must be true or false, got {block!r}", source)
+    for name in sorted(str(k) for k in section):
+        if name == "recoveryTimeout":
+            warnings.append(
+                f"{source}: {_WFPR}.recoveryTimeout is not implemented by admitd (a workload whose pods were ready "
+                "once is never timed out again); ignored"
+            )
+        elif name not in ("enable", "timeout", "blockAdmission", "requeuingStrategy"):
+            warnings.append(f"{source}: {_WFPR}.{name} is not implemented by admitd; ignored")
+    strategy = section.get("requeuingStrategy")
+    if strategy is None:
+        strategy = {}
+    if not isinstance(strategy, Mapping):
+        raise _error(f"{_WFPR}.requeuingStrategy", f"must be a mapping, got {type(strategy).__name__}", source)
+    stamp = strategy.get("timestamp", RequeueTimestamp.EVICTION.value)
+    allowed = [t.value for t in RequeueTimestamp]
+    if stamp not in allowed:
+        raise _error(
+            f"{_WFPR}.requeuingStrategy.timestamp", f"must be one of {', '.join(allowed)}, got {stamp!r}", source
+        )
+    numbers: dict[str, int | None] = {"backoffLimitCount": None, "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600}
+    for name in numbers:
+        value = strategy.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0 or value > 2**31 - 1:
+            what = f"must be a whole number from 0 to 2147483647, got {value!r}"
+            raise _error(f"{_WFPR}.requeuingStrategy.{name}", what, source)
+        numbers[name] = value
+    for name in sorted(str(k) for k in strategy):
+        if name not in ("timestamp", *numbers):
+            warnings.append(f"{source}: {_WFPR}.requeuingStrategy.{name} is not implemented by admitd; ignored")
+    if not enabled:
+        return None
+    base, cap = numbers["backoffBaseSeconds"], numbers["backoffMaxSeconds"]
+    assert base is not None and cap is not None
+    return WaitForPodsReady(
+        timeout=timeout,
+        block_admission=True if block is None else block,
+        requeue_timestamp=RequeueTimestamp(stamp),
+        backoff_limit_count=numbers["backoffLimitCount"],
+        backoff_base_seconds=base,
+        backoff_max_seconds=cap,
+    )
 
 
 def load_config(path: Path | str) -> tuple[EngineConfig, tuple[str, ...]]:

@@ -1,7 +1,9 @@
 """A simulator scenario: the manifests of one multi-document YAML file, read into events and timed jobs.
 
 The file holds what `kubectl apply` takes (Kueue objects, PriorityClass, Namespace, batch/v1 Job). A Job's
-`simulate.admitd.io/submit-at` says when it is created and `simulate.admitd.io/runtime` how long it runs.
+`simulate.admitd.io/submit-at` says when it is created and `simulate.admitd.io/runtime` how long it runs;
+`simulate.admitd.io/ready-after` says how long after it starts its pods are all ready (`never`: they never are; it
+matters only with waitForPodsReady; default: ready at once).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from daemon.sim.durations import DurationError, parse_duration
 
 SUBMIT_AT = "simulate.admitd.io/submit-at"
 RUNTIME = "simulate.admitd.io/runtime"
+READY_AFTER = "simulate.admitd.io/ready-after"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +39,7 @@ class SimJob:
     workload: Workload
     submit_at: Millis  # when it is created: its annotation plus its place among jobs of the same instant
     runtime: Millis | None  # None: it never finishes
+    ready_after: Millis | None = 0  # after each start, when its pods are all ready; None: never
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +121,7 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
     timed: list[tuple[Millis, int, Workload, Millis | None]] = []
     unmanaged = 0
     seen_jobs: set[str] = set()
+    ready_after_of: dict[str, Millis | None] = {}
     declared: dict[tuple[str, str], str] = {}  # queue object -> where it was first declared
     for document in docs:
         parsed = document
@@ -182,6 +187,13 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
                 runtime = None if runtime_text is None else parse_duration(runtime_text)
             except DurationError as e:
                 raise job_error(f"metadata.annotations[{RUNTIME}]", str(e)) from e
+            ready_text = _annotation(parsed.raw_job, READY_AFTER)
+            try:
+                ready_after = (
+                    0 if ready_text is None else None if ready_text.strip() == "never" else parse_duration(ready_text)
+                )
+            except DurationError as e:
+                raise job_error(f"metadata.annotations[{READY_AFTER}]", f"{e} (or 'never')") from e
             # The loader already ran the adapter; only the identity and creation time are the simulator's.
             workload = replace(parsed.workload, uid=f"sim-{parsed.doc_index}", queue_name=managed.queue_name)
         except ManifestError as e:
@@ -190,6 +202,7 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
             config.append(ev.ObjectRejected(kind=parsed.kind, name=parsed.name, namespace=ns, errors=(str(e),)))
             continue
         seen_jobs.add(key)
+        ready_after_of[key] = ready_after
         timed.append((submit_at, len(timed), workload, runtime))
     # Jobs of the same instant are created in document order, 1 ms apart, so FIFO ties are well defined.
     timed.sort(key=lambda t: (t[0], t[1]))
@@ -199,7 +212,14 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
         offset = offset + 1 if submit_at == last_instant else 0
         last_instant = submit_at
         created = submit_at + offset
-        jobs.append(SimJob(workload=replace(workload, created_at=created), submit_at=created, runtime=runtime))
+        jobs.append(
+            SimJob(
+                workload=replace(workload, created_at=created),
+                submit_at=created,
+                runtime=runtime,
+                ready_after=ready_after_of.get(workload.key, 0),
+            )
+        )
     return Scenario(
         source=str(path),
         config=tuple(config),
