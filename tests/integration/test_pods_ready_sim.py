@@ -18,6 +18,7 @@ from daemon.domain import events as ev
 from daemon.domain.model import PendingReasonKind
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import decode
+from daemon.manifests.config import load_config as parse_config_file
 from daemon.manifests.config import parse_config
 from daemon.sim.reproduce import reproduce
 from daemon.sim.run import SimResult, run_simulation
@@ -178,3 +179,17 @@ def test_explain_and_history_name_the_pods_ready_timeout(tmp_path: Path) -> None
     assert history.returncode == 0, history.stderr
     kinds = [e["kind"] for e in json.loads(history.stdout)["events"]]
     assert "timed-out" in kinds
+
+
+def test_the_sample_does_what_its_header_says() -> None:
+    engine, warnings = parse_config_file(ROOT / "config/admitd-wait-for-pods-ready.yaml")
+    assert warnings == ()
+    result = asyncio.run(run_simulation(load_scenario(ROOT / "config/samples/wait-for-pods-ready.yaml"), config=engine))
+    jobs = result.jobs
+    assert jobs["research/warm-up"].admitted_at == [0]
+    assert jobs["research/train"].admitted_at == [MIN] and jobs["research/eval"].admitted_at == [MIN]
+    bad = jobs["research/bad-image"]
+    assert bad.admitted_at == [20 * MIN, 28 * MIN, 32 * MIN]
+    assert bad.evicted_at == [23 * MIN, 31 * MIN, 35 * MIN]
+    assert bad.pending_reason is not None and bad.pending_reason.kind is PendingReasonKind.DEACTIVATED
+    assert jobs["research/later"].admitted_at == [23 * MIN]
