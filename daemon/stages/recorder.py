@@ -3,8 +3,10 @@
 The fold is applied as soon as the events are submitted (seqs follow submission order, so they are known at once):
 a cycle that runs next sees its own decisions, and an admission counts against quota from the moment it is decided.
 What the outside world may see waits for durability: `append` returns only once the batch is fsynced when
-`wait_durable` is set (the daemon); the simulator, whose world cannot be harmed, lets the log catch up every few
-hundred appends instead, which keeps simulations fast and their event order identical.
+`wait_durable` is set (the daemon); the simulator, whose world cannot be harmed, does not wait: every few hundred
+appends it gives the writer a turn of the event loop and checks the batches written meanwhile, so the log is
+written on the writer's thread while the simulation goes on (event order and seqs are the same either way). It
+waits only when a snapshot is due (a snapshot's seq must be in the log) or when the backlog grows too long.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from daemon.obs.logging import get_logger
 from daemon.stages.ports import Clock
 
 SNAPSHOT_EVERY = 20_000  # events between state snapshots
-_CATCH_UP_EVERY = 256  # unawaited appends before a non-waiting recorder lets the log catch up
+_CATCH_UP_EVERY = 256  # appends between two looks at the log by a non-waiting recorder
+_BACKLOG_MAX = 8 * _CATCH_UP_EVERY  # unwritten appends beyond which a non-waiting recorder waits for the oldest
 
 Listener = Callable[[Event, int], None]
 
@@ -50,6 +53,7 @@ class Recorder:
         self._unawaited: dict[int, tuple[asyncio.Future[list[int]], int]] = {}  # first seq -> (future, count)
         self._snapshotting = False
         self._last_snapshot_seq = state.seq
+        self._since_look = 0  # appends since the non-waiting recorder last looked at the log
 
     async def append(self, items: Sequence[tuple[Event, int | None]]) -> list[int]:
         """Log and fold `items` (event, cause); return their seqs."""
@@ -66,9 +70,29 @@ class Recorder:
         self._unawaited[first] = (future, len(items))
         if self.wait_durable:
             await self._settle(first)
-        elif len(self._unawaited) >= _CATCH_UP_EVERY:
-            await self.catch_up()
+        else:
+            self._since_look += 1
+            if self._since_look >= _CATCH_UP_EVERY:
+                self._since_look = 0
+                await self._look()
         return list(range(first, first + len(items)))
+
+    async def _look(self) -> None:
+        """A non-waiting recorder's periodic look at the log: when a snapshot is due, wait for everything and take
+        it; else give the writer one turn of the event loop (it takes what was submitted, or moves its commit on a
+        step, and its thread then works while the caller goes on), settle what it has written, and wait only if the
+        backlog is too long. Waiting at every look instead left the writer's thread idle while the simulation ran:
+        2.2 s of a 10,000-job run were spent waiting (bench/RESULTS.md)."""
+        if self.state.seq - self._last_snapshot_seq >= self.snapshot_every:
+            await self.catch_up()
+            return
+        await asyncio.sleep(0)
+        for first, (future, _) in list(self._unawaited.items()):
+            if not future.done():
+                break
+            await self._settle(first)  # checks the seqs; does not wait, the batch is written
+        while len(self._unawaited) > _BACKLOG_MAX:
+            await self._settle(next(iter(self._unawaited)))
 
     async def catch_up(self) -> None:
         """Wait until everything appended so far is durable; write a snapshot when one is due."""
