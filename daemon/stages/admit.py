@@ -88,8 +88,8 @@ class Admit:
     def next_due(self) -> Millis | None:
         """When a PodsReady timeout or a backoff ends next (waitForPodsReady), if nothing else happens first: the
         stage must run a cycle then even though nothing was observed. None without waitForPodsReady."""
-        if self.pods_ready is None:
-            return None
+        if self.pods_ready is None or not self.gate():
+            return None  # a standby decides nothing: it must not wake for deadlines (becoming leader notifies it)
         if self._due[0] != self.state.seq:
             self._due = (self.state.seq, podsready.next_due(self.state.view(), self.pods_ready))
         return self._due[1]
