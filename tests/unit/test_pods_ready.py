@@ -7,6 +7,7 @@ world is fed with builder-made events and the engine's own decisions, and time i
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from daemon.domain.state import State
 from daemon.kube.observe import Observer
 from daemon.manifests import ManifestError
 from daemon.manifests.config import parse_config
+from daemon.stages.admit import Admit
 from daemon.stages.ports import Observed
 from tests.unit.builders import World, cq, flavor, job, lq, namespace, world
 
@@ -345,3 +347,61 @@ def test_the_observer_says_nothing_about_readiness_without_wait_for_pods_ready()
 class _Clock:
     def now(self) -> int:
         return 7
+
+
+# --- the admit stage: waking at the deadlines -----------------------------------------------------------------------
+
+
+class _Recorder:
+    """Appends to the real fold, as the real recorder does once the rows are written."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.seq = 0
+
+    async def append(self, items: list[tuple[ev.Event, int | None]]) -> list[int]:
+        seqs = []
+        for event, _ in items:
+            self.seq += 1
+            self.state.apply(event, self.seq)
+            seqs.append(self.seq)
+        return seqs
+
+
+class _Engine:
+    def decide(self, view: Any, now: int) -> list[ev.Event]:
+        return []
+
+
+class _At:
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def now(self) -> int:
+        return self.at
+
+
+def test_the_admit_stage_has_work_at_a_timeout_and_records_it_without_any_observation() -> None:
+    w = team(job("stuck").gpus(4))
+    step(w, 0)
+    clock = _At(5 * MIN - 1)
+    orders: list[object] = []
+    stage = Admit(_Recorder(w.state), _Engine(), clock, orders.append, pods_ready=CFG)  # type: ignore[arg-type]
+    assert stage.next_due() == 5 * MIN
+    assert not stage.has_work()
+    clock.at = 5 * MIN
+    assert stage.has_work()
+    asyncio.run(stage.step())
+    assert w.state.workloads["default/stuck"].evicting
+    assert [getattr(o, "reason", None) for o in orders] == ["PodsReadyTimeout"]  # handed to actuate
+    assert not stage.has_work()  # the timeout is recorded: nothing due until the end of the backoff
+    assert stage.next_due() is None  # stopping, not yet evicted: no deadline
+
+
+def test_a_standby_replica_does_not_wake_for_deadlines() -> None:
+    w = team(job("stuck").gpus(4))
+    step(w, 0)
+    stage = Admit(_Recorder(w.state), _Engine(), _At(10 * MIN), lambda order: None, pods_ready=CFG)  # type: ignore[arg-type]
+    stage.gate = lambda: False
+    assert stage.next_due() is None
+    assert not stage.has_work()
