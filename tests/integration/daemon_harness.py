@@ -80,6 +80,25 @@ def install_crds(cluster: KubeCluster) -> None:
         kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}")
 
 
+JOB_CRDS_SCRIPT = REPO / "tests" / "cluster" / "fetch-crds.sh"
+
+
+def install_job_crds(cluster: KubeCluster) -> None:
+    """The real CRDs of PyTorchJob, RayJob and JobSet, fetched from the projects' released Go modules by
+    tests/cluster/fetch-crds.sh (cached in tests/cluster/bin/crds/), applied server-side (the RayJob CRD is too
+    large for the last-applied annotation of a client-side apply)."""
+    crd_dir = Path(
+        subprocess.run([str(JOB_CRDS_SCRIPT)], capture_output=True, text=True, check=True, timeout=600).stdout.strip()
+    )
+    files = sorted(crd_dir.glob("*.yaml"))
+    assert len(files) == 3, files
+    for path in files:
+        kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-f", str(path))
+    for path in files:
+        name = yaml.safe_load(path.read_text())["metadata"]["name"]
+        kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+
+
 def job(
     namespace: str,
     name: str,

@@ -62,6 +62,14 @@ RBAC: tuple[Call, ...] = (
         "OwnerReferencesPermissionEnforcement admission plugin (OpenShift, hardened clusters) allows only to "
         "whoever may update the Job's finalizers",
     ),
+    *(
+        Call(group, resource, verbs, why)
+        for group, plural in (("kubeflow.org", "pytorchjobs"), ("ray.io", "rayjobs"), ("jobset.x-k8s.io", "jobsets"))
+        for resource, verbs, why in (
+            (plural, ("list", "watch", "patch"), "jobkinds.py, actuate.py: the distributed kinds, as Jobs"),
+            (f"{plural}/finalizers", ("update",), "status_objects.py: a Workload's owner with blockOwnerDeletion"),
+        )
+    ),
     Call("", "namespaces", ("list", "watch"), "run.py: namespaceSelector needs the namespaces' labels"),
     Call("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "run.py: a pod's priorityClassName"),
     Call("", "events", ("create", "patch"), "status.py: Admitted, Pending and Preempted Events on Jobs"),
