@@ -141,6 +141,7 @@ class Daemon:
         self._cert_names: list[str] = []
         self._ssl: ssl.SSLContext | None = None
         self._leading = False
+        self._new_jobs: webhook.NewJobPolicy | None = None
 
     async def run(self) -> int:
         opts = self.options
@@ -181,6 +182,7 @@ class Daemon:
                 on_started_unsuspended=starter,
                 is_leader=elector.is_leader if elector is not None else lambda: True,
                 pods_ready=pods_ready is not None,
+                jobs=opts.engine.jobs,
             )
             queue_reflectors = [
                 Reflector(
@@ -230,6 +232,7 @@ class Daemon:
                 ]
             )
             web_runner = await self._serve_health(opts)
+            self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
             webhook_runner = await self._serve_webhook(client, opts)
             main = asyncio.current_task()
             loop = asyncio.get_running_loop()
@@ -328,7 +331,7 @@ class Daemon:
             ns, name, _ = opts.webhook_service
             names += [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
         cert = webhook.load_or_make_cert(opts.cert_dir, names)
-        runner = web.AppRunner(webhook.routes({webhook.CONVERT_PATH: review}), access_log=None)
+        runner = web.AppRunner(webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs), access_log=None)
         await runner.setup()
         self._ssl = webhook.ssl_context(cert, opts.cert_dir)
         await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=self._ssl).start()
@@ -356,7 +359,11 @@ class Daemon:
             return
         service = None if opts.webhook_url else opts.webhook_service
         body = webhook.webhook_configuration(
-            self._cert_pem, url=opts.webhook_url, service=service, failure_policy=opts.webhook_failure_policy
+            self._cert_pem,
+            url=opts.webhook_url,
+            service=service,
+            failure_policy=opts.webhook_failure_policy,
+            namespaces=opts.engine.jobs.namespace_selector,  # every job there: the default LocalQueue, unlabelled jobs
         )
         rng = random.Random()
         for attempt in itertools.count():
