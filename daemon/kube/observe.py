@@ -16,9 +16,9 @@ from typing import Any
 from daemon.domain import events as ev
 from daemon.domain import model
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, read_admission_note
-from daemon.domain.management import manage_existing_job, namespace_managed
 from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.kube.client import Obj
+from daemon.kube.jobkinds import DISTRIBUTED, distributed_status
 from daemon.manifests import ManifestError, adapter_for, parse_object
 from daemon.obs.logging import get_logger
 from daemon.stages.ports import Clock, Observed
@@ -26,6 +26,7 @@ from daemon.stages.ports import Clock, Observed
 log = get_logger("admitd.observe")
 
 _KEEP_META = ("name", "namespace", "labels", "annotations")
+DISTRIBUTED_KINDS = frozenset(k.kind for k in DISTRIBUTED)
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -74,6 +75,9 @@ class JobView:
 
 
 def job_view(obj: Mapping[str, Any]) -> JobView:
+    if obj.get("kind") in DISTRIBUTED_KINDS:
+        suspended, active, finished = distributed_status(obj)
+        return JobView(suspended=suspended, active=active, finished=finished)
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     finished = None
@@ -94,14 +98,11 @@ class Observer:
         put: Callable[[Observed], None],
         clock: Clock,
         *,
-        on_started_unsuspended: Callable[[str, str], None] | None = None,
+        on_started_unsuspended: Callable[[str, str, str], None] | None = None,  # (job, uid, kind)
         is_leader: Callable[[], bool] = lambda: True,
         pods_ready: bool = False,
-        jobs: model.JobManagement | None = None,
     ) -> None:
         self.is_leader = is_leader
-        # manageJobsWithoutQueueName / managedJobsNamespaceSelector: which jobs are managed at all
-        self.jobs = jobs if jobs is not None else model.JobManagement()
         self.pods_ready = pods_ready  # waitForPodsReady: report when an admitted job's pods are all ready
         self.state = state
         self.put = put
@@ -119,27 +120,33 @@ class Observer:
             self.put(Observed(tuple(events)))
 
     def jobs_listed(self, items: list[Obj]) -> None:
-        events: list[ev.Event] = []
-        seen: set[str] = set()
-        for obj in items:
-            meta = _meta(obj)
-            seen.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
-            events.extend(self._job(obj, deleted=False))
-        now = self.clock.now()
-        for key, rec in list(self.state.workloads.items()):
-            if key not in seen and rec.workload.kind == "Job":
-                events.append(ev.JobDeleted(job=key, at=now))
-        if events:
-            self.put(Observed(tuple(events)))
+        self.jobs_listed_of("Job")(items)
+
+    def jobs_listed_of(self, kind: str) -> Callable[[list[Obj]], None]:
+        """A full list of the jobs of `kind`: the workloads of that kind missing from it were deleted."""
+
+        def listed(items: list[Obj]) -> None:
+            events: list[ev.Event] = []
+            seen: set[str] = set()
+            for obj in items:
+                meta = _meta(obj)
+                seen.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+                events.extend(self._job(obj, deleted=False))
+            now = self.clock.now()
+            for key, rec in list(self.state.workloads.items()):
+                if key not in seen and rec.workload.kind == kind:
+                    events.append(ev.JobDeleted(job=key, at=now))
+            if events:
+                self.put(Observed(tuple(events)))
+
+        return listed
 
     def _job(self, obj: Obj, *, deleted: bool) -> list[ev.Event]:
         adapter = adapter_for(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
-        if adapter is None:
+        if adapter is None or not adapter.is_managed(obj):
             return []
         meta = _meta(obj)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        if key not in self.state.workloads and not self._managed(obj, adapter.is_managed(obj)):
-            return []  # a job the fold holds is followed to its end, whatever its labels say now
         rec = self.state.workloads.get(key)
         now = self.clock.now()
         if deleted or key in self.state.finished:
@@ -174,7 +181,7 @@ class Observer:
                     and self.is_leader()
                     and self.on_started_unsuspended is not None
                 ):
-                    self.on_started_unsuspended(key, str(meta.get("uid", "")))
+                    self.on_started_unsuspended(key, str(meta.get("uid", "")), wl.kind)
         elif self.pods_ready and not view.suspended and _pods_ready(rec, view):
             if self._first(key, ("ready",)):
                 out.append(ev.JobReady(job=key, at=now))
@@ -187,13 +194,6 @@ class Observer:
             if reason is not None and self._first(key, ("evicted",)):
                 out.append(ev.WorkloadEvicted(workload=key, at=now, reason=reason))
         return out
-
-    def _managed(self, obj: Obj, labelled: bool) -> bool:
-        """Kueue's rule for a job seen after its creation: in a namespace managedJobsNamespaceSelector selects, one
-        with a queue name, or any with manageJobsWithoutQueueName (held: it names no LocalQueue)."""
-        namespace = str(_meta(obj).get("namespace", ""))
-        selected = namespace_managed(self.jobs, namespace, self.state.namespaces.get(namespace))
-        return manage_existing_job(self.jobs, "labelled" if labelled else None, namespace_selected=selected)
 
     def _first(self, key: str, what: tuple[object, ...]) -> bool:
         """Whether `what` about `key` is not already on its way to the log. Watch events come faster than the fold

@@ -21,7 +21,12 @@ VERSION = "v1beta2"
 API_VERSION = f"{GROUP}/{VERSION}"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "admitd")
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
-_OWNERS = {"Job": ("batch/v1", "batch")}  # kind -> (apiVersion, group) of the owners admitd manages
+_OWNERS = {  # kind -> (apiVersion, group) of the owners admitd manages
+    "Job": ("batch/v1", "batch"),
+    "PyTorchJob": ("kubeflow.org/v1", "kubeflow.org"),
+    "RayJob": ("ray.io/v1", "ray.io"),
+    "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobset.x-k8s.io"),
+}
 
 HASH_LENGTH = 5
 MAX_PREFIX_LENGTH = 253 - 1 - HASH_LENGTH  # Kueue's default (ShortWorkloadNames off)
@@ -131,10 +136,7 @@ def workload_object(wl: Workload, priority: int, priority_ref: PriorityRef | Non
             pod_spec["nodeSelector"] = dict(sorted(ps.node_selector.items()))
         if ps.tolerations:
             pod_spec["tolerations"] = [toleration_object(t) for t in ps.tolerations]
-        pod_set: Obj = {"name": ps.name, "count": ps.count, "template": {"spec": pod_spec}}
-        if ps.min_count is not None:
-            pod_set["minCount"] = ps.min_count  # partial admission
-        pod_sets.append(pod_set)
+        pod_sets.append({"name": ps.name, "count": ps.count, "template": {"spec": pod_spec}})
     spec: Obj = {"active": True, "podSets": pod_sets, "priority": priority}
     if wl.queue_name:
         spec["queueName"] = wl.queue_name

@@ -102,7 +102,7 @@ def _observer(state: State, leader: bool = True) -> tuple[Observer, list[Observe
         state,
         put.append,
         clock=type("C", (), {"now": lambda self: 5_000})(),
-        on_started_unsuspended=lambda key, uid: suspended.append(key),
+        on_started_unsuspended=lambda key, uid, kind: suspended.append(key),
         is_leader=lambda: leader,
     )
     return observer, put, suspended
