@@ -1,0 +1,150 @@
+"""End to end against real Kueue: the same Jobs through admitd and through Kueue, each on a fresh local cluster.
+
+Usage (from the repository root, with the project's venv):
+  python -m bench.e2e compare --scale 10 --runs 3 --settings shipped,lifted [--systems admitd,kueue] [--no-results]
+  python -m bench.e2e run --system kueue --setting lifted --scale 1
+
+`compare` runs, per setting and per round, admitd then Kueue (each on its own fresh cluster), prints one JSON object
+(every run, medians per system and setting, admitd/Kueue ratios) and, unless --no-results, writes the table between
+the e2e markers of bench/RESULTS.md. Settings: `shipped` (kube-controller-manager's default client limit qps 20 /
+burst 30; Kueue's shipped clientConnection qps 50 / burst 100; admitd's --status-qps 50 / --status-burst 100) and
+`lifted` (1000 / 2000 for all three). Work and cluster state go under --work (default /tmp/admitd/e2e-work).
+Kueue is built on first use by tests/cluster/kueue/build-kueue.sh (about 2 minutes); the Jobs are the baseline shape
+of Kueue's scheduler performance test read from its module (bench/e2e/shape.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.e2e.results import write_results
+from bench.e2e.runner import System, aggregate, log, make_plan, ratios, run_once, settings_named
+from bench.e2e.systems import SETTINGS, Admitd, Kueue, RunFailed
+
+DEFAULT_WORK = Path("/tmp/admitd/e2e-work")
+
+
+def systems_named(names: str, admitd: Admitd, kueue: Kueue) -> list[System]:
+    known: dict[str, System] = {"admitd": admitd, "kueue": kueue}
+    out: list[System] = []
+    for name in names.split(","):
+        if name not in known:
+            raise SystemExit(f"unknown system {name!r}; known: admitd, kueue")
+        out.append(known[name])
+    return out
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def kube_version() -> str:
+    out = subprocess.run(
+        ["/usr/local/go/bin/go", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2] / "tests" / "cluster",
+    ).stdout.strip()
+    return out or "?"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("compare", "run"):
+        sp = sub.add_parser(name)
+        sp.add_argument("--scale", type=float, default=10.0, help="percent of the baseline's Job counts (default 10)")
+        sp.add_argument("--work", type=Path, default=DEFAULT_WORK, help=f"work folder (default {DEFAULT_WORK})")
+        sp.add_argument("--timeout", type=float, default=1800, help="seconds to wait for every Job to complete")
+        sp.add_argument("--keep", action="store_true", help="keep each run's work folder (logs, event log)")
+        sp.add_argument(
+            "--admitd-rev", default="HEAD", help="the commit of admitd to run, from a git archive (default HEAD)"
+        )
+        sp.add_argument("--admitd-patch", type=Path, help="a patch applied to that snapshot (git apply) before running")
+    cmp_p = sub.choices["compare"]
+    cmp_p.add_argument("--runs", type=int, default=3)
+    cmp_p.add_argument("--settings", default="shipped,lifted")
+    cmp_p.add_argument("--systems", default="admitd,kueue")
+    cmp_p.add_argument("--no-results", action="store_true", help="do not write bench/RESULTS.md")
+    run_p = sub.choices["run"]
+    run_p.add_argument("--system", choices=("admitd", "kueue"), required=True)
+    run_p.add_argument("--setting", choices=tuple(SETTINGS), default="lifted")
+    args = parser.parse_args()
+
+    signal.signal(signal.SIGTERM, _interrupt)  # the runners stop what they started on SIGTERM as on Ctrl-C
+    kueue = Kueue()  # the generator configuration comes from Kueue's module in any case
+    admitd = Admitd(args.admitd_rev, args.admitd_patch)
+    systems = systems_named(args.system if args.command == "run" else args.systems, admitd, kueue)
+    for s in systems:
+        s.prepare()
+    p = make_plan(kueue.generator_config(), args.scale)
+    command = "python -m bench.e2e " + " ".join(sys.argv[1:])
+    log(f"{len(p.jobs)} Jobs in {len(p.queues)} ClusterQueues at {args.scale:g}%")
+
+    if args.command == "run":
+        result = run_once(
+            systems[0], SETTINGS[args.setting], p, args.work / "run", timeout_s=args.timeout, keep=args.keep
+        )
+        json.dump(result, sys.stdout, indent=2)
+        print()
+        return 0
+
+    settings = settings_named(args.settings)
+    runs: list[dict[str, Any]] = []
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for setting in settings:
+        for i in range(args.runs):
+            for system in systems:
+                work = args.work / f"{setting.name}-{system.name}-{i}"
+                try:
+                    runs.append(run_once(system, setting, p, work, timeout_s=args.timeout, keep=args.keep))
+                except RunFailed as e:  # recorded, and the comparison goes on (everything it started is stopped)
+                    log(f"{system.name} / {setting.name} run {i + 1} failed: {e}")
+                    runs.append({"system": system.name, "setting": setting.name, "failed": str(e)})
+    summary: dict[str, Any] = {}
+    for setting in settings:
+        per: dict[str, Any] = {}
+        for s in systems:
+            mine = [r for r in runs if r["system"] == s.name and r["setting"] == setting.name]
+            ok = [r for r in mine if "failed" not in r]
+            per[s.name] = aggregate(ok) if ok else {"runs": 0}
+            per[s.name]["failed"] = [r["failed"] for r in mine if "failed" in r]
+        if per.get("admitd", {}).get("runs") and per.get("kueue", {}).get("runs"):
+            per["admitd/kueue"] = ratios(per["admitd"], per["kueue"])
+        summary[setting.name] = per
+    result = {
+        "benchmark": "e2e",
+        "date": started,
+        "command": command,
+        "versions": {
+            "systems": [s.version() for s in systems],
+            "kubernetes": kube_version(),
+        },
+        "scale_pct": args.scale,
+        "jobs": len(p.jobs),
+        "cluster_queues": len(p.queues),
+        "cpus": os.cpu_count(),
+        "summary": summary,
+        "runs": runs,
+    }
+    out_dir = Path(__file__).resolve().parents[1] / "out"
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / f"e2e-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json").write_text(json.dumps(result, indent=2))
+    if not args.no_results:
+        write_results(result)
+    json.dump(result, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Per-process CPU seconds and peak RSS from /proc, and the API server's request counter from its /metrics."""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid` so far (utime + stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set (VmHWM) in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise ValueError(f"/proc/{pid}/status has no VmHWM line")
+
+
+_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def request_counts(metrics_text: str) -> Counter[str]:
+    """apiserver_request_total by "VERB group/resource[/subresource]" from a Prometheus text exposition."""
+    out: Counter[str] = Counter()
+    for line in metrics_text.splitlines():
+        m = _SAMPLE.match(line)
+        if m is None:
+            continue
+        labels = dict(_LABEL.findall(m.group("labels")))
+        resource = "/".join(x for x in (labels.get("group", ""), labels.get("resource", "")) if x) or "-"
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        out[f"{labels.get('verb', '?')} {resource}"] += int(float(m.group("value")))
+    return out
+
+
+def scrape_requests(apiserver_url: str, pki: Path) -> Counter[str]:
+    """The API server's own request counter, read with the admin client certificate."""
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    with urllib.request.urlopen(f"{apiserver_url}/metrics", context=ctx, timeout=30) as resp:
+        return request_counts(resp.read().decode())

@@ -1,0 +1,89 @@
+"""The comparison's table in bench/RESULTS.md, between two markers (replaced on each write, the rest untouched)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
+
+
+def markers(setting: str) -> tuple[str, str]:
+    """Each setting's block has its own markers, so a later `compare` of one setting leaves the other's block."""
+    return f"<!-- e2e:{setting}:begin (written by python -m bench.e2e compare) -->", f"<!-- e2e:{setting}:end -->"
+
+
+def _fmt(x: object) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        return f"{x:.3g}" if abs(x) < 10 else f"{x:.1f}"
+    return str(x)
+
+
+def _rows(per: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(label, getter) of each figure row, for a system's medians and for the ratios alike."""
+    systems = [s for s in ("admitd", "kueue") if s in per]
+    rows: list[tuple[str, Any]] = [("makespan, s", lambda a: a["makespan_s"])]
+    for klass in per[systems[0]]["mean_tta_s"]:
+        rows.append((f"time to admission {klass}, mean s", lambda a, k=klass: a["mean_tta_s"][k]))
+        rows.append((f"time to admission {klass}, p90 s", lambda a, k=klass: a["p90_tta_s"][k]))
+    rows += [
+        ("admissions/s", lambda a: a["admissions_per_s"]),
+        ("evictions", lambda a: a["evictions"]),
+        ("scheduler CPU, s", lambda a: a["scheduler_cpu_s"]),
+        ("scheduler peak RSS, MiB", lambda a: a["scheduler_rss_mib"]),
+        ("API requests per Job", lambda a: a["api_requests_per_job"]),
+    ]
+    return rows
+
+
+def table(result: dict[str, Any], setting: str) -> str:
+    """Markdown for one setting: rows are figures, columns admitd, Kueue and admitd/Kueue."""
+    systems_versions = ", ".join(result["versions"]["systems"])
+    lines = [
+        f"**{setting}**: run {result['date']}: `{result['command']}`; {systems_versions}, Kubernetes "
+        f"{result['versions']['kubernetes']}; {result['jobs']} Jobs in {result['cluster_queues']} ClusterQueues "
+        f"({result['scale_pct']:g}% of the baseline shape); {result['cpus']} cores shared with other work. Medians "
+        "over the runs; each run on a fresh cluster.",
+        "",
+    ]
+    per = result["summary"][setting]
+    for s in ("admitd", "kueue"):
+        for why in per.get(s, {}).get("failed", []):
+            lines += [f"A {s} run failed: {why}", ""]
+    systems = [s for s in ("admitd", "kueue") if per.get(s, {}).get("runs")]
+    if not systems:
+        return "\n".join(lines)
+    ratio = per.get("admitd/kueue")
+    head = ["figure", *systems, *(["admitd/Kueue"] if ratio else [])]
+    counts = ", ".join(f"{s} {per[s]['runs']}" for s in systems)
+    lines += [f"Completed runs: {counts}.", ""]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, get in _rows(per):
+        cells = [_fmt(get(per[s])) for s in systems] + ([_fmt(get(ratio))] if ratio else [])
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    extra = [
+        ("kube-apiserver CPU, s", [_fmt(per[s]["apiserver_cpu_s"]) for s in systems]),
+        ("makespans of the runs, s", [", ".join(_fmt(x) for x in per[s]["makespan_s_all"]) for s in systems]),
+        (
+            "load average (1 min) at start/end of each run",
+            [", ".join(f"{a:.1f}/{b:.1f}" for a, b in per[s]["loadavg_1m"]) for s in systems],
+        ),
+    ]
+    for label, cells in extra:
+        lines.append(f"| {label} | " + " | ".join(cells) + (" | — |" if ratio else " |"))
+    return "\n".join(lines)
+
+
+def write_results(result: dict[str, Any], path: Path = RESULTS) -> None:
+    text = path.read_text()
+    for setting in result["summary"]:
+        begin, end = markers(setting)
+        block = f"{begin}\n{table(result, setting)}\n{end}"
+        if begin in text and end in text:
+            head, rest = text.split(begin, 1)
+            text = head + block + rest.split(end, 1)[1]
+        else:
+            text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)

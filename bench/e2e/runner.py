@@ -1,0 +1,215 @@
+"""One end-to-end run: a fresh cluster, one scheduler, the baseline shape's Jobs, the figures; and the comparison."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Protocol
+
+from bench.e2e import procs
+from bench.e2e.recorder import JobWatcher, summarize
+from bench.e2e.shape import Plan, job_object, plan, queue_objects
+from bench.e2e.systems import SETTINGS, LocalCluster, RunFailed, Setting
+from daemon.kube.client import KubeClient, load_configuration
+from tests.integration.conftest import KubeCluster
+from tests.integration.daemon_harness import apply, kubectl
+
+CREATE_PARALLELISM = 64
+
+
+class System(Protocol):
+    name: str
+
+    def prepare(self) -> None: ...
+    def version(self) -> str: ...
+    def start(self, c: KubeCluster, workdir: Path, setting: Setting) -> int: ...
+    def stop(self) -> int | None: ...
+    def log_path(self) -> Path | None: ...
+
+
+def log(message: str) -> None:
+    print(f"[e2e] {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def wait_queues_active(c: KubeCluster, names: set[str], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    inactive: set[str] = set(names)
+    while time.monotonic() < deadline:
+        import json  # noqa: PLC0415
+
+        listed = json.loads(kubectl(c, "get", "clusterqueues.kueue.x-k8s.io", "-o", "json"))
+        inactive = set(names)
+        for cq in listed["items"]:
+            for cond in (cq.get("status") or {}).get("conditions") or ():
+                if cond.get("type") == "Active" and cond.get("status") == "True":
+                    inactive.discard(cq["metadata"]["name"])
+        if not inactive:
+            return
+        time.sleep(1)
+    raise RunFailed(f"{len(inactive)} ClusterQueues not Active after {timeout:.0f} s, e.g. {sorted(inactive)[:3]}")
+
+
+async def drive(c: KubeCluster, p: Plan, pids: dict[str, int], timeout_s: float) -> dict[str, Any]:
+    """Creates the Jobs on the plan's schedule and waits for every one to complete; the figures."""
+    cfg = await load_configuration(c.kubeconfig)
+    pki = c.state_dir / "pki"
+    async with KubeClient(cfg, user_agent="e2e-watch") as wclient, KubeClient(cfg, user_agent="e2e-create") as cclient:
+        watcher = JobWatcher(wclient)
+        await watcher.start_point()
+        watch_task = asyncio.create_task(watcher.run())
+        requests0 = await asyncio.to_thread(procs.scrape_requests, c.apiserver_url, pki)
+        cpu0 = {name: procs.cpu_seconds(pid) for name, pid in pids.items()}
+        load0 = os.getloadavg()
+        sem = asyncio.Semaphore(CREATE_PARALLELISM)
+        lags: list[float] = []
+
+        async def create(body: dict[str, Any], target: float) -> None:
+            async with sem:
+                lags.append(time.monotonic() - target)
+                ns = body["metadata"]["namespace"]
+                await cclient.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=body)
+
+        t0 = time.monotonic() + 0.5
+        creations: list[asyncio.Task[None]] = []
+        for j in p.jobs:
+            target = t0 + j.create_at_s
+            delay = target - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            creations.append(asyncio.create_task(create(job_object(j), target)))
+        await asyncio.gather(*creations)
+        created_all = time.monotonic() - t0
+        deadline = time.monotonic() + timeout_s
+        while watcher.timeline.completed() < len(p.jobs):
+            if watch_task.done():
+                watch_task.result()  # raises what broke the watch
+                raise RunFailed("the Job watch ended")
+            if time.monotonic() > deadline:
+                raise RunFailed(
+                    f"only {watcher.timeline.completed()} of {len(p.jobs)} Jobs completed in {timeout_s:.0f} s"
+                )
+            watcher.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watcher.changed.wait(), 5)
+        cpu1 = {name: procs.cpu_seconds(pid) for name, pid in pids.items()}
+        load1 = os.getloadavg()
+        requests1 = await asyncio.to_thread(procs.scrape_requests, c.apiserver_url, pki)
+        watch_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watch_task
+    figures = summarize(watcher.timeline)
+    delta = requests1 - requests0  # Counter subtraction keeps positive counts only
+    total = sum(delta.values())
+    figures.update(
+        {
+            "creation_s": round(created_all, 2),
+            "creation_lag_max_s": round(max(lags), 3) if lags else 0.0,
+            "cpu_s": {name: round(cpu1[name] - cpu0[name], 2) for name in pids},
+            "peak_rss_mib": {name: round(procs.peak_rss_mib(pid), 1) for name, pid in pids.items()},
+            "api_requests": total,
+            "api_requests_per_job": round(total / len(p.jobs), 2),
+            "api_requests_top": dict(Counter(delta).most_common(12)),
+            "loadavg_1m_start_end": [round(load0[0], 2), round(load1[0], 2)],
+        }
+    )
+    return figures
+
+
+def run_once(
+    system: System, setting: Setting, p: Plan, work: Path, *, timeout_s: float, keep: bool = False
+) -> dict[str, Any]:
+    """One system on a fresh cluster; everything started here is stopped before this returns or raises."""
+    shutil.rmtree(work, ignore_errors=True)  # a kept folder of an earlier run (its event log) must not be reused
+    state_dir = work / "cluster"
+    lc = LocalCluster(state_dir, setting)
+    started = time.monotonic()
+    try:
+        log(f"{system.name} / {setting.name}: cluster up")
+        c = lc.up()
+        log(f"{system.name} / {setting.name}: starting the scheduler")
+        sched_pid = system.start(c, work / system.name, setting)
+        apply(c, *queue_objects(p))
+        wait_queues_active(c, {q.name for q in p.queues})
+        pids = {"scheduler": sched_pid, **lc.pids()}
+        log(f"{system.name} / {setting.name}: {len(p.jobs)} Jobs")
+        figures = asyncio.run(drive(c, p, pids, timeout_s))
+        code = system.stop()
+        figures["scheduler_exit"] = code
+        log(
+            f"{system.name} / {setting.name}: makespan {figures['makespan_s']} s, "
+            f"{figures['api_requests_per_job']} requests/Job, scheduler cpu {figures['cpu_s']['scheduler']} s"
+        )
+    except BaseException:
+        path = system.log_path()
+        if path is not None and path.exists():
+            log(f"{system.name} log tail ({path}):\n{path.read_text(errors='replace')[-2000:]}")
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            system.stop()
+        lc.down()
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    figures["wall_s"] = round(time.monotonic() - started, 1)
+    return {"system": system.name, "setting": setting.name, **figures}
+
+
+def median(values: list[float]) -> float:
+    return round(statistics.median(values), 3)
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the runs of one system at one setting."""
+    classes = sorted(runs[0]["time_to_admission_s"])
+    return {
+        "runs": len(runs),
+        "makespan_s": median([r["makespan_s"] for r in runs]),
+        "makespan_s_all": [r["makespan_s"] for r in runs],
+        "admissions_per_s": median([r["admissions_per_s"] for r in runs]),
+        "evictions": median([r["evictions"] for r in runs]),
+        "mean_tta_s": {k: median([r["time_to_admission_s"][k]["mean"] for r in runs]) for k in classes},
+        "p90_tta_s": {k: median([r["time_to_admission_s"][k]["p90"] for r in runs]) for k in classes},
+        "scheduler_cpu_s": median([r["cpu_s"]["scheduler"] for r in runs]),
+        "scheduler_rss_mib": median([r["peak_rss_mib"]["scheduler"] for r in runs]),
+        "apiserver_cpu_s": median([r["cpu_s"]["kube-apiserver"] for r in runs]),
+        "api_requests_per_job": median([r["api_requests_per_job"] for r in runs]),
+        "loadavg_1m": [r["loadavg_1m_start_end"] for r in runs],
+    }
+
+
+def ratios(a: dict[str, Any], k: dict[str, Any]) -> dict[str, Any]:
+    """admitd / Kueue of each aggregated figure."""
+
+    def r(x: float, y: float) -> float | None:
+        return round(x / y, 3) if y else None
+
+    return {
+        "makespan_s": r(a["makespan_s"], k["makespan_s"]),
+        "admissions_per_s": r(a["admissions_per_s"], k["admissions_per_s"]),
+        "evictions": r(a["evictions"], k["evictions"]),
+        "mean_tta_s": {c: r(a["mean_tta_s"][c], k["mean_tta_s"][c]) for c in a["mean_tta_s"]},
+        "p90_tta_s": {c: r(a["p90_tta_s"][c], k["p90_tta_s"][c]) for c in a["p90_tta_s"]},
+        "scheduler_cpu_s": r(a["scheduler_cpu_s"], k["scheduler_cpu_s"]),
+        "scheduler_rss_mib": r(a["scheduler_rss_mib"], k["scheduler_rss_mib"]),
+        "api_requests_per_job": r(a["api_requests_per_job"], k["api_requests_per_job"]),
+    }
+
+
+def settings_named(names: str) -> list[Setting]:
+    out = []
+    for name in names.split(","):
+        if name not in SETTINGS:
+            raise SystemExit(f"unknown setting {name!r}; known: {', '.join(SETTINGS)}")
+        out.append(SETTINGS[name])
+    return out
+
+
+def make_plan(kueue_config: dict[str, Any], scale: float) -> Plan:
+    return plan(kueue_config, scale_pct=scale)

@@ -1,0 +1,377 @@
+"""A fresh local control plane per run, and the two schedulers on it: `admitd run` and Kueue's manager.
+
+Both run outside the cluster as processes of this machine, with their webhooks registered by URL on 127.0.0.1:
+- admitd: its CRDs from config/crd and the daemon as the integration tests' harness starts it;
+- Kueue: the manager built by tests/cluster/kueue/build-kueue.sh, its own CRDs (server-side apply) and webhook
+  configurations from its module (the Service reference replaced by a URL and a self-signed CA), its shipped
+  Configuration except for what running outside a cluster needs (no leader election, no internal certificate
+  management, only the batch/job integration, VisibilityOnDemand off, local ports). With internal certificate
+  management off, Kueue reads a metrics certificate from the fixed path /etc/kueue/metrics/certs; it is given one
+  inside a private mount namespace (`unshare -m`, an overlay on /etc), so nothing is written to this machine's /etc.
+Every process started here is stopped by `stop` (SIGTERM to its process group, SIGKILL after 20 s).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.integration.conftest import REPO, KubeCluster
+from tests.integration.daemon_harness import free_port, kubectl
+
+LOCAL_CLUSTER = REPO / "scripts" / "local-cluster"
+BUILD_KUEUE = REPO / "tests" / "cluster" / "kueue" / "build-kueue.sh"
+KUEUE_BIN = REPO / "tests" / "cluster" / "bin" / "kueue"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """Client rate limits of one comparison setting."""
+
+    name: str
+    controller_manager: tuple[float, int] | None  # --kube-api-qps/--kube-api-burst; None: its defaults (20/30)
+    kueue: tuple[float, int]  # Configuration clientConnection qps/burst
+    admitd_status: tuple[float, int]  # admitd run --status-qps/--status-burst
+
+
+SETTINGS = {
+    # Kueue's shipped Configuration (config/components/manager) says qps 50, burst 100; admitd's defaults are 50/100.
+    "shipped": Setting("shipped", None, (50.0, 100), (50.0, 100)),
+    "lifted": Setting("lifted", (1000.0, 2000), (1000.0, 2000), (1000.0, 2000)),
+}
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+def _stop_group(proc: subprocess.Popen[bytes], what: str) -> int | None:
+    """SIGTERM to the process group, SIGKILL after 20 s; the exit status."""
+    if proc.poll() is not None:
+        return proc.returncode
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        return proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        print(f"[e2e] {what} did not stop in 20 s; killing it", file=sys.stderr)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait(timeout=10)
+
+
+class LocalCluster:
+    """scripts/local-cluster in its own state folder."""
+
+    def __init__(self, state_dir: Path, setting: Setting) -> None:
+        self.state_dir = state_dir
+        self.setting = setting
+        self.cluster: KubeCluster | None = None
+
+    def _script(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(LOCAL_CLUSTER), *args, "--state-dir", str(self.state_dir)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+        )
+
+    def up(self) -> KubeCluster:
+        self._script("down")  # a leftover from an interrupted run
+        args = ["up"]
+        if self.setting.controller_manager is not None:
+            qps, burst = self.setting.controller_manager
+            args += ["--controller-manager-qps", f"{qps:g}", "--controller-manager-burst", str(burst)]
+        result = self._script(*args)
+        if result.returncode != 0:
+            raise RunFailed(f"scripts/local-cluster up failed:\n{result.stderr[-3000:]}")
+        state = json.loads((self.state_dir / "state.json").read_text())
+        self.cluster = KubeCluster(
+            kubeconfig=Path(state["kubeconfig"]),
+            state_dir=self.state_dir,
+            apiserver_url=state["apiserver_url"],
+            etcd_url=state["etcd_url"],
+            started_here=True,
+        )
+        return self.cluster
+
+    def pids(self) -> dict[str, int]:
+        state = json.loads((self.state_dir / "state.json").read_text())
+        return {p["name"]: int(p["pid"]) for p in state["processes"] if p["name"] in COMPONENTS}
+
+    def down(self) -> None:
+        result = self._script("down")
+        if result.returncode != 0:
+            raise RunFailed(f"scripts/local-cluster down failed:\n{result.stderr[-3000:]}")
+
+
+class Admitd:
+    """`admitd run` from a snapshot of one commit (`git archive`), not from the shared working tree, so that the
+    figures belong to a commit; its CRDs from that snapshot's config/crd; started as the integration harness does
+    (webhook by URL on 127.0.0.1, its own certificate folder), with the setting's status write rate."""
+
+    name = "admitd"
+
+    def __init__(self, rev: str = "HEAD", patch: Path | None = None) -> None:
+        self.rev = rev
+        self.patch = patch  # applied to the snapshot (`git apply`), to measure a change before it is committed
+        self.commit = ""
+        self.src: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: Path | None = None
+        self.cluster: KubeCluster | None = None
+
+    def version(self) -> str:
+        extra = f" + {self.patch.name}" if self.patch is not None else ""
+        return f"admitd {self.commit[:7] or '?'}{extra}"
+
+    def prepare(self) -> None:
+        result = subprocess.run(
+            ["git", "rev-parse", "--verify", f"{self.rev}^{{commit}}"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=REPO,
+        )
+        if result.returncode != 0:
+            raise RunFailed(f"--admitd-rev {self.rev!r} is not a commit: {result.stderr.strip()}")
+        self.commit = result.stdout.strip()
+        suffix = ""
+        if self.patch is not None:
+            suffix = "-" + hashlib.sha256(self.patch.read_bytes()).hexdigest()[:8]
+        src = Path("/tmp/admitd") / f"e2e-src-{self.commit[:12]}{suffix}"
+        if not (src / ".complete").exists():
+            shutil.rmtree(src, ignore_errors=True)
+            src.mkdir(parents=True)
+            archive = subprocess.run(["git", "archive", self.commit], capture_output=True, check=True, cwd=REPO)
+            subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+            if self.patch is not None:
+                applied = subprocess.run(
+                    ["git", "apply", str(self.patch.resolve())], capture_output=True, text=True, check=False, cwd=src
+                )
+                if applied.returncode != 0:
+                    raise RunFailed(
+                        f"--admitd-patch {self.patch} does not apply to {self.commit[:7]}: {applied.stderr}"
+                    )
+            (src / ".complete").write_text(self.commit)
+        self.src = src
+
+    def start(self, c: KubeCluster, workdir: Path, setting: Setting) -> int:
+        assert self.src is not None, "prepare() first"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.cluster = c
+        crds = sorted((self.src / "config" / "crd").glob("kueue.x-k8s.io_*.yaml"))
+        kubectl(c, "apply", "--server-side", *(a for p in crds for a in ("-f", str(p))))
+        kubectl(c, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        webhook_port, health_port = free_port(), free_port()
+        qps, burst = setting.admitd_status
+        argv = [
+            sys.executable, "-m", "daemon.cli", "--log-level", "info", "run",
+            "--kubeconfig", str(c.kubeconfig), "--db", str(workdir / "admitd.db"),
+            "--webhook-host", "127.0.0.1", "--webhook-port", str(webhook_port),
+            "--webhook-url", f"https://127.0.0.1:{webhook_port}", "--cert-dir", str(workdir / "certs"),
+            "--health-host", "127.0.0.1", "--health-port", str(health_port),
+            "--status-qps", f"{qps:g}", "--status-burst", str(burst),
+        ]  # fmt: skip
+        self.log = workdir / "daemon.log"
+        with self.log.open("ab") as err:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                cwd=self.src,
+                env={**os.environ, "PYTHONPATH": str(self.src)},
+                start_new_session=True,
+            )
+        _wait_ready(self.proc, f"http://127.0.0.1:{health_port}/readyz", "admitd", self.log, self.stop)
+        return self.proc.pid
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return _stop_group(self.proc, "admitd")
+        finally:
+            self.proc = None
+
+    def log_path(self) -> Path | None:
+        return self.log
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, what: str, log: Path, stop: Any, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RunFailed(f"{what} exited with {proc.returncode}: {log.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    stop()
+    raise RunFailed(f"{what} was not ready in {timeout:.0f} s: {log.read_text(errors='replace')[-3000:]}")
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (it is its own CA) and its key."""
+    directory.mkdir(parents=True, exist_ok=True)
+    crt, key = directory / "tls.crt", directory / "tls.key"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-keyout", str(key), "-out", str(crt),
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return crt, key
+
+
+# The kustomization in config/components/webhook keeps these webhooks away from kube-system and kueue-system.
+_SYSTEM_NAMESPACES = {"mpod.kb.io", "mdeployment.kb.io", "mstatefulset.kb.io"} | {
+    "vpod.kb.io",
+    "vdeployment.kb.io",
+    "vstatefulset.kb.io",
+}
+
+
+class Kueue:
+    name = "kueue"
+
+    def __init__(self) -> None:
+        self.module_dir: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: Path | None = None
+
+    def prepare(self) -> None:
+        """Builds Kueue if needed (tests/cluster/kueue/build-kueue.sh) and finds its module."""
+        result = subprocess.run(["bash", str(BUILD_KUEUE)], stdout=subprocess.PIPE, text=True, check=False)
+        if result.returncode != 0:
+            raise RunFailed(f"{BUILD_KUEUE} failed (exit {result.returncode}); its output is above")
+        self.module_dir = Path(result.stdout.strip().splitlines()[-1])
+
+    def version(self) -> str:
+        return f"kueue {self.module_dir.name.split('@')[-1] if self.module_dir else '?'}"
+
+    def module(self) -> Path:
+        """The Kueue module's folder (downloaded from the module proxy on first use), without building."""
+        if self.module_dir is None:
+            go = shutil.which("go") or "/usr/local/go/bin/go"
+            result = subprocess.run(
+                [go, "mod", "download", "-json", "sigs.k8s.io/kueue"],
+                capture_output=True,
+                text=True,
+                check=False,
+                cwd=BUILD_KUEUE.parent,
+            )
+            if result.returncode != 0:
+                raise RunFailed(f"go mod download sigs.k8s.io/kueue failed: {result.stdout}{result.stderr}")
+            self.module_dir = Path(json.loads(result.stdout)["Dir"])
+        return self.module_dir
+
+    def generator_config(self) -> dict[str, Any]:
+        path = self.module() / "test/performance/scheduler/configs/baseline/generator.yaml"
+        loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+        return loaded
+
+    def start(self, c: KubeCluster, workdir: Path, setting: Setting) -> int:
+        assert self.module_dir is not None, "prepare() first"
+        workdir.mkdir(parents=True, exist_ok=True)
+        crds = sorted((self.module_dir / "config/components/crd/bases").glob("*.yaml"))
+        kubectl(c, "apply", "--server-side", *(a for p in crds for a in ("-f", str(p))))
+        kubectl(c, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        kubectl(c, "create", "namespace", "kueue-system")
+        crt, key = _self_signed(workdir / "webhook-certs")
+        webhook_port, health_port, metrics_port = free_port(), free_port(), free_port()
+        ca = base64.b64encode(crt.read_bytes()).decode()
+        docs = [
+            d for d in yaml.safe_load_all((self.module_dir / "config/components/webhook/manifests.yaml").read_text())
+        ]
+        for doc in docs:
+            if not doc or "Webhook" not in doc.get("kind", ""):
+                continue
+            for hook in doc.get("webhooks", []):
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca}
+                if hook["name"] in _SYSTEM_NAMESPACES:
+                    hook["namespaceSelector"] = {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/metadata.name",
+                                "operator": "NotIn",
+                                "values": ["kube-system", "kueue-system"],
+                            }
+                        ]
+                    }
+        kubectl(c, "apply", "-f", "-", stdin=yaml.safe_dump_all([d for d in docs if d]))
+        qps, burst = setting.kueue
+        shipped = yaml.safe_load(
+            (self.module_dir / "config/components/manager/controller_manager_config.yaml").read_text()
+        )
+        config = {
+            **shipped,
+            "namespace": "kueue-system",
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+            "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
+            "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(crt.parent)},
+            "leaderElection": {"leaderElect": False},
+            "clientConnection": {"qps": qps, "burst": burst},
+            "internalCertManagement": {"enable": False},
+            "integrations": {"frameworks": ["batch/job"]},
+            "featureGates": {"VisibilityOnDemand": False},
+        }
+        config_path = workdir / "kueue-config.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        overlay = workdir / "etc-overlay"
+        (overlay / "upper").mkdir(parents=True, exist_ok=True)
+        (overlay / "work").mkdir(parents=True, exist_ok=True)
+        script = (
+            f"mount -t overlay overlay -o lowerdir=/etc,upperdir={overlay / 'upper'},workdir={overlay / 'work'} /etc"
+            f" && mkdir -p /etc/kueue/metrics/certs && cp {crt} {key} /etc/kueue/metrics/certs/"
+            f' && exec "$0" --config={config_path} --zap-log-level=2'
+        )
+        self.log = workdir / "kueue.log"
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(KUEUE_BIN)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "KUBECONFIG": str(c.kubeconfig)},
+                start_new_session=True,
+            )
+        _wait_ready(self.proc, f"http://127.0.0.1:{health_port}/readyz", "kueue", self.log, self.stop)
+        return self.proc.pid
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return _stop_group(self.proc, "kueue")
+        finally:
+            self.proc = None
+
+    def log_path(self) -> Path | None:
+        return self.log

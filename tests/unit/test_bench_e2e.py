@@ -1,0 +1,234 @@
+"""bench/e2e: the baseline-shape generator and the recorder's arithmetic (no cluster; the full run is a benchmark)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from bench.e2e.procs import request_counts
+from bench.e2e.recorder import Timeline, percentile, summarize
+from bench.e2e.results import markers, write_results
+from bench.e2e.runner import aggregate, ratios
+from bench.e2e.shape import CLASS_LABEL, ShapeError, job_object, plan, queue_objects, scaled
+
+# The baseline generator configuration as Kueue v0.17.0 ships it (test/performance/scheduler/configs/baseline).
+BASELINE: dict[str, Any] = {
+    "cohorts": [
+        {
+            "className": "cohort",
+            "count": 5,
+            "queuesSets": [
+                {
+                    "className": "cq",
+                    "count": 6,
+                    "nominalQuota": 20,
+                    "borrowingLimit": 100,
+                    "reclaimWithinCohort": "Any",
+                    "withinClusterQueue": "LowerPriority",
+                    "workloadsSets": [
+                        {
+                            "count": 350,
+                            "creationIntervalMs": 100,
+                            "workloads": [{"className": "small", "runtimeMs": 200, "priority": 50, "request": 1}],
+                        },
+                        {
+                            "count": 100,
+                            "creationIntervalMs": 500,
+                            "workloads": [{"className": "medium", "runtimeMs": 500, "priority": 100, "request": 5}],
+                        },
+                        {
+                            "count": 50,
+                            "creationIntervalMs": 1200,
+                            "workloads": [{"className": "large", "runtimeMs": 1000, "priority": 200, "request": 20}],
+                        },
+                    ],
+                }
+            ],
+        }
+    ]
+}
+
+
+def test_ten_percent_of_the_baseline_is_30_queues_of_35_10_5_jobs() -> None:
+    p = plan(BASELINE, scale_pct=10)
+    assert len(p.queues) == 30
+    assert len({q.cohort for q in p.queues}) == 5
+    assert len(p.jobs) == 1500
+    per_queue = Counter((j.namespace, j.klass) for j in p.jobs)
+    for q in p.queues:
+        assert per_queue[(q.name, "small")] == 35
+        assert per_queue[(q.name, "medium")] == 10
+        assert per_queue[(q.name, "large")] == 5
+    assert p.priorities == {"small": 50, "medium": 100, "large": 200}
+
+
+def test_sizes_quotas_runtimes_and_creation_times_follow_the_generator_with_cpu_divided_by_ten() -> None:
+    p = plan(BASELINE, scale_pct=10)
+    q = p.queues[0]
+    assert (q.nominal_milli, q.borrowing_limit_milli) == (2000, 10000)
+    assert (q.reclaim_within_cohort, q.within_cluster_queue) == ("Any", "LowerPriority")
+    by_class = {j.klass: j for j in p.jobs if j.namespace == q.name and j.name.endswith("-0-0")}
+    assert (by_class["small"].cpu_milli, by_class["small"].runtime_ms) == (100, 200)
+    assert (by_class["medium"].cpu_milli, by_class["medium"].runtime_ms) == (500, 500)
+    assert (by_class["large"].cpu_milli, by_class["large"].runtime_ms) == (2000, 1000)
+    smalls = sorted(j.create_at_s for j in p.jobs if j.namespace == q.name and j.klass == "small")
+    assert smalls[0] == pytest.approx(0.1) and smalls[-1] == pytest.approx(3.5)
+    larges = sorted(j.create_at_s for j in p.jobs if j.namespace == q.name and j.klass == "large")
+    assert larges == pytest.approx([1.2, 2.4, 3.6, 4.8, 6.0])
+    assert [j.create_at_s for j in p.jobs] == sorted(j.create_at_s for j in p.jobs)
+    assert len({(j.namespace, j.name) for j in p.jobs}) == len(p.jobs)
+
+
+def test_objects_are_suspended_jobs_and_v1beta2_queues() -> None:
+    p = plan(BASELINE, scale_pct=1)
+    large = next(j for j in p.jobs if j.klass == "large")
+    body = job_object(large)
+    assert body["spec"]["suspend"] is True
+    assert body["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "large"
+    assert body["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == large.namespace
+    assert body["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "2"}
+    assert body["spec"]["template"]["metadata"]["annotations"]["pod-complete.stage.kwok.x-k8s.io/delay"] == "1000ms"
+    docs = queue_objects(p)
+    kinds = Counter(d["kind"] for d in docs)
+    assert kinds == {
+        "ResourceFlavor": 1,
+        "WorkloadPriorityClass": 3,
+        "Namespace": 30,
+        "ClusterQueue": 30,
+        "LocalQueue": 30,
+    }
+    cq = next(d for d in docs if d["kind"] == "ClusterQueue")
+    quota = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    assert (quota["nominalQuota"], quota["borrowingLimit"]) == ("2", "10")
+    assert cq["spec"]["cohortName"] == "cohort-0"
+
+
+def test_scaling_rounds_and_never_drops_a_set() -> None:
+    assert scaled(350, 10) == 35
+    assert scaled(50, 1) == 1  # 0.5 rounds up
+    assert scaled(100, 0.1) == 1
+    assert scaled(350, 50) == 175
+    with pytest.raises(ShapeError, match="percentage"):
+        plan(BASELINE, scale_pct=0)
+
+
+def test_a_quantity_that_is_not_whole_millicores_after_division_is_refused() -> None:
+    bad = {"cohorts": [{**BASELINE["cohorts"][0], "queuesSets": [{**BASELINE["cohorts"][0]["queuesSets"][0]}]}]}
+    bad["cohorts"][0]["queuesSets"][0]["nominalQuota"] = "0.0001"
+    with pytest.raises(ShapeError, match=r"cohorts\[0\]\.queuesSets\[0\].*millicores"):
+        plan(bad, scale_pct=10)
+
+
+def _job(ns: str, name: str, klass: str, *, suspend: bool, complete: bool = False) -> dict[str, Any]:
+    status = {"conditions": [{"type": "Complete", "status": "True"}]} if complete else {}
+    return {
+        "metadata": {"namespace": ns, "name": name, "labels": {CLASS_LABEL: klass}},
+        "spec": {"suspend": suspend},
+        "status": status,
+    }
+
+
+def synthetic() -> Timeline:
+    t = Timeline()
+    # a: small, created 10, admitted 12, evicted 13, readmitted 15, done 16
+    t.observe(_job("n", "a", "small", suspend=True), 10.0)
+    t.observe(_job("n", "a", "small", suspend=False), 12.0)
+    t.observe(_job("n", "a", "small", suspend=True), 13.0)
+    t.observe(_job("n", "a", "small", suspend=False), 15.0)
+    t.observe(_job("n", "a", "small", suspend=False, complete=True), 16.0)
+    t.observe(_job("n", "a", "small", suspend=False, complete=True), 17.0)  # a later update changes nothing
+    # b: small, created 11, admitted 11.5, done 14
+    t.observe(_job("n", "b", "small", suspend=True), 11.0)
+    t.observe(_job("n", "b", "small", suspend=False), 11.5)
+    t.observe(_job("n", "b", "small", suspend=False, complete=True), 14.0)
+    # c: large, created 10.5, admitted 20.5, done 30
+    t.observe(_job("n", "c", "large", suspend=True), 10.5)
+    t.observe(_job("n", "c", "large", suspend=False), 20.5)
+    t.observe(_job("n", "c", "large", suspend=False, complete=True), 30.0)
+    t.observe({"metadata": {"namespace": "n", "name": "other"}, "spec": {"suspend": False}}, 40.0)  # not ours
+    return t
+
+
+def test_summary_of_a_synthetic_timeline() -> None:
+    s = summarize(synthetic())
+    assert s["jobs"] == 3
+    assert s["makespan_s"] == 20.0  # first creation 10 -> last completion 30
+    assert s["admissions"] == 4 and s["evictions"] == 1
+    assert s["admissions_per_s"] == 0.2
+    assert s["time_to_admission_s"]["small"] == {"jobs": 2, "mean": 1.25, "p90": 2.0}  # 2.0 and 0.5
+    assert s["time_to_admission_s"]["large"] == {"jobs": 1, "mean": 10.0, "p90": 10.0}
+
+
+def test_summary_refuses_a_run_with_unfinished_jobs() -> None:
+    t = synthetic()
+    t.observe(_job("n", "d", "small", suspend=True), 18.0)
+    with pytest.raises(ValueError, match=r"1 Jobs never completed, e\.g\. n/d"):
+        summarize(t)
+
+
+def test_nearest_rank_percentile() -> None:
+    values = [float(v) for v in range(1, 11)]
+    assert percentile(values, 90) == 9.0
+    assert percentile(values, 100) == 10.0
+    assert percentile([5.0], 90) == 5.0
+    assert percentile(list(reversed(values)), 50) == 5.0
+
+
+def test_request_counter_is_summed_per_verb_and_resource() -> None:
+    text = "\n".join(
+        [
+            "# TYPE apiserver_request_total counter",
+            'apiserver_request_total{code="201",component="apiserver",dry_run="",group="batch",resource="jobs",'
+            'scope="resource",subresource="",verb="POST",version="v1"} 7',
+            'apiserver_request_total{code="409",component="apiserver",dry_run="",group="batch",resource="jobs",'
+            'scope="resource",subresource="",verb="POST",version="v1"} 2',
+            'apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",'
+            'scope="resource",subresource="status",verb="PATCH",version="v1"} 5',
+            'apiserver_request_duration_seconds_count{verb="POST"} 99',
+        ]
+    )
+    assert request_counts(text) == Counter({"POST batch/jobs": 9, "PATCH pods/status": 5})
+
+
+def _run(system: str, makespan: float, cpu: float, load: float) -> dict[str, Any]:
+    return {
+        "system": system,
+        "makespan_s": makespan,
+        "admissions_per_s": 1500 / makespan,
+        "evictions": 3,
+        "time_to_admission_s": {"small": {"mean": makespan / 2, "p90": makespan}},
+        "cpu_s": {"scheduler": cpu, "kube-apiserver": 10.0},
+        "peak_rss_mib": {"scheduler": 100.0},
+        "api_requests_per_job": 10.0 if system == "admitd" else 20.0,
+        "loadavg_1m_start_end": [load, load],
+    }
+
+
+def test_medians_ratios_and_the_results_block(tmp_path: Any) -> None:
+    a = aggregate([_run("admitd", m, 5.0, 1.0) for m in (40.0, 50.0, 60.0)])
+    k = aggregate([_run("kueue", m, 20.0, 2.0) for m in (80.0, 100.0, 90.0)])
+    assert a["makespan_s"] == 50.0 and k["makespan_s"] == 90.0
+    r = ratios(a, k)
+    assert r["makespan_s"] == round(50 / 90, 3)
+    assert r["api_requests_per_job"] == 0.5
+    assert r["scheduler_cpu_s"] == 0.25
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\n\nother text\n")
+    result = {
+        "date": "2026-12-01 06:00 UTC",
+        "command": "python -m bench.e2e compare",
+        "versions": {"systems": ["admitd x", "kueue v0.17.0"], "kubernetes": "v1.36.3"},
+        "jobs": 1500,
+        "cluster_queues": 30,
+        "scale_pct": 10.0,
+        "cpus": 2,
+        "summary": {"lifted": {"admitd": a, "kueue": k, "admitd/kueue": r}},
+    }
+    write_results(result, path)
+    write_results(result, path)  # replaced, not appended twice
+    text = path.read_text()
+    begin, end = markers("lifted")
+    assert text.count(begin) == 1 and text.count(end) == 1 and text.startswith("# Results\n\nother text\n")
+    assert "| makespan, s | 50.0 | 90.0 | 0.556 |" in text
