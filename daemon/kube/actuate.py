@@ -14,11 +14,12 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement
+from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, Resize
 from daemon.kube.client import JSON_PATCH, KubeClient
 from daemon.kube.errors import Conflict, NotFound, Permanent, Temporary
 from daemon.kube.jobkinds import KINDS
 from daemon.kube.status_objects import toleration_object
+from daemon.manifests.jobs import FULL_PARALLELISM_ANNOTATION
 from daemon.obs.logging import get_logger
 from daemon.stages.ports import Done, Failed, Outcome
 
@@ -26,6 +27,22 @@ log = get_logger("admitd.actuate")
 
 TEMPLATE_TRIES = 20  # x 0.25 s: how long a template change waits for the Job controller before it is retried later
 _NOTE_PATH = "/metadata/annotations/" + ADMISSION_ANNOTATION.replace("~", "~0").replace("/", "~1")
+_FULL_PATH = "/metadata/annotations/" + FULL_PARALLELISM_ANNOTATION.replace("~", "~0").replace("/", "~1")
+
+
+def resize_patch(resize: Sequence[Resize]) -> list[dict[str, Any]]:
+    """Partial admission of a batch/v1 Job: its parallelism set to the admitted count (or back to the full one),
+    as Kueue's RunWithPodSetsInfo and RestorePodSetsInfo do. Parallelism may change while the Job runs."""
+    return [{"op": "add", "path": "/spec/parallelism", "value": r.count} for r in resize]
+
+
+def full_count_note(resize: Sequence[Resize], *, running: bool) -> list[dict[str, Any]]:
+    """The `admitd.io/full-parallelism` annotation: the count the Job asked for while it runs with fewer pods,
+    else empty (the adapter then reads the Job's own parallelism)."""
+    if not resize:
+        return []
+    short = running and resize[0].count < resize[0].full
+    return [{"op": "add", "path": _FULL_PATH, "value": str(resize[0].full) if short else ""}]
 
 
 def job_path(kind: str, key: str) -> str:
@@ -55,6 +72,8 @@ class JobActuator:
     async def carry_out(self, order: Order) -> Outcome:
         if order.kind not in KINDS:
             return Failed(f"admitd cannot actuate a {order.kind} yet", permanent=True)
+        if order.resize and (order.kind != "Job" or [r.pod_set for r in order.resize] != ["main"]):
+            return Failed(f"admitd cannot change the pod count of a {order.kind} (partial admission)", permanent=True)
         path = job_path(order.kind, order.job)
         suspend = KINDS[order.kind].suspend_pointer
         guard = [{"op": "test", "path": "/metadata/uid", "value": order.uid}] if order.uid else []
@@ -62,17 +81,19 @@ class JobActuator:
             if order.action is Action.UNSUSPEND:
                 ops = [*guard, *placement_patch(order.kind, order.placements)]
                 ops.append({"op": "add", "path": _NOTE_PATH, "value": order.note})
+                ops += [*full_count_note(order.resize, running=True), *resize_patch(order.resize)]
                 ops.append({"op": "replace", "path": suspend, "value": False})
                 await self._patch_template(path, ops)
             else:
                 await self.client.request(
                     "PATCH",
                     path,
-                    body=[*guard, {"op": "add", "path": suspend, "value": True}],
+                    body=[*guard, {"op": "add", "path": suspend, "value": True}, *resize_patch(order.resize)],
                     content_type=JSON_PATCH,
                 )
                 if order.decision:  # an order without a decision only suspends
                     restore = [*guard, *placement_patch(order.kind, order.placements)]
+                    restore += full_count_note(order.resize, running=False)
                     await self._patch_template(path, [*restore, {"op": "add", "path": _NOTE_PATH, "value": ""}])
         except NotFound:
             return Failed(f"{order.kind} {order.job} no longer exists", permanent=True)

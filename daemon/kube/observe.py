@@ -16,6 +16,7 @@ from typing import Any
 from daemon.domain import events as ev
 from daemon.domain import model
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, read_admission_note
+from daemon.domain.management import manage_existing_job, namespace_managed
 from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.kube.client import Obj
 from daemon.kube.jobkinds import DISTRIBUTED, distributed_status
@@ -101,8 +102,11 @@ class Observer:
         on_started_unsuspended: Callable[[str, str, str], None] | None = None,  # (job, uid, kind)
         is_leader: Callable[[], bool] = lambda: True,
         pods_ready: bool = False,
+        jobs: model.JobManagement | None = None,
     ) -> None:
         self.is_leader = is_leader
+        # manageJobsWithoutQueueName / managedJobsNamespaceSelector: which jobs are managed at all
+        self.jobs = jobs if jobs is not None else model.JobManagement()
         self.pods_ready = pods_ready  # waitForPodsReady: report when an admitted job's pods are all ready
         self.state = state
         self.put = put
@@ -143,10 +147,12 @@ class Observer:
 
     def _job(self, obj: Obj, *, deleted: bool) -> list[ev.Event]:
         adapter = adapter_for(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
-        if adapter is None or not adapter.is_managed(obj):
+        if adapter is None:
             return []
         meta = _meta(obj)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if key not in self.state.workloads and not self._managed(obj, adapter.is_managed(obj)):
+            return []  # a job the fold holds is followed to its end, whatever its labels say now
         rec = self.state.workloads.get(key)
         now = self.clock.now()
         if deleted or key in self.state.finished:
@@ -194,6 +200,13 @@ class Observer:
             if reason is not None and self._first(key, ("evicted",)):
                 out.append(ev.WorkloadEvicted(workload=key, at=now, reason=reason))
         return out
+
+    def _managed(self, obj: Obj, labelled: bool) -> bool:
+        """Kueue's rule for a job seen after its creation: in a namespace managedJobsNamespaceSelector selects, one
+        with a queue name, or any with manageJobsWithoutQueueName (held: it names no LocalQueue)."""
+        namespace = str(_meta(obj).get("namespace", ""))
+        selected = namespace_managed(self.jobs, namespace, self.state.namespaces.get(namespace))
+        return manage_existing_job(self.jobs, "labelled" if labelled else None, namespace_selected=selected)
 
     def _first(self, key: str, what: tuple[object, ...]) -> bool:
         """Whether `what` about `key` is not already on its way to the log. Watch events come faster than the fold

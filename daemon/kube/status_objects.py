@@ -136,7 +136,10 @@ def workload_object(wl: Workload, priority: int, priority_ref: PriorityRef | Non
             pod_spec["nodeSelector"] = dict(sorted(ps.node_selector.items()))
         if ps.tolerations:
             pod_spec["tolerations"] = [toleration_object(t) for t in ps.tolerations]
-        pod_sets.append({"name": ps.name, "count": ps.count, "template": {"spec": pod_spec}})
+        pod_set: Obj = {"name": ps.name, "count": ps.count, "template": {"spec": pod_spec}}
+        if ps.min_count is not None:
+            pod_set["minCount"] = ps.min_count  # partial admission
+        pod_sets.append(pod_set)
     spec: Obj = {"active": True, "podSets": pod_sets, "priority": priority}
     if wl.queue_name:
         spec["queueName"] = wl.queue_name

@@ -1,12 +1,15 @@
 """Suspend on create: the mutating admission webhook, its self-managed serving certificate and its registration.
 
-Every job (Job, PyTorchJob, RayJob, JobSet) that carries the `kueue.x-k8s.io/queue-name` label is created suspended
-(`spec.suspend: true`; a PyTorchJob's `spec.runPolicy.suspend`), so none of its pods starts before admitd admits
-it. The MutatingWebhookConfiguration selects only labelled jobs (objectSelector), so the API server never calls
-admitd for any other object. Its failurePolicy is Fail by default, as Kueue's: while
-admitd is down, labelled Jobs cannot be created (the client gets an error and retries), and no job ever runs
-unqueued. With `--webhook-failure-policy Ignore`, they are created unsuspended while admitd is down, and admitd
-suspends them at once when it sees them (logged), which may let some pods start in between.
+Every managed job (Job, PyTorchJob, RayJob, JobSet) is created suspended (`spec.suspend: true`; a PyTorchJob's
+`spec.runPolicy.suspend`), so none of its pods starts before admitd admits it. Managed, as in Kueue
+(`daemon.domain.management`): in a namespace that managedJobsNamespaceSelector selects, a job with the
+`kueue.x-k8s.io/queue-name` label; one without it when the namespace has a LocalQueue named `default` (the webhook
+then adds the label `default`); any other one only with manageJobsWithoutQueueName. `admitd run` registers the
+webhook for every job created in the selected namespaces (namespaceSelector), so the API server never calls admitd
+about kube-system's. Its failurePolicy is Fail by default, as Kueue's: while admitd is down, jobs cannot be created
+there (the client gets an error and retries), and no job ever runs unqueued. With `--webhook-failure-policy
+Ignore`, they are created unsuspended while admitd is down, and admitd suspends them at once when it sees them
+(logged), which may let some pods start in between.
 
 admitd makes its own serving certificate (self-signed, 1 year), renews it when less than 30 days remain, and
 patches the certificate into the configuration's caBundle. Outside the cluster (the local control plane), the
@@ -32,6 +35,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from daemon.domain.actuation import ADMISSION_ANNOTATION
+from daemon.domain.management import (
+    DEFAULT_LOCAL_QUEUE,
+    Managed,
+    default_queue_exists,
+    manage_new_job,
+    namespace_managed,
+)
+from daemon.domain.model import JobManagement, LabelSelector
+from daemon.domain.state import State
 from daemon.kube.client import MERGE_PATCH, KubeClient
 from daemon.kube.errors import NotFound
 from daemon.kube.jobkinds import KINDS
@@ -120,14 +132,54 @@ def ssl_context(cert: ServingCert, directory: Path) -> ssl.SSLContext:
     return ctx
 
 
-def suspend_patch(job: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    """The JSON patch that makes a labelled Job start suspended, with an empty `admitd.io/admission` annotation
-    (so that the admission's patch can set it by path); None when nothing needs to change."""
+NewJobPolicy = Callable[[str, str | None], Managed | None]
+"""(namespace, queue name or None) -> how a job created there is managed, or None when admitd leaves it alone."""
+
+
+def new_job_policy(jobs: JobManagement, state: State) -> NewJobPolicy:
+    """Kueue's webhook rules (`daemon.domain.management`) against what the fold knows now: the namespace's labels
+    and whether it has a LocalQueue named `default`."""
+
+    def decide(namespace: str, queue_name: str | None) -> Managed | None:
+        return manage_new_job(
+            jobs,
+            queue_name,
+            namespace_selected=namespace_managed(jobs, namespace, state.namespaces.get(namespace)),
+            default_queue=default_queue_exists(state.local_queues, namespace),
+        )
+
+    return decide
+
+
+def suspend_patch(
+    job: Mapping[str, Any], policy: NewJobPolicy | None = None, namespace: str = ""
+) -> list[dict[str, Any]] | None:
+    """The JSON patch that makes a managed job start suspended, with an empty `admitd.io/admission` annotation
+    (so that the admission's patch can set it by path), and, for a job without a queue name in a namespace with a
+    LocalQueue `default`, the label naming it; None when nothing needs to change. Without `policy`, a job is
+    managed when it has the queue-name label."""
     meta = job.get("metadata") or {}
     labels = meta.get("labels") or {}
-    if not labels.get(QUEUE_NAME_LABEL):
-        return None
+    queue_name = labels.get(QUEUE_NAME_LABEL) or None
     ops: list[dict[str, Any]] = []
+    if policy is None:
+        if not queue_name:
+            return None
+    else:
+        managed = policy(str(meta.get("namespace") or namespace), queue_name if isinstance(queue_name, str) else None)
+        if managed is None:
+            return None
+        if managed.defaulted:
+            if isinstance(meta.get("labels"), Mapping):
+                ops.append(
+                    {
+                        "op": "add",
+                        "path": "/metadata/labels/" + _pointer(QUEUE_NAME_LABEL),
+                        "value": DEFAULT_LOCAL_QUEUE,
+                    }
+                )
+            else:
+                ops.append({"op": "add", "path": "/metadata/labels", "value": {QUEUE_NAME_LABEL: DEFAULT_LOCAL_QUEUE}})
     annotations = meta.get("annotations")
     if not isinstance(annotations, Mapping):
         ops.append({"op": "add", "path": "/metadata/annotations", "value": {ADMISSION_ANNOTATION: ""}})
@@ -147,11 +199,15 @@ def suspend_patch(job: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     return ops or None
 
 
-def admission_response(review: Mapping[str, Any]) -> dict[str, Any]:
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def admission_response(review: Mapping[str, Any], policy: NewJobPolicy | None = None) -> dict[str, Any]:
     """An AdmissionReview (admission.k8s.io/v1) answered: always allowed, with the suspend patch when needed."""
     request = review.get("request") or {}
     response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
-    patch = suspend_patch(request.get("object") or {})
+    patch = suspend_patch(request.get("object") or {}, policy, str(request.get("namespace") or ""))
     if patch is not None:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
@@ -164,7 +220,10 @@ def webhook_configuration(
     url: str | None,
     service: tuple[str, str, int] | None,
     failure_policy: str,
+    namespaces: LabelSelector | None = None,
 ) -> dict[str, Any]:
+    """With `namespaces` (managedJobsNamespaceSelector), every job created in those namespaces reaches admitd, for
+    the default LocalQueue and manageJobsWithoutQueueName; without, only jobs with the queue-name label do."""
     client_config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
     if url is not None:
         client_config["url"] = url.rstrip("/") + MUTATE_JOBS_PATH
@@ -183,7 +242,11 @@ def webhook_configuration(
                 "failurePolicy": failure_policy,
                 "timeoutSeconds": 10,
                 "clientConfig": client_config,
-                "objectSelector": {"matchExpressions": [{"key": QUEUE_NAME_LABEL, "operator": "Exists"}]},
+                **(
+                    {"namespaceSelector": selector_object(namespaces)}
+                    if namespaces is not None
+                    else {"objectSelector": {"matchExpressions": [{"key": QUEUE_NAME_LABEL, "operator": "Exists"}]}}
+                ),
                 "rules": [
                     {
                         "apiGroups": [k.group],
@@ -250,8 +313,22 @@ async def point_conversion(
     log.info("CRD conversion webhooks point at this daemon", crds=pointed)
 
 
+def selector_object(selector: LabelSelector) -> dict[str, Any]:
+    """A metav1.LabelSelector as the API takes it."""
+    out: dict[str, Any] = {}
+    if selector.match_labels:
+        out["matchLabels"] = dict(selector.match_labels)
+    if selector.match_expressions:
+        out["matchExpressions"] = [
+            {"key": e.key, "operator": e.operator, **({"values": list(e.values)} if e.values else {})}
+            for e in selector.match_expressions
+        ]
+    return out
+
+
 def routes(
     extra: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+    policy: NewJobPolicy | None = None,
 ) -> web.Application:
     """The webhook server's application: /mutate-batch-v1-job, and any extra JSON-in/JSON-out handlers."""
 
@@ -266,7 +343,7 @@ def routes(
         return handle
 
     app = web.Application()
-    app.router.add_post(MUTATE_JOBS_PATH, json_handler(admission_response))
+    app.router.add_post(MUTATE_JOBS_PATH, json_handler(lambda review: admission_response(review, policy)))
     for path, answer in (extra or {}).items():
         app.router.add_post(path, json_handler(answer))
     return app
