@@ -1,7 +1,8 @@
 """admitd's own settings, read from Kueue's Configuration file so that one file serves both.
 
-Only what admitd implements is read (`fairSharing` with its `preemptionStrategies`, `waitForPodsReady`); every other
-Kueue setting is reported as ignored, never silently dropped. v1beta1 switches fair sharing on with
+Only what admitd implements is read (`fairSharing` with its `preemptionStrategies`, `waitForPodsReady`,
+`manageJobsWithoutQueueName`, `managedJobsNamespaceSelector`, `featureGates.PartialAdmission`); every other Kueue
+setting (or feature gate) is reported as ignored, never silently dropped. v1beta1 switches fair sharing on with
 `fairSharing.enable: true`; in v1beta2 a `fairSharing` section switches it on by being there, as in Kueue.
 """
 
