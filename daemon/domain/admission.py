@@ -20,7 +20,10 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
    a pass by Kueue's DRS tournament per quota tree, re-run after every processed entry): a preemptor claims its
    victims (emitting `WorkloadPreempted` for those not already evicting) and reserves its usage; it stays pending
    with `WaitingForPreemptedWorkloads`. Victims claimed this cycle are never claimed again. A workload that would
-   fit once already-evicting workloads are gone waits for them without preempting anything new.
+   fit once already-evicting workloads are gone waits for them without preempting anything new. With fair sharing,
+   a workload that needs preemption in a tree where this cycle already admitted a workload it could preempt is not
+   assessed: its queue waits for the next cycle (`_Kind.DEFERRED`; `AdmissionEngine.deferred` asks the caller for
+   one), because Kueue chooses victims at a cycle's start, where every workload holding quota is a candidate.
 5. BestEffortFIFO's sticky preemptor: a workload whose last reason is `WaitingForPreemptedWorkloads` is offered
    before the rest of its queue. A workload that needs preemption but has no candidates reserves capacity against
    other queues (Kueue's resourcesToReserve) unless its queue may always reclaim; admitd does this once per queue
@@ -150,9 +153,13 @@ class AdmissionEngine:
         self._tree_key: tuple[dict[str, ClusterQueue], dict[str, Cohort], dict[str, ResourceFlavor]] | None = None
         self._usage_cache: dict[str, tuple[object, dict[FlavorResource, int]]] = {}
         self._memo = _Memo()
+        self.deferred = False
+        """Whether the last cycle left a preemptor for the next one (see `_Kind.DEFERRED`): run another cycle once
+        its decisions are in the fold, even if nothing is observed meanwhile."""
 
     def decide(self, view: ClusterView, now: Millis) -> list[Event]:
         if _nothing_to_decide(view):
+            self.deferred = False
             return []
         key = (dict(view.cluster_queues), dict(view.cohorts), dict(view.flavors))
         if self._tree is None or self._tree_key != key:
@@ -161,7 +168,10 @@ class AdmissionEngine:
             self._memo = _Memo()
         if len(self._usage_cache) > 2 * len(view.admitted) + 1024:
             self._usage_cache = {}
-        return _Cycle(view, now, self._config, self._tree, self._usage_cache, self._memo).run()
+        cycle = _Cycle(view, now, self._config, self._tree, self._usage_cache, self._memo)
+        events = cycle.run()
+        self.deferred = cycle.deferred
+        return events
 
 
 def _nothing_to_decide(view: ClusterView) -> bool:
@@ -187,6 +197,7 @@ class _Kind(Enum):
     WAIT_EVICTIONS = "wait"  # fits once already-evicting workloads are gone
     NO_TARGETS = "no-targets"  # preemption needed, nobody to preempt
     NO_FIT = "no-fit"
+    DEFERRED = "deferred"  # needs preemption where this cycle admitted: assessed again next cycle (fair sharing)
 
 
 @dataclass(slots=True)
@@ -362,6 +373,8 @@ class _Cycle:
         # Waiting preemptors that keep the victims they claimed in an earlier cycle (see `_keep_claims`).
         self.kept: dict[str, list[AdmittedWorkload]] = {}
         self.own_victims: dict[str, list[AdmittedWorkload]] = {}
+        self.admitted_in: dict[str, set[str]] = {}  # per tree, the ClusterQueues where this cycle admitted
+        self.deferred = False  # some queue waits for the next cycle (`_Kind.DEFERRED`)
         # waitForPodsReady.blockAdmission: while an admitted workload is not ready, nothing is admitted (preemptions
         # go on). After this cycle's first admission, that workload is the one not ready.
         self.pods_blocked = blocking(view, config.wait_for_pods_ready)
@@ -674,6 +687,9 @@ class _Cycle:
                     return None
                 continue
             result = self._evaluate(q, pw)
+            if result.kind is _Kind.DEFERRED:
+                q.acted = q.volatile = q.done = self.deferred = True  # the queue waits for the next cycle
+                return None
             if result.kind is _Kind.NO_TARGETS and not q.reserved and not self._holds_anything(q, pw, result):
                 q.reserved = True  # the first such workload, but it has nothing to hold: no entry needed
             if result.kind is _Kind.NO_TARGETS and q.reserved:
@@ -878,6 +894,14 @@ class _Cycle:
         waiting = self._fits_after_evictions(q, wl)
         if waiting is not None:
             return preemptor, waiting
+        if self.config.fair_sharing and self._admitted_candidates(q):
+            # Kueue chooses victims in a snapshot where all usage belongs to admitted workloads (the cycle's start).
+            # Here the workloads admitted earlier in this cycle hold quota but are no candidates yet, so a victim
+            # search now would fall on older, higher-priority workloads that Kueue would never pick (a 20-CPU
+            # priority-200 job preempted to free 5 CPU that a priority-100 job admitted this cycle borrowed; it then
+            # preempted its way back in, at every completion: issue 9). Assess it again next cycle, as Kueue does
+            # a preemptor whose room the cycle's earlier admissions took.
+            return preemptor, _Result(_Kind.DEFERRED, assignment=a, volatile=True)
         if a.mode is Mode.NO_FIT:
             return preemptor, _Result(_Kind.NO_FIT, reason=_no_fit_reason(a))
         preemptor.usage = a.usage
@@ -888,6 +912,17 @@ class _Cycle:
         if all(t.victim.evicting for t in targets):
             return preemptor, _Result(_Kind.WAIT_EVICTIONS, assignment=a, waits_on=[t.victim for t in targets])
         return preemptor, _Result(_Kind.PREEMPT, assignment=a, targets=targets)
+
+    def _admitted_candidates(self, q: _Queue) -> bool:
+        """Could a workload admitted earlier in this cycle be a victim of `q`'s workloads by its policies?"""
+        admitted = self.admitted_in.get(q.node.tree)
+        if not admitted:
+            return False
+        pre = q.cq.preemption
+        if pre.within_cluster_queue is not PreemptionPolicy.NEVER and q.name in admitted:
+            return True
+        reclaims = q.node.parent is not None and pre.reclaim_within_cohort is not PreemptionPolicy.NEVER
+        return reclaims and bool(admitted - {q.name})
 
     def _fair_targets(self, p: Preemptor, snap: Snapshot) -> list[Target]:
         return fair_targets(p, snap, self.config.fair_sharing_strategies)
@@ -1048,6 +1083,7 @@ class _Cycle:
         if _blocks_after_admission(self.config):
             self.pods_blocked = True
         self.snap.add_usage(q.node, a.usage)
+        self.admitted_in.setdefault(q.node.tree, set()).add(q.name)
         self.snap.touch(q.node.tree)
         real = self.real_cq_usage.setdefault(q.name, {})
         for fr, v in a.usage.items():

@@ -3,8 +3,10 @@
 A cycle runs only when something outside it changed the fold (an observation, an eviction). It is not run again on
 its own decisions: the engine's cycle already runs passes until nothing more fits, and "a cycle applied to its own
 output admits nothing more" is a tested property of the engine, so a second cycle would only cost time (it did, one
-empty cycle per admitting instant, until the 10,000-job benchmark showed it). Decisions reach the actuate stage only
-after `Recorder.append` returned, which in the daemon means they are durable.
+empty cycle per admitting instant, until the 10,000-job benchmark showed it). The one exception is the engine's own
+request (`AdmissionEngine.deferred`): with fair sharing, a preemptor in a tree where the cycle admitted workloads it
+could preempt is left for the next cycle, which must then run even if nothing is observed. Decisions reach the
+actuate stage only after `Recorder.append` returned, which in the daemon means they are durable.
 """
 
 from __future__ import annotations
@@ -125,6 +127,8 @@ class Admit:
         self.cycles += 1
         if not decisions:
             return
+        if self.engine.deferred:
+            self._dirty = True  # a preemptor waits for this cycle's admissions to be in the fold: a cycle follows
         self._guard_loops(now, decisions)
         self.decisions += len(decisions)
         seqs = await self.recorder.append([(d, self.cause) for d in decisions])

@@ -30,6 +30,8 @@ def preempted(victim: str, by: str) -> WorkloadPreempted:
 
 
 class Script:
+    deferred = False  # no cycle of the script leaves a preemptor for the next one
+
     def __init__(self, *cycles: list[Event]) -> None:
         self.cycles = list(cycles)
 

@@ -1,0 +1,148 @@
+"""Fair sharing within one cycle: victims are chosen where every workload holding quota is a candidate.
+
+Real: `daemon.domain.admission.decide` with fair sharing (tournament, fair-sharing preemption with Kueue's
+FairSharingPreemptWithinNominal), the quota tree and the fold (`tests.unit.builders.World`). Faked: the cluster, as
+the simulator fakes it: a preempted workload is evicted at once and queues again, and cycles repeat at one instant
+until one admits and preempts nothing.
+
+The situation is the one where the Kueue baseline shape with fair sharing churned (issue 9): cq2 runs a large,
+high-priority workload within its nominal quota; the other queues of the cohort are empty and each has five medium
+workloads waiting. The first cycle admits the mediums of all three queues, cq2's beyond its nominal quota (it
+borrows). cq0's fourth medium then needs its nominal quota back. In Kueue the victims are chosen at the start of a
+cycle, when the mediums cq2 borrowed with are admitted workloads, and the lowest-priority, newest of them is taken.
+The engine used to choose them in the same cycle, where the mediums just admitted held quota without being
+candidates yet, so it preempted the large workload (20 CPU, priority 200, to free 5 CPU); that one then preempted
+its way back in (its own queue's mediums and one medium of each other queue), and the exchange came back at every
+completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from daemon.domain.admission import AdmissionEngine, EngineConfig, decide
+from daemon.domain.events import Event, WorkloadAdmitted, WorkloadPending, WorkloadPreempted
+from daemon.domain.model import PodSet
+from daemon.stages.admit import Admit
+from tests.unit.builders import JobBuilder, World, cq, flavor, job, lq, namespace, running, world
+
+FAIR = EngineConfig(fair_sharing=True)
+
+
+def wl(name: str, queue: str, cpu: int, priority: int, at: int) -> JobBuilder:
+    jb = job(name).queue(queue).priority(priority).at(at)
+    jb.pod_sets.append(PodSet(name="main", count=1, requests={"cpu": cpu * 1000}))
+    return jb
+
+
+def baseline_moment() -> World:
+    """Three ClusterQueues of the Kueue baseline shape (nominal 20 CPU, borrowingLimit 100, reclaimWithinCohort Any,
+    withinClusterQueue LowerPriority) at the instant where cq2's large workload runs and five mediums wait in each."""
+    w = world(flavor("rf"), namespace("default"))
+    for i in range(3):
+        w.add(
+            cq(f"cq{i}").cohort("co").flavor("rf", cpu=20, borrow=100).preempt("LowerPriority", "Any"),
+            lq("default", f"q{i}", f"cq{i}"),
+        )
+    w.add(running(wl("large", "q2", 20, 200, 0), "cq2", "rf"))
+    for m in range(5):
+        for i in range(3):
+            w.submit(wl(f"cq{i}-medium-{m}", f"q{i}", 5, 100, 10 + m))
+    return w
+
+
+def settle(w: World, now: int) -> list[Event]:
+    """Cycles at one instant until one admits and preempts nothing; every event of the instant, in order."""
+    out: list[Event] = []
+    for _ in range(20):
+        events = decide(w.view(), now, FAIR)
+        w.apply(events)
+        out.extend(events)
+        for e in events:
+            if isinstance(e, WorkloadPreempted):
+                w.evict(e.workload, now)
+        if not any(isinstance(e, WorkloadAdmitted | WorkloadPreempted) for e in events):
+            return out
+    raise AssertionError(f"no fixed point at {now} ms")
+
+
+def usage_by_cq(w: World) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for aw in w.admitted.values():
+        cq_name = aw.admission.cluster_queue
+        out[cq_name] = out.get(cq_name, 0) + sum(v for ps in aw.admission.pod_sets for v in ps.usage.values())
+    return out
+
+
+def test_a_preemptor_waits_for_the_next_cycle_where_this_one_admitted() -> None:
+    w = baseline_moment()
+    events = decide(w.view(), 100, FAIR)
+    # What fits is admitted (cq2's first two mediums borrow); cq0's and cq1's fourth mediums need room back, and
+    # their victims are not chosen in this cycle.
+    assert sorted(e.workload for e in events if isinstance(e, WorkloadAdmitted)) == [
+        f"default/cq{i}-medium-{m}" for i in range(3) for m in range(3) if (i, m) != (2, 2)
+    ]
+    assert [e for e in events if isinstance(e, WorkloadPreempted)] == []
+    # Nothing is written for the workloads left for the next cycle (no reason that the next cycle changes again).
+    assert not [e for e in events if isinstance(e, WorkloadPending) and e.workload.startswith("default/cq0-")]
+
+
+def test_victims_are_the_borrowed_mediums_not_the_large_workload_within_nominal() -> None:
+    w = baseline_moment()
+    events = settle(w, 100)
+    preempted = [e for e in events if isinstance(e, WorkloadPreempted)]
+    assert sorted((e.workload, e.reason) for e in preempted) == [
+        ("default/cq2-medium-0", "InCohortReclamation"),
+        ("default/cq2-medium-1", "InCohortReclamation"),
+    ]
+    assert "default/large" in w.admitted
+    # Each queue ends at its nominal 20 CPU: nobody borrows, nothing is left to reclaim.
+    assert usage_by_cq(w) == {"cq0": 20_000, "cq1": 20_000, "cq2": 20_000}
+    assert [e for e in settle(w, 100) if isinstance(e, WorkloadAdmitted | WorkloadPreempted)] == []
+
+
+def test_no_workload_is_preempted_and_admitted_again_at_the_instant() -> None:
+    w = baseline_moment()
+    events = settle(w, 100)
+    readmitted = []
+    preempted: set[str] = set()
+    for e in events:
+        if isinstance(e, WorkloadPreempted):
+            preempted.add(e.workload)
+        elif isinstance(e, WorkloadAdmitted) and e.workload in preempted:
+            readmitted.append(e.workload)
+    assert readmitted == []
+
+
+def test_the_engine_asks_for_the_next_cycle_and_the_admit_stage_runs_it() -> None:
+    """Real: `AdmissionEngine` and `daemon.stages.admit.Admit` over the real fold. Faked: the recorder (it folds the
+    decisions into the state and numbers them) and the clock. Nothing is observed between the two cycles: without the
+    engine's request the preemptor would wait for whatever happens next in the cluster."""
+    w = baseline_moment()
+
+    class Folding:
+        state = w.state
+        seq = 0
+
+        async def append(self, items: list[tuple[Event, int | None]]) -> list[int]:
+            out = []
+            for event, _ in items:
+                self.state.apply(event)
+                self.seq += 1
+                out.append(self.seq)
+            return out
+
+    class Clock:
+        def now(self) -> int:
+            return 100
+
+    engine = AdmissionEngine(FAIR)
+    stage = Admit(Folding(), engine, Clock(), lambda order: None)  # type: ignore[arg-type]
+    stage.notify(None)
+    asyncio.run(stage.step())
+    assert engine.deferred
+    assert stage.has_work()
+    asyncio.run(stage.step())
+    assert stage.cycles == 2
+    victims = sorted(key for key, aw in w.admitted.items() if aw.evicting)
+    assert victims == ["default/cq2-medium-0", "default/cq2-medium-1"]
