@@ -303,3 +303,41 @@ def test_a_bad_annotation_is_a_clear_error(obj: dict[str, Any], message: str) ->
     assert "ml/train" in text or "train" in text
     if "full" not in message:
         assert "metadata.annotations[kueue.x-k8s.io/job-min-parallelism]" in text
+
+
+# --- properties ---------------------------------------------------------------------------------------------------
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 6), st.integers(1, 6), st.integers(1, 3), st.integers(0, 2)),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(2, 12),
+    st.booleans(),
+)
+def test_partial_admissions_stay_within_quota_and_bounds(
+    specs: list[tuple[int, int, int, int]], quota: int, preempting: bool
+) -> None:
+    """Every admission's count lies between the pod set's minimum and its full count, the queue never holds more
+    than its quota, and a cycle over the settled state admits nothing more."""
+    queue = cq("a").flavor("h100", gpu=quota)
+    if preempting:
+        queue = queue.preempt(within="LowerPriority")
+    jobs = []
+    for i, (pods, minimum, gpus, prio) in enumerate(specs):
+        jb = job(f"j{i}").gpus(gpus, pods=pods).priority(prio * 10).at(i)
+        if minimum < pods:
+            jb = jb.min(minimum)
+        jobs.append(jb)
+    w = base(queue, *jobs)
+    events = settle(w)
+    for e in events:
+        if isinstance(e, WorkloadAdmitted):
+            ps = w.state.workloads[e.workload].workload.pod_sets[0]
+            (got,) = e.admission.pod_sets
+            assert (ps.min_count or ps.count) <= got.count <= ps.count
+    used = sum(aw.admission.usage().get(("h100", "gpu"), 0) for aw in w.view().admitted.values())
+    assert used <= quota * M
+    assert not [e for e in decide(w.view(), NOW) if isinstance(e, WorkloadAdmitted | WorkloadPreempted)]
