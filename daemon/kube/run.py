@@ -1,6 +1,7 @@
 """`admitd run`: the daemon on a real cluster, wired from the same stages the simulator runs.
 
-Start-up: replay the log (newest valid snapshot + tail), then list the cluster (queue objects first, then Jobs)
+Start-up: replay the log (newest valid snapshot + tail), then list the cluster (queue objects first, then Jobs
+and the distributed kinds whose CRDs are installed: PyTorchJob, RayJob, JobSet)
 and append only the differences, so the log stays the history and the cluster the truth about what exists now.
 Then the stages run as guarded concurrent loops beside the watches, the webhook server and the health/metrics
 server. `/readyz` answers 200 only after the replay and the first full list. SIGTERM or SIGINT drains: the loops
