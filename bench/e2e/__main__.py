@@ -3,6 +3,7 @@
 Usage (from the repository root, with the project's venv):
   python -m bench.e2e compare --scale 10 --runs 3 --settings shipped,lifted [--systems admitd,kueue] [--no-results]
   python -m bench.e2e run --system kueue --setting lifted --scale 1
+  python -m bench.e2e results bench/out/e2e-<time>.json      (the table again from a saved comparison)
 
 `compare` runs, per setting and per round, admitd then Kueue (each on its own fresh cluster), prints one JSON object
 (every run, medians per system and setting, admitd/Kueue ratios) and, unless --no-results, writes the table between
@@ -75,10 +76,15 @@ def main() -> int:
     cmp_p.add_argument("--settings", default="shipped,lifted")
     cmp_p.add_argument("--systems", default="admitd,kueue")
     cmp_p.add_argument("--no-results", action="store_true", help="do not write bench/RESULTS.md")
+    res_p = sub.add_parser("results", help="write bench/RESULTS.md from a saved comparison (bench/out/e2e-*.json)")
+    res_p.add_argument("file", type=Path)
     run_p = sub.choices["run"]
     run_p.add_argument("--system", choices=("admitd", "kueue"), required=True)
     run_p.add_argument("--setting", choices=tuple(SETTINGS), default="lifted")
     args = parser.parse_args()
+    if args.command == "results":
+        write_results(json.loads(args.file.read_text()))
+        return 0
 
     signal.signal(signal.SIGTERM, _interrupt)  # the runners stop what they started on SIGTERM as on Ctrl-C
     kueue = Kueue()  # the generator configuration comes from Kueue's module in any case

@@ -21,9 +21,8 @@ def _fmt(x: object) -> str:
     return str(x)
 
 
-def _rows(per: dict[str, Any]) -> list[tuple[str, Any]]:
+def _rows(per: dict[str, Any], systems: list[str]) -> list[tuple[str, Any]]:
     """(label, getter) of each figure row, for a system's medians and for the ratios alike."""
-    systems = [s for s in ("admitd", "kueue") if s in per]
     rows: list[tuple[str, Any]] = [("makespan, s", lambda a: a["makespan_s"])]
     for klass in per[systems[0]]["mean_tta_s"]:
         rows.append((f"time to admission {klass}, mean s", lambda a, k=klass: a["mean_tta_s"][k]))
@@ -60,7 +59,7 @@ def table(result: dict[str, Any], setting: str) -> str:
     counts = ", ".join(f"{s} {per[s]['runs']}" for s in systems)
     lines += [f"Completed runs: {counts}.", ""]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for label, get in _rows(per):
+    for label, get in _rows(per, systems):
         cells = [_fmt(get(per[s])) for s in systems] + ([_fmt(get(ratio))] if ratio else [])
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     extra = [

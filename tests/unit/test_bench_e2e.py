@@ -232,3 +232,26 @@ def test_medians_ratios_and_the_results_block(tmp_path: Any) -> None:
     begin, end = markers("lifted")
     assert text.count(begin) == 1 and text.count(end) == 1 and text.startswith("# Results\n\nother text\n")
     assert "| makespan, s | 50.0 | 90.0 | 0.556 |" in text
+
+
+def test_a_failed_run_is_named_in_the_results_block(tmp_path: Any) -> None:
+    k = aggregate([_run("kueue", 90.0, 20.0, 2.0)])
+    k["failed"] = []
+    result = {
+        "date": "2026-12-01 06:00 UTC",
+        "command": "python -m bench.e2e compare",
+        "versions": {"systems": ["admitd x", "kueue v0.17.0"], "kubernetes": "v1.36.3"},
+        "jobs": 1500,
+        "cluster_queues": 30,
+        "scale_pct": 10.0,
+        "cpus": 2,
+        "summary": {
+            "shipped": {"admitd": {"runs": 0, "failed": ["only 110 of 180 Jobs completed in 180 s"]}, "kueue": k}
+        },
+    }
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\n")
+    write_results(result, path)
+    text = path.read_text()
+    assert "A admitd run failed: only 110 of 180 Jobs completed in 180 s" in text
+    assert "| figure | kueue |" in text and "admitd/Kueue" not in text
