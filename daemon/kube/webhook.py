@@ -47,7 +47,9 @@ from daemon.domain.state import State
 from daemon.kube.client import MERGE_PATCH, KubeClient
 from daemon.kube.errors import NotFound
 from daemon.kube.jobkinds import KINDS
-from daemon.manifests import QUEUE_NAME_LABEL
+from daemon.manifests import QUEUE_NAME_LABEL, adapter_for
+from daemon.manifests.distributed import DistributedAdapter
+from daemon.manifests.fields import Reader
 from daemon.obs.logging import get_logger
 
 log = get_logger("admitd.webhook")
@@ -203,10 +205,29 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+def rejection(job: Mapping[str, Any]) -> str | None:
+    """Why a queued PyTorchJob, RayJob or JobSet cannot be created, as Kueue's validating webhooks refuse it (a
+    RayJob on an existing cluster or keeping its cluster, a replica spec without containers...): every problem the
+    adapter finds, each naming its field; None when it is fine or not one of those kinds. Jobs are not refused."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    adapter = adapter_for(str(job.get("apiVersion", "")), str(job.get("kind", "")))
+    if not isinstance(adapter, DistributedAdapter) or not labels.get(QUEUE_NAME_LABEL):
+        return None
+    r = Reader(kind=adapter.kind)
+    adapter.read(r, job, created_at=0, uid="")
+    return "; ".join(str(e) for e in r.errors) or None
+
+
 def admission_response(review: Mapping[str, Any], policy: NewJobPolicy | None = None) -> dict[str, Any]:
-    """An AdmissionReview (admission.k8s.io/v1) answered: always allowed, with the suspend patch when needed."""
+    """An AdmissionReview (admission.k8s.io/v1) answered: allowed with the suspend patch when needed, or refused
+    (422, the fields named) for a queued distributed job admitd could never admit (`rejection`)."""
     request = review.get("request") or {}
     response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+    why = rejection(request.get("object") or {})
+    if why is not None:
+        response["allowed"] = False
+        response["status"] = {"code": 422, "reason": "Invalid", "message": why}
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
     patch = suspend_patch(request.get("object") or {}, policy, str(request.get("namespace") or ""))
     if patch is not None:
         response["patchType"] = "JSONPatch"

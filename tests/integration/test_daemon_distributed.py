@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -349,3 +350,30 @@ def test_a_jobset_is_suspended_on_create_placed_per_replicated_job_and_released_
         },
     )
     wait_for("the JobSet to be recorded finished", lambda: bool(of_type(mine(daemon, ns), "job.finished", f"{ns}/js")))
+
+
+def test_a_queued_rayjob_on_an_existing_cluster_is_refused_at_creation(
+    daemon: Daemon, crds: KubeCluster, namespace: str
+) -> None:
+    """As Kueue's validating webhook: the API server refuses it, with admitd's reason naming the field."""
+    ns = namespace
+    bad = rayjob(ns, "shared")
+    bad["spec"]["clusterSelector"] = {"ray.io/cluster": "team-cluster"}
+    result = subprocess.run(
+        [str(crds.kubectl), "--kubeconfig", str(crds.kubeconfig), "create", "-f", "-"],
+        input=json.dumps(bad),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert f"RayJob {ns}/shared: spec.clusterSelector: a queued RayJob cannot run on an existing Ray cluster" in (
+        result.stderr
+    )
+    assert kubectl(crds, "get", "rayjobs.ray.io", "-n", ns, "-o", "name") == ""
+    unqueued = rayjob(ns, "unqueued")
+    unqueued["metadata"]["labels"] = {}
+    unqueued["spec"]["clusterSelector"] = {"ray.io/cluster": "team-cluster"}
+    apply(crds, unqueued)  # not admitd's: created as it is
+    assert "suspend" not in get(crds, "rayjobs.ray.io", ns, "unqueued")["spec"]

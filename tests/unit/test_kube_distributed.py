@@ -18,7 +18,7 @@ from daemon.domain.model import Admission, PodSetAssignment, ResourceFlavor, Tol
 from daemon.kube.actuate import placement_patch
 from daemon.kube.jobkinds import KINDS
 from daemon.kube.observe import job_view
-from daemon.kube.webhook import suspend_patch, webhook_configuration
+from daemon.kube.webhook import admission_response, suspend_patch, webhook_configuration
 from daemon.manifests import parse_object
 from tests.unit.test_distributed_adapters import group, jobset, pod, pytorchjob, rayjob, rjob
 
@@ -235,3 +235,47 @@ def test_each_kind_says_whether_it_is_suspended_running_or_finished(
 ) -> None:
     view = job_view(obj)
     assert (view.suspended, view.active, view.finished) == expected
+
+
+def _review(obj: dict[str, Any]) -> dict[str, Any]:
+    answer = admission_response({"request": {"uid": "u1", "namespace": "ml", "object": obj}})
+    response: dict[str, Any] = answer["response"]
+    return response
+
+
+def test_the_webhook_refuses_a_queued_rayjob_on_an_existing_cluster_naming_the_field() -> None:
+    obj = unsuspended(rayjob(clusterSelector={"ray.io/cluster": "shared"}, shutdownAfterJobFinishes=False))
+    response = _review(obj)
+    assert (response["uid"], response["allowed"], response["status"]["code"]) == ("u1", False, 422)
+    assert response["status"]["message"].startswith(
+        "RayJob ml/train: spec.clusterSelector: a queued RayJob cannot run on an existing Ray cluster"
+    )
+    assert "patch" not in response
+
+
+@pytest.mark.parametrize(
+    ("obj", "field"),
+    [
+        pytest.param(
+            rayjob(shutdownAfterJobFinishes=False), "spec.shutdownAfterJobFinishes", id="rayjob keeps its cluster"
+        ),
+        pytest.param(
+            pytorchjob(Worker={"replicas": 1, "template": {"spec": {"containers": []}}}),
+            "spec.pytorchReplicaSpecs[Worker].template.spec.containers",
+            id="pytorchjob replica without containers",
+        ),
+        pytest.param(jobset(rjob("w", -1)), "spec.replicatedJobs[0].replicas", id="jobset negative replicas"),
+    ],
+)
+def test_the_webhook_refuses_what_admitd_could_never_admit(obj: dict[str, Any], field: str) -> None:
+    response = _review(obj)
+    assert response["allowed"] is False
+    assert f": {field}: " in response["status"]["message"]
+
+
+def test_the_webhook_leaves_unqueued_jobs_alone_and_suspends_good_ones() -> None:
+    unqueued = unsuspended(rayjob(clusterSelector={"ray.io/cluster": "shared"}))
+    unqueued["metadata"]["labels"] = {}
+    assert _review(unqueued) == {"uid": "u1", "allowed": True}
+    good = _review(unsuspended(rayjob(group("w"))))
+    assert good["allowed"] is True and good["patchType"] == "JSONPatch"
