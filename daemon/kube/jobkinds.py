@@ -101,8 +101,18 @@ def _true(conditions: object, *types: str) -> str | None:
     return None
 
 
-def distributed_status(obj: Mapping[str, Any]) -> tuple[bool, int, str | None]:
-    """(suspended, pods still running, "Complete" | "Failed" | None) of a PyTorchJob, RayJob or JobSet."""
+@dataclass(frozen=True, slots=True)
+class DistributedStatus:
+    suspended: bool
+    active: int  # pods (or, for a RayJob, clusters) still running
+    finished: str | None  # "Complete" | "Failed" | None
+    ready: bool  # Kueue's PodsReady for the kind, which each of these reports for the job as a whole
+
+
+def distributed_status(obj: Mapping[str, Any]) -> DistributedStatus:
+    """A PyTorchJob's, RayJob's or JobSet's status as Kueue's integrations read it. PodsReady: a PyTorchJob's
+    condition Running, a RayJob's `status.rayClusterStatus.state` ready, every replicated job of a JobSet ready or
+    succeeded."""
     kind = obj.get("kind")
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -113,18 +123,21 @@ def distributed_status(obj: Mapping[str, Any]) -> tuple[bool, int, str | None]:
             sum(int((r or {}).get("active") or 0) for r in replicas.values()) if isinstance(replicas, Mapping) else 0
         )
         done = _true(status.get("conditions"), "Succeeded", "Failed")
-        return suspended, active, None if done is None else ("Complete" if done == "Succeeded" else "Failed")
+        finished = None if done is None else ("Complete" if done == "Succeeded" else "Failed")
+        return DistributedStatus(suspended, active, finished, _true(status.get("conditions"), "Running") is not None)
     if kind == "RayJob":
         deployment = str(status.get("jobDeploymentStatus") or "")
         finished = {"Complete": "Complete", "Failed": "Failed"}.get(deployment)
-        return bool(spec.get("suspend")), 0 if deployment in _RAY_IDLE else 1, finished
+        cluster = status.get("rayClusterStatus") or {}
+        ready = isinstance(cluster, Mapping) and cluster.get("state") == "ready"
+        return DistributedStatus(bool(spec.get("suspend")), 0 if deployment in _RAY_IDLE else 1, finished, ready)
     if kind == "JobSet":
         jobs = status.get("replicatedJobsStatus") or []
-        active = sum(int((j or {}).get("active") or 0) for j in jobs) if isinstance(jobs, list) else 0
+        jobs = jobs if isinstance(jobs, list) else []
+        active = sum(int((j or {}).get("active") or 0) for j in jobs)
         done = _true(status.get("conditions"), "Completed", "Failed")
-        return (
-            bool(spec.get("suspend")),
-            active,
-            None if done is None else ("Complete" if done == "Completed" else "Failed"),
-        )
+        finished = None if done is None else ("Complete" if done == "Completed" else "Failed")
+        wanted = sum(int((rj or {}).get("replicas", 1) or 0) for rj in spec.get("replicatedJobs") or ())
+        have = sum(int((j or {}).get("ready") or 0) + int((j or {}).get("succeeded") or 0) for j in jobs)
+        return DistributedStatus(bool(spec.get("suspend")), active, finished, bool(jobs) and have >= wanted)
     raise ValueError(f"not a distributed job kind: {kind}")

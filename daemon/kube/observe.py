@@ -28,6 +28,7 @@ log = get_logger("admitd.observe")
 
 _KEEP_META = ("name", "namespace", "labels", "annotations")
 DISTRIBUTED_KINDS = frozenset(k.kind for k in DISTRIBUTED)
+ALL_PODS = 2**63 - 1  # `JobView.ready` of a job whose kind reports all its pods ready at once
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -77,8 +78,9 @@ class JobView:
 
 def job_view(obj: Mapping[str, Any]) -> JobView:
     if obj.get("kind") in DISTRIBUTED_KINDS:
-        suspended, active, finished = distributed_status(obj)
-        return JobView(suspended=suspended, active=active, finished=finished)
+        d = distributed_status(obj)
+        # These kinds report readiness for the job as a whole: ready counts as every pod admitted.
+        return JobView(suspended=d.suspended, active=d.active, finished=d.finished, ready=ALL_PODS if d.ready else 0)
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     finished = None

@@ -279,3 +279,47 @@ def test_the_webhook_leaves_unqueued_jobs_alone_and_suspends_good_ones() -> None
     assert _review(unqueued) == {"uid": "u1", "allowed": True}
     good = _review(unsuspended(rayjob(group("w"))))
     assert good["allowed"] is True and good["patchType"] == "JSONPatch"
+
+
+@pytest.mark.parametrize(
+    ("obj", "ready"),
+    [
+        pytest.param(
+            _with_status(
+                pytorchjob(Worker={"template": pod()}), {"conditions": [{"type": "Running", "status": "True"}]}
+            ),
+            True,
+            id="pytorchjob: condition Running",
+        ),
+        pytest.param(
+            _with_status(
+                pytorchjob(Worker={"template": pod()}), {"conditions": [{"type": "Created", "status": "True"}]}
+            ),
+            False,
+            id="pytorchjob: only created",
+        ),
+        pytest.param(
+            _with_status(rayjob(), {"rayClusterStatus": {"state": "ready"}}), True, id="rayjob: cluster ready"
+        ),
+        pytest.param(_with_status(rayjob(), {"rayClusterStatus": {}}), False, id="rayjob: cluster not ready"),
+        pytest.param(
+            _with_status(
+                jobset(rjob("a", 2), rjob("b", 1)),
+                {"replicatedJobsStatus": [{"name": "a", "ready": 1, "succeeded": 1}, {"name": "b", "ready": 1}]},
+            ),
+            True,
+            id="jobset: every replicated job ready or succeeded",
+        ),
+        pytest.param(
+            _with_status(
+                jobset(rjob("a", 2), rjob("b", 1)),
+                {"replicatedJobsStatus": [{"name": "a", "ready": 1}, {"name": "b", "ready": 1}]},
+            ),
+            False,
+            id="jobset: one replica of a not ready",
+        ),
+    ],
+)
+def test_pods_ready_as_each_kind_reports_it(obj: dict[str, Any], ready: bool) -> None:
+    """waitForPodsReady compares `ready` with the admitted pod count; these kinds report the job as a whole."""
+    assert (job_view(obj).ready >= 10**6) is ready
