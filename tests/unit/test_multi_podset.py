@@ -12,8 +12,8 @@ from typing import Any
 from daemon.domain.admission import decide
 from daemon.domain.events import Event, WorkloadAdmitted, WorkloadPending, WorkloadPreempted
 from daemon.domain.model import PendingReasonKind as K
-from daemon.domain.model import Shortage
-from tests.unit.builders import M, World, cq, flavor, job, lq, namespace, running, settle, world
+from daemon.domain.model import Shortage, Toleration
+from tests.unit.builders import M, World, cq, flavor, job, lq, namespace, running, settle, taint, world
 
 NOW = 1000
 
@@ -150,3 +150,66 @@ def test_a_whole_multi_pod_set_job_is_preempted_as_one() -> None:
     assert [e.workload for e in events if isinstance(e, WorkloadPreempted)] == ["default/pt"]
     assert "default/urgent" in admitted(events)
     assert set(w.admitted) == {"default/urgent"}
+
+
+# --- Kueue's flavor-assigner cases with several pod sets (pkg/scheduler/flavorassigner/flavorassigner_test.go) ----
+
+GI = 2**30
+
+
+def test_kueue_multiple_specs_fit_different_flavors() -> None:
+    """driver 5 CPUs, worker 3: flavor one (4) cannot hold the driver, two (10) can; the worker then fits one."""
+    w = world(
+        flavor("one"),
+        flavor("two"),
+        namespace("default"),
+        lq("default", "q", "a"),
+        cq("a").flavor("one", cpu=4).flavor("two", cpu=10),
+        job("wl").podset("driver", 1, cpu=5).podset("worker", 1, cpu=3),
+    )
+    assert placed(admitted(decide(w.view(), NOW))["default/wl"]) == [
+        ("driver", 1, {"cpu": "two"}, {"cpu": 5 * M}),
+        ("worker", 1, {"cpu": "one"}, {"cpu": 3 * M}),
+    ]
+
+
+def test_kueue_multiple_specs_fit_borrowing() -> None:
+    """4 + 6 CPUs and 1 + 4 Gi against a nominal 2 CPUs and 2 Gi: both pod sets borrow from the cohort, and the
+    admission holds 10 CPUs and 5 Gi."""
+    w = world(
+        flavor("default"),
+        namespace("default"),
+        lq("default", "q", "a"),
+        cq("a").cohort("c").flavor("default", cpu=2, memory=2 * GI, borrow={"cpu": 98}),
+        cq("b").cohort("c").flavor("default", cpu=198, memory=198 * GI),
+        job("wl").podset("driver", 1, cpu=4, memory=GI).podset("worker", 1, cpu=6, memory=4 * GI),
+    )
+    event = admitted(decide(w.view(), NOW))["default/wl"]
+    assert event.admission.usage() == {("default", "cpu"): 10 * M, ("default", "memory"): 5 * GI * M}
+    assert {(b.resource, b.amount) for b in event.borrowed} == {("cpu", 8 * M), ("memory", 3 * GI * M)}
+
+
+def test_kueue_each_pod_set_requires_preemption_on_a_different_flavor() -> None:
+    """launcher 2 CPUs preempts in flavor one (3 of 4 used); 10 workers, which tolerate the spot taint, cannot go
+    to one (2 + 10 > 4) and preempt in tainted (3 of 10 used): victims in both flavors, for one workload."""
+    spot = Toleration(key="instance", operator="Equal", value="spot", effect="NoSchedule")
+    w = world(
+        flavor("one"),
+        flavor("tainted", taints=[taint("instance", "spot")]),
+        namespace("default"),
+        lq("default", "q", "a"),
+        cq("a").preempt(within="LowerPriority").flavor("one", cpu=4).flavor("tainted", cpu=10),
+        running(job("on-one").cpus(3).priority(1), "a", "one"),
+        running(job("on-tainted").podset("main", 3, cpu=1, tolerations=[spot]).priority(1), "a", "tainted"),
+        job("wl").priority(100).podset("launcher", 1, cpu=2).podset("workers", 10, cpu=1, tolerations=[spot]),
+    )
+    events = decide(w.view(), NOW)
+    victims = {e.workload for e in events if isinstance(e, WorkloadPreempted)}
+    assert victims == {"default/on-one", "default/on-tainted"}
+    w.apply(events)
+    for key in victims:
+        w.evict(key, NOW)
+    assert placed(admitted(settle(w, NOW + 1))["default/wl"]) == [
+        ("launcher", 1, {"cpu": "one"}, {"cpu": 2 * M}),
+        ("workers", 10, {"cpu": "tainted"}, {"cpu": 10 * M}),
+    ]
