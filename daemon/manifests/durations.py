@@ -5,6 +5,7 @@ Read at the border: the simulator's annotations and the Kueue Configuration's du
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -30,6 +31,7 @@ class DurationError(ValueError):
     pass
 
 
+@functools.lru_cache(maxsize=1024)  # scenarios repeat a few durations thousands of times; errors are not kept
 def parse_duration(text: str) -> int:
     """Milliseconds in a Go duration. Sub-millisecond remainders round up, so a job never runs for 0 ms by accident.
 

@@ -268,6 +268,10 @@ class _Loader(_BaseLoader):
                 if len(_RESOLVED) < _RESOLVED_MAX and len(value) <= _RESOLVED_LONGEST:
                     _RESOLVED[value] = tag
             return tag
+        if kind is yaml.MappingNode and implicit:
+            return _MAP_TAG  # what the library returns without path resolvers, for a mapping without a tag
+        if kind is yaml.SequenceNode and implicit:
+            return _SEQ_TAG
         resolved: str = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
         return resolved
 

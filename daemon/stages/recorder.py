@@ -87,12 +87,12 @@ class Recorder:
             await self.catch_up()
             return
         await asyncio.sleep(0)
-        for first, (future, _) in list(self._unawaited.items()):
-            if not future.done():
+        unawaited = self._unawaited
+        while unawaited:
+            first = next(iter(unawaited))  # the oldest: batches are written in order
+            if len(unawaited) <= _BACKLOG_MAX and not unawaited[first][0].done():
                 break
-            await self._settle(first)  # checks the seqs; does not wait, the batch is written
-        while len(self._unawaited) > _BACKLOG_MAX:
-            await self._settle(next(iter(self._unawaited)))
+            await self._settle(first)  # checks the seqs; waits only when the backlog is too long
 
     async def catch_up(self) -> None:
         """Wait until everything appended so far is durable; write a snapshot when one is due."""
