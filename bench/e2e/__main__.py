@@ -107,6 +107,36 @@ def main() -> int:
     settings = settings_named(args.settings)
     runs: list[dict[str, Any]] = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    out_dir = Path(__file__).resolve().parents[1] / "out"
+    out_dir.mkdir(exist_ok=True)
+    out = out_dir / f"e2e-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
+
+    def result() -> dict[str, Any]:
+        summary: dict[str, Any] = {}
+        for setting in settings:
+            per: dict[str, Any] = {}
+            for s in systems:
+                mine = [r for r in runs if r["system"] == s.name and r["setting"] == setting.name]
+                ok = [r for r in mine if "failed" not in r]
+                per[s.name] = aggregate(ok) if ok else {"runs": 0}
+                per[s.name]["failed"] = [r["failed"] for r in mine if "failed" in r]
+            if per.get("admitd", {}).get("runs") and per.get("kueue", {}).get("runs"):
+                per["admitd/kueue"] = ratios(per["admitd"], per["kueue"])
+            summary[setting.name] = per
+        return {
+            "benchmark": "e2e",
+            "date": started,
+            "command": command,
+            "versions": {"systems": [s.version() for s in systems], "kubernetes": kube_version()},
+            "scale_pct": args.scale,
+            "jobs": len(p.jobs),
+            "cluster_queues": len(p.queues),
+            "cpus": os.cpu_count(),
+            "complete": len(runs) == len(settings) * args.runs * len(systems),
+            "summary": summary,
+            "runs": runs,
+        }
+
     for setting in settings:
         for i in range(args.runs):
             for system in systems:
@@ -116,38 +146,12 @@ def main() -> int:
                 except RunFailed as e:  # recorded, and the comparison goes on (everything it started is stopped)
                     log(f"{system.name} / {setting.name} run {i + 1} failed: {e}")
                     runs.append({"system": system.name, "setting": setting.name, "failed": str(e)})
-    summary: dict[str, Any] = {}
-    for setting in settings:
-        per: dict[str, Any] = {}
-        for s in systems:
-            mine = [r for r in runs if r["system"] == s.name and r["setting"] == setting.name]
-            ok = [r for r in mine if "failed" not in r]
-            per[s.name] = aggregate(ok) if ok else {"runs": 0}
-            per[s.name]["failed"] = [r["failed"] for r in mine if "failed" in r]
-        if per.get("admitd", {}).get("runs") and per.get("kueue", {}).get("runs"):
-            per["admitd/kueue"] = ratios(per["admitd"], per["kueue"])
-        summary[setting.name] = per
-    result = {
-        "benchmark": "e2e",
-        "date": started,
-        "command": command,
-        "versions": {
-            "systems": [s.version() for s in systems],
-            "kubernetes": kube_version(),
-        },
-        "scale_pct": args.scale,
-        "jobs": len(p.jobs),
-        "cluster_queues": len(p.queues),
-        "cpus": os.cpu_count(),
-        "summary": summary,
-        "runs": runs,
-    }
-    out_dir = Path(__file__).resolve().parents[1] / "out"
-    out_dir.mkdir(exist_ok=True)
-    (out_dir / f"e2e-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json").write_text(json.dumps(result, indent=2))
+                # After every run, so that what is done survives an interrupted comparison (`results FILE`).
+                out.write_text(json.dumps(result(), indent=2))
+    final = result()
     if not args.no_results:
-        write_results(result)
-    json.dump(result, sys.stdout, indent=2)
+        write_results(final)
+    json.dump(final, sys.stdout, indent=2)
     print()
     return 0
 
