@@ -111,7 +111,7 @@ def main() -> int:
     out_dir.mkdir(exist_ok=True)
     out = out_dir / f"e2e-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
 
-    def result() -> dict[str, Any]:
+    def current() -> dict[str, Any]:
         summary: dict[str, Any] = {}
         for setting in settings:
             per: dict[str, Any] = {}
@@ -147,8 +147,8 @@ def main() -> int:
                     log(f"{system.name} / {setting.name} run {i + 1} failed: {e}")
                     runs.append({"system": system.name, "setting": setting.name, "failed": str(e)})
                 # After every run, so that what is done survives an interrupted comparison (`results FILE`).
-                out.write_text(json.dumps(result(), indent=2))
-    final = result()
+                out.write_text(json.dumps(current(), indent=2))
+    final = current()
     if not args.no_results:
         write_results(final)
     json.dump(final, sys.stdout, indent=2)
