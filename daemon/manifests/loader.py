@@ -6,8 +6,10 @@ Content problems never raise and never stop the next document; only an unreadabl
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -348,8 +350,25 @@ class _Loader(_BaseLoader):
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)
 
 
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Reading a large file builds many small long-lived objects; CPython's default thresholds then run full
+    collections that find nothing (10-15% of reading 10,000 Jobs). Collect less often meanwhile, then restore."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], 10_000), max(thresholds[1], 50), max(thresholds[2], 100))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+
+
 def parse_documents(text: str, *, source: str = "<string>") -> list[Parsed]:
     """Every document of a multi-document YAML text, in order; empty documents are skipped."""
+    with _fewer_collections():
+        return _parse_documents(text, source)
+
+
+def _parse_documents(text: str, source: str) -> list[Parsed]:
     out: list[Parsed] = []
     loader = _Loader(text)
     try:
