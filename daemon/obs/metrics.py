@@ -162,6 +162,8 @@ class FoldedMetrics:
         self.wait: dict[tuple[str, str], Hist] = {}
         self.execution: dict[tuple[str, str], Hist] = {}
         self.usage: dict[str, dict[FlavorResource, Milli]] = {}
+        self.priority_classes: dict[str, set[str]] = {}  # cluster queue -> the priority_class labels it has
+        self.counted_queues: set[str] = set()  # queues named by a counter (they stay after the queue is deleted)
         self._queued_at: dict[str, int] = {}  # requeue times of evicted workloads (Kueue's wait starts there)
         self._preempt_reason: dict[str, str] = {}
         self.dirty: set[tuple[str, str]] = set()  # (cluster queue, group of metrics) changed since the last render
@@ -219,6 +221,9 @@ class FoldedMetrics:
                 rec = state.workloads.get(key)
                 if rec is not None and rec.phase is Phase.PENDING:
                     label = (adm.cluster_queue, priority_class_of(rec.workload))
+                    if label not in self.admitted:
+                        self.priority_classes.setdefault(label[0], set()).add(label[1])
+                        self.counted_queues.add(label[0])
                     self.admitted[label] = self.admitted.get(label, 0) + 1
                     since = self._queued_at.pop(key, rec.workload.created_at)
                     self.wait.setdefault(label, Hist()).observe(max(0, at - since) / 1000)
@@ -235,6 +240,7 @@ class FoldedMetrics:
                 self._preempt_reason[key] = why
                 if by_cq is not None:
                     self.preempted[(by_cq, why)] = self.preempted.get((by_cq, why), 0) + 1
+                    self.counted_queues.add(by_cq)
                     self._touch(by_cq, "preemptions")
                 self._touch(cq, "preemptions")
             case ev.WorkloadEvicted(workload=key, at=at, reason=why):
@@ -243,6 +249,7 @@ class FoldedMetrics:
                     cq = rec.admission.cluster_queue
                     label4 = (cq, why, self._preempt_reason.pop(key, ""), priority_class_of(rec.workload))
                     self.evicted[label4] = self.evicted.get(label4, 0) + 1
+                    self.counted_queues.add(cq)
                     self._add_usage(cq, rec.admission.usage(), -1)
                     self._queued_at[key] = at
                     self._touch(cq, "pending", "admitted", "evictions")
@@ -254,6 +261,9 @@ class FoldedMetrics:
                         self._add_usage(rec.admission.cluster_queue, rec.admission.usage(), -1)
                         if isinstance(event, ev.JobFinished):
                             label = (rec.admission.cluster_queue, priority_class_of(rec.workload))
+                            if label not in self.finished:
+                                self.priority_classes.setdefault(label[0], set()).add(label[1])
+                                self.counted_queues.add(label[0])
                             self.finished[label] = self.finished.get(label, 0) + 1
                             self.execution.setdefault(label, Hist()).observe(max(0, at - rec.admitted_at) / 1000)
                     if cq is not None:
@@ -336,18 +346,13 @@ class _Context:
         self.fm = fm
         self.role = role
         self.view = fm.state.view()
-        self._pcs: dict[str, list[str]] | None = None
         self._evicted: dict[str, list[tuple[tuple[str, str, str, str], int]]] | None = None
         self._preempted: dict[str, list[tuple[tuple[str, str], int]]] | None = None
 
     def pcs(self, cq: str) -> list[str]:
-        if self._pcs is None:
-            acc: dict[str, set[str]] = {}
-            for table in (self.fm.admitted, self.fm.finished, self.fm.wait, self.fm.execution):
-                for name, pc in table:
-                    acc.setdefault(name, set()).add(pc)
-            self._pcs = {name: sorted(pcs) for name, pcs in acc.items()}
-        return self._pcs.get(cq, [])
+        """The queue's priority_class labels: those of its admissions and finishes (wait and execution histograms
+        have the same labels as those counters), kept by the fold as they appear."""
+        return sorted(self.fm.priority_classes.get(cq, ()))
 
     def evicted(self, cq: str) -> list[tuple[tuple[str, str, str, str], int]]:
         if self._evicted is None:
@@ -400,9 +405,12 @@ class Renderer:
 
     def __init__(self, replica_role: str = "leader") -> None:
         self.role = _esc(replica_role)
-        self._frags: dict[str, dict[str, dict[str, str]]] = {}  # cluster queue -> group -> family -> text
+        self._frags: dict[str, dict[str, dict[str, bytes]]] = {}  # cluster queue -> group -> family -> text
+        self._labels: dict[tuple[str, str], str] = {}  # (cluster queue, priority class) -> label set ("" for none)
         self._inactive: set[str] = set()  # ClusterQueues that cannot admit (unknown flavor, cohort cycle)
-        self._bucket_prefixes: dict[tuple[str, str], list[str]] = {}
+        self._hist_templates: dict[tuple[str, str], str] = {}  # (family, labels) -> its lines with %-slots
+        self._hist_text: dict[tuple[str, str], tuple[int, str]] = {}  # (family, labels) -> (observations, text)
+        self._resource_labels: dict[str, tuple[ClusterQueue, list[tuple[FlavorResource, str, ResourceQuota]]]] = {}
         self._family_bytes: dict[str, bytes] = {}  # a family's whole text, while none of its fragments changed
         self._order: list[str] = []
 
@@ -413,15 +421,15 @@ class Renderer:
             self._family_bytes.clear()
             self._inactive = set(QuotaTree.build(state.cluster_queues, state.cohorts, state.flavors).inactive)
             fm.config_changed = False
-        names = (
-            set(state.cluster_queues)
-            | {k[0] for k in fm.admitted}
-            | {k[0] for k in fm.finished}
-            | {k[0] for k in fm.evicted}
-            | {k[0] for k in fm.preempted}
-        )
-        for gone in set(self._frags) - names:
-            del self._frags[gone]
+        names = fm.counted_queues.union(state.cluster_queues)
+        gone = set(self._frags) - names
+        for name in gone:
+            del self._frags[name]
+        if gone:  # rare (a queue deleted): start the label and histogram caches afresh rather than sift them
+            self._labels.clear()
+            self._hist_text.clear()
+            self._hist_templates.clear()
+            self._resource_labels.clear()
         todo: dict[str, set[str]] = {n: set(GROUPS) for n in names if n not in self._frags}
         for name, group in fm.dirty:
             if name in names:
@@ -436,7 +444,7 @@ class Renderer:
             for name, groups in todo.items():
                 frag = self._frags.setdefault(name, {})
                 for group in groups:
-                    frag[group] = self._group(ctx, name, group)
+                    frag[group] = {k: v.encode() for k, v in self._group(ctx, name, group).items()}
                     for fam_name in GROUPS[group]:
                         self._family_bytes.pop(fam_name, None)
         out: list[bytes] = []
@@ -446,8 +454,8 @@ class Renderer:
                 text = self._family_bytes.get(fam_name)
                 if text is None:
                     fam = _FAMILY[fam_name]
-                    head = f"# HELP {fam.name} {fam.help}\n# TYPE {fam.name} {fam.type}\n"
-                    text = (head + "".join([frags[n][group].get(fam_name, "") for n in order])).encode()
+                    head = f"# HELP {fam.name} {fam.help}\n# TYPE {fam.name} {fam.type}\n".encode()
+                    text = head + b"".join([frags[n][group].get(fam_name, b"") for n in order])
                     self._family_bytes[fam_name] = text
                 out.append(text)
         tail = [self._global(fm)]
@@ -456,20 +464,38 @@ class Renderer:
         out.append("".join(tail).encode())
         return b"".join(out)
 
+    def _label(self, cq: str, pc: str | None) -> str:
+        """`replica_role,cluster_queue[,priority_class]` of a queue, escaped once and kept."""
+        key = (cq, "\0" if pc is None else pc)
+        text = self._labels.get(key)
+        if text is None:
+            text = f'replica_role="{self.role}",cluster_queue="{_esc(cq)}"'
+            if pc is not None:
+                text += f',priority_class="{_esc(pc)}"'
+            self._labels[key] = text
+        return text
+
     def _hist(self, name: str, labels: str, h: Hist) -> str:
-        prefixes = self._bucket_prefixes.get((name, labels))
-        if prefixes is None:
-            prefixes = [f'{name}_bucket{{{labels},le="{le}"}} ' for le in _LES]
-            self._bucket_prefixes[(name, labels)] = prefixes
-        lines = [f"{p}{c}\n" for p, c in zip(prefixes, [*h.counts, h.n], strict=True)]
-        lines.append(f"{name}_sum{{{labels}}} {_num(h.total)}\n{name}_count{{{labels}}} {h.n}\n")
-        return "".join(lines)
+        """A histogram's lines; rendered again only when it has new observations (a queue's fragment is dirty
+        when any of its figures changed, most of its histograms usually did not)."""
+        key = (name, labels)
+        cached = self._hist_text.get(key)
+        if cached is not None and cached[0] == h.n:
+            return cached[1]
+        template = self._hist_templates.get(key)
+        if template is None:
+            lab = labels.replace("%", "%%")
+            template = "".join(f'{name}_bucket{{{lab},le="{le}"}} %d\n' for le in _LES)
+            template += f"{name}_sum{{{lab}}} %s\n{name}_count{{{lab}}} %d\n"
+            self._hist_templates[key] = template
+        text = template % (*h.counts, h.n, _num(h.total), h.n)
+        self._hist_text[key] = (h.n, text)
+        return text
 
     def _group(self, ctx: _Context, name: str, group: str) -> dict[str, str]:
         fm, role = ctx.fm, self.role
         state = fm.state
-        cqn = _esc(name)
-        base = f'replica_role="{role}",cluster_queue="{cqn}"'
+        base = self._label(name, None)
         f: dict[str, str] = {}
         cq = state.cluster_queues.get(name)
         if group == "pending" and cq is not None:
@@ -502,7 +528,7 @@ class Renderer:
             f["kueue_admitted_active_workloads"] = f"kueue_admitted_active_workloads{{{base}}} {admitted}\n"
             f["kueue_reserving_active_workloads"] = f"kueue_reserving_active_workloads{{{base}}} {admitted}\n"
             usage = fm.usage.get(name, {})
-            lines = [f"{{{lab}}} {_num(usage.get(fr, 0) / 1000)}\n" for fr, lab, _ in self._resources(cq, role)]
+            lines = [f"{{{lab}}} {_num(usage.get(fr, 0) / 1000)}\n" for fr, lab, _ in self._resources(cq)]
             f["kueue_cluster_queue_resource_usage"] = "".join("kueue_cluster_queue_resource_usage" + x for x in lines)
             f["kueue_cluster_queue_resource_reservation"] = "".join(
                 "kueue_cluster_queue_resource_reservation" + x for x in lines
@@ -514,7 +540,7 @@ class Renderer:
                 for s in ("pending", "active", "terminated")
             )
             nominal, borrowing, lending = [], [], []
-            for _, lab, rq in self._resources(cq, role):
+            for _, lab, rq in self._resources(cq):
                 nominal.append(f"kueue_cluster_queue_nominal_quota{{{lab}}} {_num(_amount(rq.nominal))}\n")
                 bl = math.inf if rq.borrowing_limit is None else _amount(rq.borrowing_limit)
                 ll = math.inf if rq.lending_limit is None else _amount(rq.lending_limit)
@@ -527,7 +553,7 @@ class Renderer:
             adm, qr, wait, qrw = [], [], [], []
             for pc in ctx.pcs(name):
                 label = (name, pc)
-                lab = f'{base},priority_class="{_esc(pc)}"'
+                lab = self._label(name, pc)
                 if label in fm.admitted:
                     adm.append(f"kueue_admitted_workloads_total{{{lab}}} {fm.admitted[label]}\n")
                     qr.append(f"kueue_quota_reserved_workloads_total{{{lab}}} {fm.admitted[label]}\n")
@@ -542,7 +568,7 @@ class Renderer:
             fin, exe = [], []
             for pc in ctx.pcs(name):
                 label = (name, pc)
-                lab = f'{base},priority_class="{_esc(pc)}"'
+                lab = self._label(name, pc)
                 if label in fm.finished:
                     fin.append(f"kueue_finished_workloads_total{{{lab}}} {fm.finished[label]}\n")
                 if label in fm.execution:
@@ -557,16 +583,20 @@ class Renderer:
             )
         elif group == "preemptions":
             f["kueue_preempted_workloads_total"] = "".join(
-                f'kueue_preempted_workloads_total{{replica_role="{role}",preempting_cluster_queue="{cqn}",'
+                f'kueue_preempted_workloads_total{{replica_role="{role}",preempting_cluster_queue="{_esc(name)}",'
                 f'reason="{_esc(k[1])}"}} {v}\n'
                 for k, v in sorted(ctx.preempted(name))
             )
         return f
 
-    @staticmethod
-    def _resources(cq: ClusterQueue, role: str) -> list[tuple[FlavorResource, str, ResourceQuota]]:
-        cohort, cqn = _esc(cq.cohort or ""), _esc(cq.name)
-        return [
+    def _resources(self, cq: ClusterQueue) -> list[tuple[FlavorResource, str, ResourceQuota]]:
+        """Each (flavor, resource) of the queue with its label set, built again only when the queue's object
+        changed (the fold replaces a ClusterQueue's value when its spec changes)."""
+        cached = self._resource_labels.get(cq.name)
+        if cached is not None and cached[0] is cq:
+            return cached[1]
+        role, cohort, cqn = self.role, _esc(cq.cohort or ""), _esc(cq.name)
+        found = [
             (
                 (fq.name, rq.name),
                 f'replica_role="{role}",cohort="{cohort}",cluster_queue="{cqn}",flavor="{_esc(fq.name)}",'
@@ -577,6 +607,8 @@ class Renderer:
             for fq in g.flavors
             for rq in fq.resources
         ]
+        self._resource_labels[cq.name] = (cq, found)
+        return found
 
     def _global(self, fm: FoldedMetrics) -> str:
         out = [

@@ -147,6 +147,7 @@ def test_a_log_being_created_is_not_ready_then_served(tmp_path: Path) -> None:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(url, timeout=5)
+        info.value.close()
         assert info.value.code == 503 and "not ready" in (info.value.reason or "")
 
         async def write() -> None:
