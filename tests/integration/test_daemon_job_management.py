@@ -136,7 +136,10 @@ def test_the_default_queue_and_partial_admission_with_restore(daemon: Daemon, cr
     assert spec(crds, ns, "partial")["spec"]["suspend"] is True
 
     # Room again: a re-admission starts from the full count.
-    kubectl(crds, "-n", ns, "delete", "job", "urgent", "whole", "--wait=false")
+    # `whole` first, and gone before `urgent` frees its GPUs (one watch stream: its deletion is seen first); else
+    # `whole`, older, would take 2 of the 4 GPUs and `partial` would rightly run with 2 again.
+    kubectl(crds, "-n", ns, "delete", "job", "whole", "--wait=true")
+    kubectl(crds, "-n", ns, "delete", "job", "urgent", "--wait=false")
     wait_for("the partial job to run again", lambda: spec(crds, ns, "partial")["spec"].get("suspend") is False, 90)
     assert spec(crds, ns, "partial")["spec"]["parallelism"] == 4
     assert admitted_counts(daemon, f"{ns}/partial") == [2, 4]
