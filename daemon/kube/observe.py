@@ -21,6 +21,7 @@ from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.kube.client import Obj
 from daemon.kube.jobkinds import DISTRIBUTED, distributed_status
 from daemon.manifests import ManifestError, adapter_for, parse_object
+from daemon.manifests.jobs import managed_owner
 from daemon.obs.logging import get_logger
 from daemon.stages.ports import Clock, Observed
 
@@ -153,7 +154,9 @@ class Observer:
             return []
         meta = _meta(obj)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        if key not in self.state.workloads and not self._managed(obj, adapter.is_managed(obj)):
+        if key not in self.state.workloads and (
+            not self._managed(obj, adapter.is_managed(obj)) or managed_owner(obj) is not None
+        ):
             return []  # a job the fold holds is followed to its end, whatever its labels say now
         rec = self.state.workloads.get(key)
         now = self.clock.now()

@@ -50,6 +50,7 @@ from daemon.kube.jobkinds import KINDS
 from daemon.manifests import QUEUE_NAME_LABEL, adapter_for
 from daemon.manifests.distributed import DistributedAdapter
 from daemon.manifests.fields import Reader
+from daemon.manifests.jobs import managed_owner
 from daemon.obs.logging import get_logger
 
 log = get_logger("admitd.webhook")
@@ -164,6 +165,8 @@ def suspend_patch(
     labels = meta.get("labels") or {}
     queue_name = labels.get(QUEUE_NAME_LABEL) or None
     ops: list[dict[str, Any]] = []
+    if policy is not None and managed_owner(job) is not None:
+        return None  # a part of a job admitd admits (a JobSet's Job): its owner is suspended and admitted
     if policy is None:
         if not queue_name:
             return None

@@ -38,6 +38,7 @@ __all__ = [
     "JobMetadata",
     "PodTemplate",
     "adapter_for",
+    "managed_owner",
     "pod_requests",
     "read_job_metadata",
     "read_pod_template",
@@ -89,6 +90,22 @@ def register_adapter(adapter: JobAdapter) -> None:
 
 def adapter_for(api_version: str, kind: str) -> JobAdapter | None:
     return _registry.get((api_version, kind))
+
+
+def managed_owner(obj: Mapping[str, object]) -> str | None:
+    """The kind of the object's controller when admitd admits that kind itself (a JobSet's child Jobs, say), else
+    None. Such a job is its owner's part, never a job of its own: Kueue neither defaults its queue nor suspends it
+    (IsOwnerManagedByKueue)."""
+    meta = obj.get("metadata")
+    owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    if not isinstance(owners, list):
+        return None
+    for owner in owners:
+        if isinstance(owner, Mapping) and owner.get("controller") is True:
+            api_version, kind = owner.get("apiVersion"), owner.get("kind")
+            if isinstance(api_version, str) and isinstance(kind, str) and adapter_for(api_version, kind) is not None:
+                return kind
+    return None
 
 
 def registered_adapters() -> tuple[JobAdapter, ...]:

@@ -271,3 +271,21 @@ def test_the_workload_object_carries_min_count() -> None:
     assert obj["spec"]["podSets"][0]["count"] == 8
     assert obj["spec"]["podSets"][0]["minCount"] == 2
     assert "minCount" not in workload_object(_workload(8, None), 0, None)["spec"]["podSets"][0]
+
+
+def _owned(job: dict[str, Any], kind: str, api_version: str) -> dict[str, Any]:
+    job["metadata"]["ownerReferences"] = [
+        {"apiVersion": api_version, "kind": kind, "name": "parent", "uid": "p", "controller": True}
+    ]
+    return job
+
+
+def test_a_job_owned_by_a_managed_kind_is_its_owners_part() -> None:
+    """A JobSet's child Jobs: Kueue neither defaults their queue nor suspends them (IsOwnerManagedByKueue)."""
+    policy = new_job_policy(MANAGE_ALL, _state(DEFAULT_LQ))
+    assert suspend_patch(_owned(_job("research", None), "JobSet", "jobset.x-k8s.io/v1alpha2"), policy) is None
+    # A CronJob is no kind admitd admits: its Jobs are jobs of their own.
+    assert suspend_patch(_owned(_job("research", None), "CronJob", "batch/v1"), policy) is not None
+    observer, put, suspended = _observer(State(), MANAGE_ALL)
+    observer.job_event("ADDED", _owned(_raw("research", None, suspend=False), "JobSet", "jobset.x-k8s.io/v1alpha2"))
+    assert put == [] and suspended == []
