@@ -18,7 +18,7 @@ from daemon.eventlog import LogReader
 from daemon.eventlog.codec import encode_json
 from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
-from daemon.query.listing import pending_json, pending_text, queues_json, queues_text, replay_json
+from daemon.query.listing import pending_json, pending_seqs, pending_text, queues_json, queues_text, replay_json
 from daemon.query.moment import Clock, Moment, QueryError, clock_of, resolve, state_at
 
 
@@ -95,10 +95,11 @@ def _cmd_pending(args: argparse.Namespace) -> int:
     def answer(reader: LogReader, clock: Clock) -> int:
         m = _moment(args, reader, clock)
         state = state_at(reader, m.seq)
+        seqs = pending_seqs(reader, m.seq)
         if args.json:
-            _emit(pending_json(state, clock, m, args.queue))
+            _emit(pending_json(state, clock, m, args.queue, seqs))
         else:
-            print(pending_text(state, clock, m, args.queue))
+            print(pending_text(state, clock, m, args.queue, seqs))
         return 0
 
     return _run(args, answer)

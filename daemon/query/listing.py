@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from daemon.domain import events as ev
 from daemon.domain.model import Milli
 from daemon.domain.state import State
+from daemon.eventlog import LogReader
 from daemon.query.history import q
 from daemon.query.moment import Clock, Moment, QueryError
 from daemon.query.quota import QueueRow, queues, requests_of
@@ -90,8 +93,34 @@ def queues_text(state: State, clock: Clock, moment: Moment) -> str:
     return "\n".join([head, *_table(rows)])
 
 
-def pending_entries(state: State, clock: Clock, queue: str | None) -> dict[str, list[dict[str, Any]]]:
-    """Pending workloads per ClusterQueue in admission order; `queue` is a ClusterQueue or a LocalQueue ns/name."""
+Seqs = Callable[[str], tuple[int | None, int | None]]
+"""A pending job's `(queued_seq, reason_seq)`: the events its row rests on (see `pending_seqs`)."""
+
+
+def pending_seqs(reader: LogReader, upto: int) -> Seqs:
+    """For a pending job at seq `upto`: the event that put it in its queue (its observation, or its latest eviction)
+    and the engine's latest verdict on it since then (`workload.pending`, None when no cycle evaluated it yet). One
+    read of the job's own events through the subject index per row."""
+    observed, evicted, pending = ev.JobObserved.TYPE, ev.WorkloadEvicted.TYPE, ev.WorkloadPending.TYPE
+
+    def seqs(key: str) -> tuple[int | None, int | None]:
+        queued: int | None = None
+        reason: int | None = None
+        for row in reader.events_of(f"job/{key}", upto):
+            if row.type == evicted or (row.type == observed and queued is None):
+                queued, reason = row.seq, None
+            elif row.type == pending:
+                reason = row.seq
+        return queued, reason
+
+    return seqs
+
+
+def pending_entries(
+    state: State, clock: Clock, queue: str | None, seqs: Seqs | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Pending workloads per ClusterQueue in admission order; `queue` is a ClusterQueue or a LocalQueue ns/name.
+    With `seqs`, each row names the seqs it rests on (`queued_seq`, `reason_seq`)."""
     view = state.view()
     lq_filter: str | None = None
     if queue is None:
@@ -114,6 +143,7 @@ def pending_entries(state: State, clock: Clock, queue: str | None) -> dict[str, 
             if lq_filter is not None and p.local_queue != lq_filter:
                 continue
             reason = p.last_reason
+            queued_seq, reason_seq = seqs(p.key) if seqs is not None else (None, None)
             rows.append(
                 {
                     "position": pos,
@@ -125,13 +155,15 @@ def pending_entries(state: State, clock: Clock, queue: str | None) -> dict[str, 
                     "requests": {r: q(v, r) for r, v in sorted(requests_of(p.workload).items())},
                     "reason": None if reason is None else reason.kind.value,
                     "message": None if reason is None else reason.message,
+                    "queued_seq": queued_seq,
+                    "reason_seq": reason_seq if reason is not None else None,
                 }
             )
         out[cq] = rows
     return out
 
 
-def unrouted_entries(state: State, clock: Clock) -> list[dict[str, Any]]:
+def unrouted_entries(state: State, clock: Clock, seqs: Seqs | None = None) -> list[dict[str, Any]]:
     view = state.view()
     return [
         {
@@ -141,24 +173,34 @@ def unrouted_entries(state: State, clock: Clock) -> list[dict[str, Any]]:
             "queued_at": clock.show(p.queue_order_at),
             "reason": None if p.last_reason is None else p.last_reason.kind.value,
             "message": None if p.last_reason is None else p.last_reason.message,
+            **_seq_fields(seqs, p.key, p.last_reason is not None),
         }
         for _, p in sorted(view.pending_unrouted.items())
     ]
 
 
-def pending_json(state: State, clock: Clock, moment: Moment, queue: str | None) -> dict[str, Any]:
+def _seq_fields(seqs: Seqs | None, key: str, has_reason: bool) -> dict[str, int | None]:
+    queued, reason = seqs(key) if seqs is not None else (None, None)
+    return {"queued_seq": queued, "reason_seq": reason if has_reason else None}
+
+
+def pending_json(
+    state: State, clock: Clock, moment: Moment, queue: str | None, seqs: Seqs | None = None
+) -> dict[str, Any]:
     return {
         "clock": clock.kind,
         "at": {"seq": moment.seq, "time": clock.show(moment.recorded_at)},
-        "cluster_queues": pending_entries(state, clock, queue),
-        "unrouted": unrouted_entries(state, clock) if queue is None else [],
+        "cluster_queues": pending_entries(state, clock, queue, seqs),
+        "unrouted": unrouted_entries(state, clock, seqs) if queue is None else [],
     }
 
 
-def pending_text(state: State, clock: Clock, moment: Moment, queue: str | None) -> str:
-    body = pending_json(state, clock, moment, queue)
+def pending_text(state: State, clock: Clock, moment: Moment, queue: str | None, seqs: Seqs | None = None) -> str:
+    body = pending_json(state, clock, moment, queue, seqs)
     lines = [f"as of {clock.show(moment.recorded_at)} (seq {moment.seq})"]
-    rows: list[tuple[str, ...]] = [("CLUSTERQUEUE", "POS", "LQ-POS", "JOB", "LOCALQUEUE", "PRIO", "QUEUED", "REASON")]
+    rows: list[tuple[str, ...]] = [
+        ("CLUSTERQUEUE", "POS", "LQ-POS", "JOB", "LOCALQUEUE", "PRIO", "QUEUED", "SEQ", "REASON")
+    ]
     for cq, entries in body["cluster_queues"].items():
         for e in entries:
             rows.append(
@@ -170,6 +212,7 @@ def pending_text(state: State, clock: Clock, moment: Moment, queue: str | None) 
                     e["local_queue"],
                     str(e["priority"]),
                     e["queued_at"],
+                    _seq_text(e),
                     (e["message"] and f"{e['reason']}: {e['message']}") or "-",
                 )
             )
@@ -183,6 +226,7 @@ def pending_text(state: State, clock: Clock, moment: Moment, queue: str | None) 
                 e["local_queue"] or "-",
                 str(e["priority"]),
                 e["queued_at"],
+                _seq_text(e),
                 (e["message"] and f"{e['reason']}: {e['message']}") or "-",
             )
         )
@@ -191,6 +235,13 @@ def pending_text(state: State, clock: Clock, moment: Moment, queue: str | None) 
     else:
         lines += _table(rows)
     return "\n".join(lines)
+
+
+def _seq_text(e: dict[str, Any]) -> str:
+    """`queued/reason` seqs of a row, e.g. `12/15`, `12/-` before any cycle evaluated it, `-` without seqs."""
+    if e["queued_seq"] is None:
+        return "-"
+    return f"{e['queued_seq']}/{e['reason_seq'] if e['reason_seq'] is not None else '-'}"
 
 
 def replay_json(state: State, clock: Clock, moment: Moment) -> dict[str, Any]:

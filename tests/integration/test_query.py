@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from daemon.eventlog import LogReader, replay
+from daemon.query.listing import pending_seqs
 from daemon.query.moment import clock_of, resolve, state_at
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +53,11 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def said(body: dict[str, Any], fragment: str) -> list[int]:
     """The seqs of the statements containing `fragment`."""
     return [s["seq"] for s in body["statements"] if fragment in s["text"]]
+
+
+def seqs_of(db: str, subject: str, type_: str) -> list[int]:
+    with LogReader(db) as reader:
+        return [e.seq for e in reader.events_of(subject) if e.type == type_]
 
 
 def seq_of(db: str, subject: str, type_: str, nth: int = 0) -> int:
@@ -181,6 +187,27 @@ def test_a_namespace_that_is_not_selected(logs: dict[str, str]) -> None:
     assert [(e["job"], e["position"], e["local_queue_position"]) for e in by_lq["cluster_queues"]["small"]] == [
         ("web/job", 1, 0)
     ]
+    # Each row names the events it rests on: the job's observation and the engine's latest verdict.
+    for e in p["cluster_queues"]["small"]:
+        subject = f"job/{e['job']}"
+        assert e["queued_seq"] == seq_of(db, subject, "job.observed")
+        assert e["reason_seq"] == seq_of(db, subject, "workload.pending", -1)
+
+
+def test_a_pending_row_after_a_preemption_rests_on_the_eviction_and_the_verdict_after_it(
+    logs: dict[str, str],
+) -> None:
+    db = logs["preempted-and-readmitted"]
+    evicted = seq_of(db, "job/lab/waiter", "workload.evicted")
+    verdicts = [s for s in seqs_of(db, "job/lab/waiter", "workload.pending") if s > evicted]
+    with LogReader(db) as reader:  # right after the eviction no cycle has evaluated it yet (`--at` shows instants)
+        assert pending_seqs(reader, evicted)("lab/waiter") == (evicted, None)
+        assert pending_seqs(reader, verdicts[0])("lab/waiter") == (evicted, verdicts[0])
+    later = answer("pending", "--at", "+16m", "--db", db)
+    (row,) = [e for rows in later["cluster_queues"].values() for e in rows if e["job"] == "lab/waiter"]
+    assert (row["queued_seq"], row["reason_seq"]) == (evicted, verdicts[-1])
+    text = admitd("pending", "--at", "+16m", "--db", db).stdout
+    assert f"{evicted}/{verdicts[-1]}" in next(line for line in text.splitlines() if "lab/waiter" in line)
 
 
 def test_every_statement_points_at_an_event_at_or_before_the_moment(logs: dict[str, str]) -> None:
