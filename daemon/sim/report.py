@@ -52,6 +52,17 @@ def _flavor_summary(out: JobOutcome) -> str:
     return ",".join(names)
 
 
+def _partial(out: JobOutcome) -> str:
+    """' (4 of 8 pods)' when the last admission was partial, per pod set when there are several."""
+    assert out.counts is not None
+    fewer = [(name, n, out.asked.get(name, n)) for name, n in sorted(out.counts.items()) if n < out.asked.get(name, n)]
+    if not fewer:
+        return ""
+    if len(out.counts) == 1:
+        return f" ({fewer[0][1]} of {fewer[0][2]} pods)"
+    return " (" + ", ".join(f"{name}: {n} of {m} pods" for name, n, m in fewer) + ")"
+
+
 def to_table(result: SimResult) -> str:
     rows: list[tuple[str, ...]] = [("JOB", "CLUSTERQUEUE", "FLAVOR", "ADMITTED", "FINISHED", "WAITED", "STATUS")]
     waits: list[Millis] = []
@@ -66,6 +77,8 @@ def to_table(result: SimResult) -> str:
             status = "running"
         else:
             status = pending_text(out) or "pending"
+        if out.counts and (out.running or out.finished_at is not None):
+            status += _partial(out)
         if out.evicted_at:
             status += f" (evicted {len(out.evicted_at)}x)"
         rows.append(

@@ -50,6 +50,7 @@ class JobOutcome:
     finished_at: Millis | None = None
     flavors: dict[str, dict[str, str]] | None = None
     counts: dict[str, int] | None = None  # pods per pod set at the last admission (fewer with partial admission)
+    asked: dict[str, int] = field(default_factory=dict)  # pods per pod set the job asked for
     pending_reason: PendingReason | None = None
     running: bool = False
     created_at: Millis = 0
@@ -226,6 +227,7 @@ class _Outcomes:
         match event:
             case ev.JobObserved(workload=wl):
                 out = self.jobs.setdefault(wl.key, JobOutcome(key=wl.key, created_at=wl.created_at))
+                out.asked = {ps.name: ps.count for ps in wl.pod_sets}
                 lq = self.state.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
                 if lq is not None and lq.cluster_queue in self.state.cluster_queues:
                     out.cluster_queue = lq.cluster_queue

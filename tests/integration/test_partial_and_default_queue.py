@@ -108,3 +108,11 @@ def test_a_bad_setting_is_a_clear_error(tmp_path: Path) -> None:
     result = simulate(str(SAMPLE), "--config", cfg)
     assert result.returncode == 2
     assert 'managedJobsNamespaceSelector: should not match the "kube-system" namespace' in result.stderr
+
+
+def test_the_table_says_when_a_job_ran_with_fewer_pods() -> None:
+    result = simulate(str(SAMPLE))
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.startswith("research/")}
+    assert rows["research/sweep"].endswith("finished (4 of 8 pods)")
+    assert rows["research/eval"].endswith("finished")
