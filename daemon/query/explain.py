@@ -159,12 +159,25 @@ def _admission(x: Explanation, rows: list[tuple[StoredEvent, ev.Event]], clock: 
         text += "; borrowing " + ", ".join(
             f"{q(b.amount, b.resource)} {b.resource} in {b.flavor} from cohort {b.cohort}" for b in adm.borrowed
         )
+    observed = _last(rows, ev.JobObserved)
+    asked = {ps.name: ps for ps in observed[1].workload.pod_sets} if observed is not None else {}
+    fewer = [
+        (ps, asked[ps.name]) for ps in adm.admission.pod_sets if ps.name in asked and ps.count < asked[ps.name].count
+    ]
+    if fewer:
+        text += "; partial admission: " + ", ".join(
+            f"{got.count} of {want.count} pods"
+            + (f" in pod set {got.name}" if len(adm.admission.pod_sets) > 1 else "")
+            + f" (at least {want.min_count})"
+            for got, want in fewer
+        )
     x.say(text, row.seq)
     x.body["admission"] = {
         "seq": row.seq,
         "time": clock.show(row.recorded_at),
         "cluster_queue": adm.admission.cluster_queue,
         "flavors": {ps.name: dict(ps.flavors) for ps in adm.admission.pod_sets},
+        "counts": {ps.name: ps.count for ps in adm.admission.pod_sets},
         "borrowed": amounts(adm.borrowed),
     }
 

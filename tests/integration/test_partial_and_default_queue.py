@@ -116,3 +116,27 @@ def test_the_table_says_when_a_job_ran_with_fewer_pods() -> None:
     rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.startswith("research/")}
     assert rows["research/sweep"].endswith("finished (4 of 8 pods)")
     assert rows["research/eval"].endswith("finished")
+
+
+def test_explain_says_the_job_runs_with_fewer_pods(tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    assert simulate(str(SAMPLE), "--db", str(db)).returncode == 0
+    result = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "explain", "research/sweep", "--at", "2m", "--db", str(db), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    )
+    body = json.loads(result.stdout)
+    assert body["admission"]["counts"] == {"main": 4}
+    text = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "explain", "research/sweep", "--at", "2m", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "partial admission: 4 of 8 pods (at least 2)" in text
