@@ -289,3 +289,34 @@ def test_a_job_owned_by_a_managed_kind_is_its_owners_part() -> None:
     observer, put, suspended = _observer(State(), MANAGE_ALL)
     observer.job_event("ADDED", _owned(_raw("research", None, suspend=False), "JobSet", "jobset.x-k8s.io/v1alpha2"))
     assert put == [] and suspended == []
+
+
+def test_a_standby_reads_a_partially_admitted_job_as_created() -> None:
+    """The leader runs the Job with 2 of its 4 pods: a standby that saw it pending sees no change to the workload,
+    and adopts the admission with the quota of 2 pods."""
+    from daemon.domain.actuation import ADMISSION_ANNOTATION, admission_note  # noqa: PLC0415
+
+    state = State()
+    observer, put, _ = _observer(state, JobManagement())
+    pending = _raw("research", {"kueue.x-k8s.io/queue-name": "q"}, suspend=True)
+    pending["spec"]["parallelism"] = 4
+    pending["metadata"]["annotations"] = {"kueue.x-k8s.io/job-min-parallelism": "1", ADMISSION_ANNOTATION: ""}
+    observer.job_event("ADDED", pending)
+    (observed,) = put[0].events
+    assert isinstance(observed, ev.JobObserved) and observed.workload.pod_sets[0].count == 4
+    state.apply(observed, 1)
+    put.clear()
+    admission = Admission(
+        cluster_queue="cq",
+        pod_sets=(PodSetAssignment(name="main", count=2, flavors={"cpu": "f"}, usage={"cpu": 2000}),),
+    )
+    running = json.loads(json.dumps(pending))
+    running["spec"].update(suspend=False, parallelism=2)
+    running["metadata"]["annotations"].update(
+        {ADMISSION_ANNOTATION: admission_note(admission, 7), "admitd.io/full-parallelism": "4"}
+    )
+    observer.job_event("MODIFIED", running)
+    (adopted,) = put[0].events  # no JobObserved: the workload is the one the fold holds
+    assert isinstance(adopted, ev.WorkloadAdopted)
+    assert adopted.admission.pod_sets[0].count == 2
+    assert adopted.admission.usage() == {("f", "cpu"): 2000}
