@@ -64,6 +64,11 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     p.add_argument("--health-port", type=int, default=8080, help="port of /healthz, /readyz and /metrics (8080)")
     p.add_argument("--health-host", default="0.0.0.0", help="address of the health server (default 0.0.0.0)")
     p.add_argument(
+        "--local-queue-metrics",
+        action="store_true",
+        help="also serve Kueue's kueue_local_queue_* metrics (off by default, as Kueue's LocalQueueMetrics)",
+    )
+    p.add_argument(
         "--no-workload-objects",
         action="store_true",
         help="write no kueue.x-k8s.io Workload per Job (saves 2 to 4 API requests a Job, see bench/RESULTS.md; "
@@ -113,6 +118,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cert_dir=args.cert_dir,
         health_host=args.health_host,
         health_port=args.health_port,
+        local_queue_metrics=args.local_queue_metrics,
         leader_elect=args.leader_elect,
         leader_election_lease=args.leader_election_lease,
         identity=args.identity,

@@ -82,6 +82,7 @@ class RunOptions:
     cert_dir: Path = Path("certs")
     health_host: str = "0.0.0.0"
     health_port: int = 8080
+    local_queue_metrics: bool = False  # Kueue's kueue_local_queue_* on /metrics
     actuation_parallelism: int = 16
     cert_check_s: float = 12 * 3600  # how often the webhook's certificate is checked for renewal
     leader_elect: bool = False
@@ -309,7 +310,7 @@ class Daemon:
         async def scrape(_: web.Request) -> web.Response:
             nonlocal log_metrics
             if log_metrics is None:
-                log_metrics = LogMetrics(opts.db)
+                log_metrics = LogMetrics(opts.db, local_queue_metrics=opts.local_queue_metrics)
             try:
                 body = await asyncio.to_thread(log_metrics.render)
             except MetricsNotReady as e:

@@ -39,6 +39,7 @@ from daemon.domain.model import (
 )
 from daemon.domain.quota import UNLIMITED, QuotaTree
 from daemon.domain.state import Phase, State
+from daemon.domain.view import is_sticky
 from daemon.eventlog import LogReader, codec
 from daemon.eventlog.errors import NotAnEventLog
 from daemon.eventlog.store import WriteObserver
@@ -165,6 +166,12 @@ class FoldedMetrics:
         self.priority_classes: dict[str, set[str]] = {}  # cluster queue -> the priority_class labels it has
         self.counted_queues: set[str] = set()  # queues named by a counter (they stay after the queue is deleted)
         self._queued_at: dict[str, int] = {}  # requeue times of evicted workloads (Kueue's wait starts there)
+        # LocalQueue mirrors (Kueue's kueue_local_queue_*, rendered only when enabled, as Kueue's LocalQueueMetrics
+        # gate), keyed by (namespace, LocalQueue, ...): folded always, so that enabling them shows the whole log.
+        self.lq_admitted: dict[tuple[str, str, str], int] = {}  # (ns, lq, priority_class)
+        self.lq_finished: dict[tuple[str, str, str], int] = {}
+        self.lq_evicted: dict[tuple[str, str, str, str, str], int] = {}  # (ns, lq, reason, underlying_cause, pc)
+        self.lq_wait: dict[tuple[str, str, str], Hist] = {}
         self._preempt_reason: dict[str, str] = {}
         self.dirty: set[tuple[str, str]] = set()  # (cluster queue, group of metrics) changed since the last render
         self.config_changed = True
@@ -227,6 +234,11 @@ class FoldedMetrics:
                     self.admitted[label] = self.admitted.get(label, 0) + 1
                     since = self._queued_at.pop(key, rec.workload.created_at)
                     self.wait.setdefault(label, Hist()).observe(max(0, at - since) / 1000)
+                    wl = rec.workload
+                    if wl.queue_name is not None:
+                        lq3 = (wl.namespace, wl.queue_name, label[1])
+                        self.lq_admitted[lq3] = self.lq_admitted.get(lq3, 0) + 1
+                        self.lq_wait.setdefault(lq3, Hist()).observe(max(0, at - since) / 1000)
                     self._add_usage(adm.cluster_queue, adm.usage(), 1)
                     self._touch(adm.cluster_queue, "pending", "admitted", "admissions")
             case ev.WorkloadAdopted(workload=key, admission=adm):
@@ -250,6 +262,9 @@ class FoldedMetrics:
                     label4 = (cq, why, self._preempt_reason.pop(key, ""), priority_class_of(rec.workload))
                     self.evicted[label4] = self.evicted.get(label4, 0) + 1
                     self.counted_queues.add(cq)
+                    if rec.workload.queue_name is not None:
+                        lq5 = (rec.workload.namespace, rec.workload.queue_name, *label4[1:])
+                        self.lq_evicted[lq5] = self.lq_evicted.get(lq5, 0) + 1
                     self._add_usage(cq, rec.admission.usage(), -1)
                     self._queued_at[key] = at
                     self._touch(cq, "pending", "admitted", "evictions")
@@ -265,6 +280,9 @@ class FoldedMetrics:
                                 self.priority_classes.setdefault(label[0], set()).add(label[1])
                                 self.counted_queues.add(label[0])
                             self.finished[label] = self.finished.get(label, 0) + 1
+                            if rec.workload.queue_name is not None:
+                                lq3 = (rec.workload.namespace, rec.workload.queue_name, label[1])
+                                self.lq_finished[lq3] = self.lq_finished.get(lq3, 0) + 1
                             self.execution.setdefault(label, Hist()).observe(max(0, at - rec.admitted_at) / 1000)
                     if cq is not None:
                         self._touch(cq, "pending", "admitted", "finishes")
@@ -403,8 +421,9 @@ class Renderer:
     """The exposition text of a `FoldedMetrics`, with the text of every (ClusterQueue, group of metrics) cached and
     rendered again only when an event touched it (`FoldedMetrics.dirty`) or the configuration changed."""
 
-    def __init__(self, replica_role: str = "leader") -> None:
+    def __init__(self, replica_role: str = "leader", *, local_queue_metrics: bool = False) -> None:
         self.role = _esc(replica_role)
+        self.local_queue_metrics = local_queue_metrics
         self._frags: dict[str, dict[str, dict[str, bytes]]] = {}  # cluster queue -> group -> family -> text
         self._labels: dict[tuple[str, str], str] = {}  # (cluster queue, priority class) -> label set ("" for none)
         self._inactive: set[str] = set()  # ClusterQueues that cannot admit (unknown flavor, cohort cycle)
@@ -459,6 +478,8 @@ class Renderer:
                     self._family_bytes[fam_name] = text
                 out.append(text)
         tail = [self._global(fm)]
+        if self.local_queue_metrics:
+            tail.append(self._local_queues(fm))
         if reader_info is not None:
             tail.extend(reader_info())
         out.append("".join(tail).encode())
@@ -610,6 +631,69 @@ class Renderer:
         self._resource_labels[cq.name] = (cq, found)
         return found
 
+    def _local_queues(self, fm: FoldedMetrics) -> str:
+        """Kueue's kueue_local_queue_* that the fold can answer, rendered whole at each scrape (off by default, as in
+        Kueue: they cost a walk over the pending and admitted workloads per scrape and more series)."""
+        role, state = self.role, fm.state
+        view = state.view()
+        pending: dict[str, list[int]] = {}  # "ns/name" -> [active, inadmissible]
+        for entries in view.pending_by_cq.values():
+            for p in entries:
+                counts = pending.setdefault(p.local_queue, [0, 0])
+                counts[0 if p.last_reason is None or is_sticky(p) else 1] += 1
+        admitted: dict[str, int] = {}
+        for keys in view.admitted_by_cq.values():
+            for key in keys:
+                rec = state.workloads.get(key)
+                if rec is not None and rec.workload.queue_name is not None:
+                    lq = f"{rec.workload.namespace}/{rec.workload.queue_name}"
+                    admitted[lq] = admitted.get(lq, 0) + 1
+
+        def lab(ns: str, name: str) -> str:
+            return f'replica_role="{role}",name="{_esc(name)}",namespace="{_esc(ns)}"'
+
+        out: list[str] = []
+
+        def head(name: str, kind: str, text: str) -> None:
+            out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
+
+        head("kueue_local_queue_pending_workloads", "gauge", "Pending workloads per LocalQueue, by status")
+        for key in sorted(state.local_queues):
+            ns, _, name = key.partition("/")
+            active, inadmissible = pending.get(key, (0, 0))
+            out.append(f'kueue_local_queue_pending_workloads{{{lab(ns, name)},status="active"}} {active}\n')
+            out.append(f'kueue_local_queue_pending_workloads{{{lab(ns, name)},status="inadmissible"}} {inadmissible}\n')
+        for family, text in (
+            ("kueue_local_queue_admitted_active_workloads", "Admitted workloads that hold quota now, per LocalQueue"),
+            ("kueue_local_queue_reserving_active_workloads", "Workloads reserving quota now, per LocalQueue"),
+        ):
+            head(family, "gauge", text)
+            for key in sorted(state.local_queues):
+                ns, _, name = key.partition("/")
+                out.append(f"{family}{{{lab(ns, name)}}} {admitted.get(key, 0)}\n")
+        for family, table, text in (
+            ("kueue_local_queue_admitted_workloads_total", fm.lq_admitted, "Workloads admitted, per LocalQueue"),
+            ("kueue_local_queue_quota_reserved_workloads_total", fm.lq_admitted, "Workloads that reserved quota"),
+            ("kueue_local_queue_finished_workloads_total", fm.lq_finished, "Admitted workloads that finished"),
+        ):
+            head(family, "counter", text)
+            for (ns, name, pc), n in sorted(table.items()):
+                out.append(f'{family}{{{lab(ns, name)},priority_class="{_esc(pc)}"}} {n}\n')
+        head("kueue_local_queue_evicted_workloads_total", "counter", "Workloads evicted, per LocalQueue")
+        for (ns, name, why, cause, pc), n in sorted(fm.lq_evicted.items()):
+            out.append(
+                f'kueue_local_queue_evicted_workloads_total{{{lab(ns, name)},reason="{_esc(why)}",'
+                f'underlying_cause="{_esc(cause)}",priority_class="{_esc(pc)}"}} {n}\n'
+            )
+        for family, text in (
+            ("kueue_local_queue_admission_wait_time_seconds", "From creation or requeue to admission, per LocalQueue"),
+            ("kueue_local_queue_quota_reserved_wait_time_seconds", "From creation or requeue to quota reservation"),
+        ):
+            head(family, "histogram", text)
+            for (ns, name, pc), h in sorted(fm.lq_wait.items()):
+                out.append(self._hist(family, f'{lab(ns, name)},priority_class="{_esc(pc)}"', h))
+        return "".join(out)
+
     def _global(self, fm: FoldedMetrics) -> str:
         out = [
             "# HELP admitd_events_appended_total Events in the log, by type (folded from the log)\n"
@@ -694,10 +778,10 @@ class LogMetrics:
     """Metrics of one log file, folded on demand: every scrape first folds what was appended since the last one.
     Thread-safe (the HTTP server's threads share it). A log its writer is still creating raises MetricsNotReady."""
 
-    def __init__(self, path: Path, replica_role: str = "leader") -> None:
+    def __init__(self, path: Path, replica_role: str = "leader", *, local_queue_metrics: bool = False) -> None:
         self.path = path
         self.fm = FoldedMetrics()
-        self.renderer = Renderer(replica_role)
+        self.renderer = Renderer(replica_role, local_queue_metrics=local_queue_metrics)
         self._reader: LogReader | None = None
         self._lock = threading.Lock()
 
@@ -757,9 +841,23 @@ def serve(address: tuple[str, int], render: Callable[[], bytes]) -> http.server.
     return server
 
 
+LOCAL_QUEUE_FAMILIES = (
+    "kueue_local_queue_pending_workloads",
+    "kueue_local_queue_admitted_active_workloads",
+    "kueue_local_queue_reserving_active_workloads",
+    "kueue_local_queue_admitted_workloads_total",
+    "kueue_local_queue_quota_reserved_workloads_total",
+    "kueue_local_queue_finished_workloads_total",
+    "kueue_local_queue_evicted_workloads_total",
+    "kueue_local_queue_admission_wait_time_seconds",
+    "kueue_local_queue_quota_reserved_wait_time_seconds",
+)
+"""What `Renderer(local_queue_metrics=True)` adds (`admitd run --local-queue-metrics`)."""
+
+
 def metric_names() -> set[str]:
     """Every metric family name admitd can expose (for checking dashboards and alert rules against)."""
-    names = {f.name for f in PER_QUEUE}
+    names = {f.name for f in PER_QUEUE} | set(LOCAL_QUEUE_FAMILIES)
     names |= {
         "admitd_events_appended_total",
         "admitd_log_last_seq",

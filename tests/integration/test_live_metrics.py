@@ -3,7 +3,8 @@ a log its writer has not created yet says "not ready".
 
 Real: the SQLite log writer, prometheus-client's registry, the Reflector's retry loop, the admit-stage wrapper of
 `admitd run`, an HTTP server on localhost. Faked: the API server (a client object answering a list and then failing
-its watch), the admit stage (a stand-in that appends through listeners as the real one does).
+its watch), the admit stage (a stand-in that appends through listeners as the real one does). The LocalQueue
+metrics are checked on a log written by the simulator, against the log's own events.
 """
 
 from __future__ import annotations
@@ -17,15 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from daemon.domain.events import Event, JobFinished, WorkloadAdmitted
-from daemon.eventlog import EventStore
+from daemon.domain.events import Event, JobFinished, JobObserved, WorkloadAdmitted
+from daemon.eventlog import EventStore, LogReader, codec
 from daemon.eventlog.errors import AppendFailed
 from daemon.kube.errors import Temporary
 from daemon.kube.run import CountedCycles
 from daemon.kube.watch import Reflector, Resource
 from daemon.obs import metrics
-from daemon.obs.metrics import LIVE, LogMetrics, MetricsNotReady, serve
+from daemon.obs.metrics import LIVE, LOCAL_QUEUE_FAMILIES, FoldedMetrics, LogMetrics, MetricsNotReady, Renderer, serve
+from daemon.sim.run import run_simulation
+from daemon.sim.scenario import load_scenario
+from tests.integration.logtools import ROOT
 from tests.samples import admission, one_of_each
 
 
@@ -169,3 +174,49 @@ def test_a_file_that_is_not_a_log_is_still_an_error_not_not_ready(tmp_path: Path
     with pytest.raises(Exception, match="not an admitd event log") as info:
         LogMetrics(db).render()
     assert not isinstance(info.value, MetricsNotReady)
+
+
+def test_local_queue_metrics_when_enabled_equal_the_fold_and_parse(tmp_path: Path) -> None:
+    db = tmp_path / "lq.db"
+    scenario = ROOT / "tests" / "integration" / "query_scenarios" / "preempted-and-readmitted.yaml"
+    asyncio.run(run_simulation(load_scenario(scenario), db_path=db))
+    with LogReader(db) as reader:
+        fm = FoldedMetrics()
+        fm.follow(reader)
+        admitted_by_lq: dict[tuple[str, str], int] = {}
+        evicted_by_lq: dict[tuple[str, str], int] = {}
+        for e in reader.iter_events():
+            if e.type in ("workload.admitted", "workload.evicted"):
+                ns = e.subject.removeprefix("job/").split("/")[0]
+                row = next(r for r in reader.events_of(e.subject, e.seq) if r.type == "job.observed")
+                observed = codec.decode(row.type, row.version, row.payload, seq=row.seq)
+                assert isinstance(observed, JobObserved)  # the LocalQueue the job was observed with
+                lq = (ns, observed.workload.queue_name or "")
+                table = admitted_by_lq if e.type == "workload.admitted" else evicted_by_lq
+                table[lq] = table.get(lq, 0) + 1
+    assert admitted_by_lq and evicted_by_lq
+    off = Renderer().render(fm).decode()
+    assert "kueue_local_queue_" not in off  # off by default, as Kueue's LocalQueueMetrics gate
+    text = Renderer(local_queue_metrics=True).render(fm).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in LOCAL_QUEUE_FAMILIES:
+        assert name.removesuffix("_total") in families, name
+
+    def total(family: str) -> dict[tuple[str, str], float]:
+        out: dict[tuple[str, str], float] = {}
+        for s in families[family].samples:
+            if s.name.endswith("_total"):
+                key = (s.labels["namespace"], s.labels["name"])
+                out[key] = out.get(key, 0) + s.value
+        return out
+
+    assert total("kueue_local_queue_admitted_workloads") == admitted_by_lq
+    assert total("kueue_local_queue_evicted_workloads") == evicted_by_lq
+    waits = [s for s in families["kueue_local_queue_admission_wait_time_seconds"].samples if s.name.endswith("_count")]
+    assert sum(s.value for s in waits) == sum(admitted_by_lq.values())
+    view = fm.state.view()
+    pending = sum(len(v) for v in view.pending_by_cq.values())
+    gauges = families["kueue_local_queue_pending_workloads"].samples
+    assert sum(s.value for s in gauges) == pending
+    active = families["kueue_local_queue_admitted_active_workloads"].samples
+    assert sum(s.value for s in active) == sum(len(v) for v in view.admitted_by_cq.values())
