@@ -158,10 +158,24 @@ def ideal_makespan_ms(shape: Shape) -> float:
     return per_cq / shape.nominal_cpu
 
 
-def hierarchical(scen: Scenario, cohorts: int) -> Scenario:
+def hierarchical(scen: Scenario, cohorts: int, *, weights: bool = False) -> Scenario:
     """The same queues and jobs with the cohorts joined into one tree three Cohort levels deep: `all` -> `org-0`,
-    `org-1` -> each `cohort-<c>` (under `org-<c % 2>`) -> its ClusterQueues. No Cohort has quota of its own."""
+    `org-1` -> each `cohort-<c>` (under `org-<c % 2>`) -> its ClusterQueues. No Cohort has quota of its own.
+
+    With `weights`, Cohorts have fair-sharing weights: `org-0` 2 and `org-1` 1, and under each org the first cohort
+    weight 2 (the others 1), so that the weighted shares of branches, not only of ClusterQueues, decide."""
+
+    def weight(heavy: bool) -> int:
+        return 2000 if weights and heavy else 1000
+
     tree: list[ev.Event] = [ev.CohortObserved(cohort=Cohort(name="all"))]
-    tree += [ev.CohortObserved(cohort=Cohort(name=f"org-{i}", parent="all")) for i in range(2)]
-    tree += [ev.CohortObserved(cohort=Cohort(name=f"cohort-{c}", parent=f"org-{c % 2}")) for c in range(cohorts)]
-    return dataclasses.replace(scen, source=f"{scen.source}-hierarchical", config=(*tree, *scen.config))
+    tree += [
+        ev.CohortObserved(cohort=Cohort(name=f"org-{i}", parent="all", fair_sharing_weight=weight(i == 0)))
+        for i in range(2)
+    ]
+    tree += [
+        ev.CohortObserved(cohort=Cohort(name=f"cohort-{c}", parent=f"org-{c % 2}", fair_sharing_weight=weight(c < 2)))
+        for c in range(cohorts)
+    ]
+    source = f"{scen.source}-hierarchical" + ("-weighted" if weights else "")
+    return dataclasses.replace(scen, source=source, config=(*tree, *scen.config))
