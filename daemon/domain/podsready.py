@@ -49,6 +49,21 @@ class WaitForPodsReady:
         return base_ms << (timeouts - 1)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodsReadyState:
+    """What the fold knows about one workload under waitForPodsReady (None on a record until it matters: one field,
+    not four, keeps the fold's per-event record copies as cheap as before the feature)."""
+
+    ready: bool = False  # `job.ready` seen since its current admission
+    timeouts: int = 0  # PodsReadyTimeout evictions so far
+    requeue_at: Millis | None = None  # while pending after one: held out of its queue until then
+    deactivated: bool = False  # past backoffLimitCount: held for good
+
+    @property
+    def held(self) -> bool:
+        return self.deactivated or self.requeue_at is not None
+
+
 WAITING = PendingReason(
     kind=PendingReasonKind.WAITING_FOR_PODS_READY,
     message="waiting for all admitted workloads to be in PodsReady condition (waitForPodsReady.blockAdmission)",

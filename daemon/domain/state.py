@@ -56,10 +56,10 @@ from daemon.domain.model import (
     ResourceFlavor,
     Workload,
 )
-from daemon.domain.podsready import held_reason
+from daemon.domain.podsready import PodsReadyState, held_reason
 from daemon.domain.view import AdmittedWorkload, ClusterView, PendingIndex, PendingWorkload, Shape, queue_key
 
-STATE_VERSION = 5
+STATE_VERSION = 6
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
 
 
@@ -85,12 +85,11 @@ class WorkloadRecord:
     evicting: bool = False
     eviction_reason: str | None = None  # while evicting: Preempted | ClusterQueueStopped | LocalQueueStopped
     evicted_at: Millis | None = None  # when it last stopped after an admission (kept when admitted again)
-    # waitForPodsReady: `ready` since `job.ready` for this admission; `timeouts` PodsReadyTimeout evictions so far;
-    # while pending after one, held out of its queue until `requeue_at`, or for good when `deactivated`.
-    ready: bool = False
-    timeouts: int = 0
-    requeue_at: Millis | None = None
-    deactivated: bool = False
+    pods: PodsReadyState | None = None  # waitForPodsReady: ready since this admission; timeouts, backoff
+
+    @property
+    def ready(self) -> bool:
+        return self.pods is not None and self.pods.ready
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,13 +243,13 @@ class State:
                             evicting=False,
                             eviction_reason=None,
                             last_reason=None,
-                            ready=False,
+                            pods=rec.pods if rec.pods is None or not rec.pods.ready else replace(rec.pods, ready=False),
                         )
                     )
             case JobReady(job=key):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.ADMITTED and not rec.ready:
-                    self._set(replace(rec, ready=True))
+                    self._set(replace(rec, pods=replace(rec.pods or PodsReadyState(), ready=True)))
                     # blockAdmission may now let a workload of any tree in: every tree's memo is stale.
                     self._config_changed()
             case WorkloadTimedOut(workload=key):
@@ -261,9 +260,9 @@ class State:
                             rec,
                             evicting=True,
                             eviction_reason=event.reason,
-                            timeouts=event.timeouts,
-                            requeue_at=event.requeue_at,
-                            deactivated=event.deactivated,
+                            pods=PodsReadyState(
+                                timeouts=event.timeouts, requeue_at=event.requeue_at, deactivated=event.deactivated
+                            ),
                             queue_order_at=event.queue_order_at,
                         )
                     )
@@ -274,8 +273,8 @@ class State:
                     )
             case WorkloadRequeued(workload=key):
                 rec = self.workloads.get(key)
-                if rec is not None and rec.phase is Phase.PENDING and rec.requeue_at is not None:
-                    self._set(replace(rec, requeue_at=None, last_reason=None))
+                if rec is not None and rec.phase is Phase.PENDING and rec.pods is not None and rec.pods.requeue_at is not None:
+                    self._set(replace(rec, pods=replace(rec.pods, requeue_at=None), last_reason=None))
             case WorkloadPending(workload=key, reason=reason):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.PENDING:
@@ -378,7 +377,7 @@ class State:
                 admission=admission,
                 admitted_at=at,
                 evicted_at=rec.evicted_at,
-                timeouts=rec.timeouts,
+                pods=None if rec.pods is None or not rec.pods.timeouts else PodsReadyState(timeouts=rec.pods.timeouts),
             )
         )
         self._bump_tree(self.tree_of_cq(admission.cluster_queue))
@@ -417,15 +416,18 @@ class State:
             self._admitted[key] = aw
             self._admitted_by_cq.setdefault(rec.admission.cluster_queue, {})[key] = aw
             self._journal(aw, 1)
-            if not rec.ready:
-                self._unready[key] = (rec.admitted_at, rec.timeouts)
+            pods = rec.pods
+            if pods is None:
+                self._unready[key] = (rec.admitted_at, 0)
+            elif not pods.ready:
+                self._unready[key] = (rec.admitted_at, pods.timeouts)
             return
         lq_key = f"{rec.workload.namespace}/{rec.workload.queue_name}" if rec.workload.queue_name else ""
         held = self._missing_class(rec.workload)
-        if rec.deactivated or rec.requeue_at is not None:
-            held = held_reason(rec.timeouts, rec.requeue_at)
-            if rec.requeue_at is not None:
-                self._backoff[key] = rec.requeue_at
+        if rec.pods is not None and rec.pods.held:
+            held = held_reason(rec.pods.timeouts, rec.pods.requeue_at)
+            if rec.pods.requeue_at is not None:
+                self._backoff[key] = rec.pods.requeue_at
         pw = PendingWorkload(
             workload=rec.workload,
             priority=rec.priority,
