@@ -56,8 +56,8 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         "--webhook-failure-policy",
         choices=["Fail", "Ignore"],
         default="Fail",
-        help="while admitd is down: Fail refuses labelled Jobs (default, as Kueue); Ignore creates them unsuspended "
-        "and admitd suspends them when it is back",
+        help="while admitd is down: Fail refuses new Jobs in the managed namespaces (default, as Kueue); Ignore "
+        "creates them unsuspended and admitd suspends the managed ones when it is back",
     )
     p.add_argument("--no-register-webhook", action="store_true", help="do not create the MutatingWebhookConfiguration")
     p.add_argument("--cert-dir", type=Path, default=Path("certs"), help="where the webhook's certificate is kept")
