@@ -1,15 +1,17 @@
 """Feed a recorded log back through the engine and check that it makes the recorded decisions again.
 
 Walking the log in order, at each recorded decision the state folded so far is given to a fresh `decide()` at the
-decision's time; the next events of the log must be exactly what it returns.
+decision's time; the next events of the log must be exactly what it returns. waitForPodsReady's decisions (timeouts,
+ends of backoff) are checked the same way against `daemon.domain.podsready.decide`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from daemon.domain import podsready
 from daemon.domain.admission import EngineConfig, decide
-from daemon.domain.events import DECISION_TYPES, Event
+from daemon.domain.events import DECISION_TYPES, Event, WorkloadRequeued, WorkloadTimedOut
 from daemon.domain.state import State
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import decode
@@ -29,11 +31,17 @@ def reproduce(reader: LogReader, config: EngineConfig | None = None) -> Reproduc
     i = cycles = checked = 0
     while i < len(events):
         seq, event = events[i]
-        if not isinstance(event, DECISION_TYPES):
+        timed = isinstance(event, WorkloadTimedOut | WorkloadRequeued)
+        if not timed and not isinstance(event, DECISION_TYPES):
             state.apply(event, seq)
             i += 1
             continue
-        expected = decide(state.view(), event.at, config)  # type: ignore[union-attr]
+        at = event.at  # type: ignore[union-attr]
+        expected = (
+            podsready.decide(state.view(), at, config.wait_for_pods_ready)
+            if timed
+            else decide(state.view(), at, config)
+        )
         recorded = [e for _, e in events[i : i + len(expected)]]
         if not expected or recorded != expected:
             got = expected[0] if expected else "no decision"

@@ -98,11 +98,9 @@ def test_a_job_never_ready_is_evicted_at_each_timeout_requeued_after_a_doubling_
 ) -> None:
     # `long` keeps the run going (it is ready at once and runs 2 h); `stuck` never gets its pods ready.
     db = tmp_path / "log.db"
+    cfg = config(timeout="5m", blockAdmission=False, requeuingStrategy={"backoffLimitCount": 2})
     result = simulate(
-        tmp_path,
-        [job("stuck", 4, runtime="10m", ready_after="never"), job("long", 4, runtime="2h")],
-        config(timeout="5m", blockAdmission=False, requeuingStrategy={"backoffLimitCount": 2}),
-        db,
+        tmp_path, [job("stuck", 4, runtime="10m", ready_after="never"), job("long", 4, runtime="2h")], cfg, db
     )
     stuck = result.jobs["research/stuck"]
     # Admitted at 0; timeouts at 5m, 11m (requeued 6m after 60 s), 18m (requeued 13m after 120 s): deactivated.
@@ -123,8 +121,13 @@ def test_a_job_never_ready_is_evicted_at_each_timeout_requeued_after_a_doubling_
         (11 * MIN, 2, 13 * MIN, False),
         (18 * MIN, 3, None, True),
     ]
-    # Every admission decision in the log is what the engine decides again from the log (blockAdmission off here).
-    assert reproduce(reader, parse_config(config(blockAdmission=False))[0]).first_mismatch is None
+    # Every decision in the log (timeouts and requeues included) is what the engine decides again from the log.
+    again = reproduce(reader, parse_config(cfg)[0])
+    assert again.first_mismatch is None
+    assert again.decisions_checked >= 5  # 3 timeouts, 2 requeues, besides the admissions
+    # With another backoffLimitCount the same log is not what admitd would have decided.
+    other = config(timeout="5m", blockAdmission=False, requeuingStrategy={"backoffLimitCount": 3})
+    assert reproduce(reader, parse_config(other)[0]).first_mismatch is not None
 
 
 def test_block_admission_holds_the_next_job_until_the_admitted_one_is_ready_or_timed_out(tmp_path: Path) -> None:
@@ -133,7 +136,9 @@ def test_block_admission_holds_the_next_job_until_the_admitted_one_is_ready_or_t
         job("slow", 3, runtime="10m", ready_after="2m", submit_at="1s"),
         job("quick", 2, runtime="10m", submit_at="2s"),
     ]
-    held = simulate(tmp_path, jobs, config(timeout="5m"))
+    db = tmp_path / "held.db"
+    held = simulate(tmp_path, jobs, config(timeout="5m"), db)
+    assert reproduce(LogReader(db), parse_config(config(timeout="5m"))[0]).first_mismatch is None
     # stuck blocks everything until it times out at 5m; slow is admitted then and blocks until ready at 7m, when
     # quick is admitted (stuck is back from its backoff at 6m but newer in the queue: requeued by eviction time).
     assert held.jobs["research/slow"].admitted_at[0] == 5 * MIN
