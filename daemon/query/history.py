@@ -169,7 +169,8 @@ def history(reader: LogReader, key: str, clock: Clock, until: int | None = None)
                 if running_since is not None:
                     running += t - running_since
                 running_since, queued_since, status = None, t, "pending"
-                entries.append(Entry(row.seq, t, "evicted", f"evicted ({why}); back in its queue", {"reason": why}))
+                then = "deactivated, not requeued" if why == "InactiveWorkload" else "back in its queue"
+                entries.append(Entry(row.seq, t, "evicted", f"evicted ({why}); {then}", {"reason": why}))
             case ev.JobFinished(succeeded=ok):
                 if running_since is not None:
                     running += t - running_since

@@ -182,8 +182,10 @@ def test_explain_and_history_name_the_pods_ready_timeout(tmp_path: Path) -> None
         check=False,
     )
     assert history.returncode == 0, history.stderr
-    kinds = [e["kind"] for e in json.loads(history.stdout)["events"]]
-    assert "timed-out" in kinds
+    events = json.loads(history.stdout)["events"]
+    assert [e["kind"] for e in events].count("timed-out") == 1
+    evicted = [e["text"] for e in events if e["kind"] == "evicted"]
+    assert evicted == ["evicted (InactiveWorkload); deactivated, not requeued"]
 
 
 def test_the_sample_does_what_its_header_says() -> None:
