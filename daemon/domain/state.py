@@ -273,8 +273,9 @@ class State:
                     )
             case WorkloadRequeued(workload=key):
                 rec = self.workloads.get(key)
-                if rec is not None and rec.phase is Phase.PENDING and rec.pods is not None and rec.pods.requeue_at is not None:
-                    self._set(replace(rec, pods=replace(rec.pods, requeue_at=None), last_reason=None))
+                pods = rec.pods if rec is not None and rec.phase is Phase.PENDING else None
+                if rec is not None and pods is not None and pods.requeue_at is not None:
+                    self._set(replace(rec, pods=replace(pods, requeue_at=None), last_reason=None))
             case WorkloadPending(workload=key, reason=reason):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.PENDING:
