@@ -153,7 +153,13 @@ def _admission(x: Explanation, rows: list[tuple[StoredEvent, ev.Event]], clock: 
     if found is None:
         return
     row, adm = found
-    flavors = ", ".join(sorted({f"{r} in flavor {f}" for ps in adm.admission.pod_sets for r, f in ps.flavors.items()}))
+    pod_sets = adm.admission.pod_sets
+    flavors = "; ".join(
+        # Several pod sets (a PyTorchJob's master and workers...) each get their own flavors: name them.
+        (f"{ps.name}: " if len(pod_sets) > 1 else "")
+        + ", ".join(sorted({f"{r} in flavor {f}" for r, f in ps.flavors.items()}))
+        for ps in pod_sets
+    )
     text = f"{verb} ClusterQueue {adm.admission.cluster_queue} at {clock.show(row.recorded_at)} with {flavors}"
     if adm.borrowed:
         text += "; borrowing " + ", ".join(

@@ -128,7 +128,11 @@ def history(reader: LogReader, key: str, clock: Clock, until: int | None = None)
                     waiting += t - queued_since
                 queued_since, running_since, status, last_reason = None, t, "running", None
                 flavors = {ps.name: dict(ps.flavors) for ps in adm.pod_sets}
-                fl = ", ".join(sorted({f"{r} in {f}" for ps in adm.pod_sets for r, f in ps.flavors.items()}))
+                fl = "; ".join(
+                    (f"{ps.name}: " if len(adm.pod_sets) > 1 else "")
+                    + ", ".join(sorted({f"{r} in {f}" for r, f in ps.flavors.items()}))
+                    for ps in adm.pod_sets
+                )
                 text = f"admitted to ClusterQueue {adm.cluster_queue} ({fl})"
                 if borrowed:
                     text += "; borrowing " + ", ".join(

@@ -77,6 +77,17 @@ def test_the_distributed_training_sample(tmp_path: Path) -> None:
     assert kinds["training/bert"] == ("PyTorchJob", ["master", "worker"])
     assert kinds["training/tune"] == ("RayJob", ["head", "gpu", "submitter"])
 
+    # explain and history name each pod set's flavors.
+    explain = admitd("explain", "training/bert", "--db", str(db))
+    assert explain.returncode == 0, explain.stderr
+    assert (
+        "with master: cpu in flavor cpu-nodes, memory in flavor cpu-nodes, nvidia.com/gpu in flavor h100; "
+        "worker: cpu in flavor cpu-nodes, memory in flavor cpu-nodes, nvidia.com/gpu in flavor a100"
+    ) in explain.stdout
+    history = admitd("history", "training/tune", "--db", str(db))
+    assert history.returncode == 0, history.stderr
+    assert "gpu: cpu in cpu-nodes, memory in cpu-nodes, nvidia.com/gpu in h100; submitter:" in history.stdout
+
 
 BAD = """
 apiVersion: kueue.x-k8s.io/v1beta1
