@@ -159,6 +159,19 @@ class StatusWriter:
                     job.preemption = p
                     self._mark(("wl", key))
                     self._event(key, job, so.eviction_reason(p), so.eviction_message(p), "Normal", at, seq)
+            case ev.WorkloadTimedOut(workload=key, at=at):
+                job = self._jobs.get(key)
+                if job is not None:  # waitForPodsReady: Evicted (PodsReadyTimeout or InactiveWorkload), not Preempted
+                    p = so.Preemption(
+                        preemptor=None,
+                        preemptor_uid=None,
+                        preemptor_cluster_queue=None,
+                        reason=event.reason,
+                        policy="waitForPodsReady",
+                    )
+                    job.preemption = p
+                    self._mark(("wl", key))
+                    self._event(key, job, f"EvictedDueTo{event.reason}", so.eviction_message(p), "Normal", at, seq)
             case ev.WorkloadEvicted(workload=key):
                 if key in self._jobs:
                     self._mark(("wl", key))

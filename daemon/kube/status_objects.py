@@ -223,6 +223,10 @@ def eviction_message(p: Preemption) -> str:
         return "The ClusterQueue is stopped"
     if p.reason == "LocalQueueStopped":
         return "The LocalQueue is stopped"
+    if p.reason == "PodsReadyTimeout":
+        return "Exceeded the PodsReady timeout (waitForPodsReady)"
+    if p.reason == "InactiveWorkload":
+        return "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
     cause = _PREEMPTION_CAUSE.get(p.reason, p.reason)
     uid = f" (JobUID: {p.preemptor_uid})" if p.preemptor_uid else ""
     where = f" in ClusterQueue {p.preemptor_cluster_queue}" if p.preemptor_cluster_queue else ""

@@ -8,7 +8,7 @@ world is fed with builder-made events and the engine's own decisions, and time i
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -18,7 +18,10 @@ from daemon.domain.admission import EngineConfig, decide
 from daemon.domain.model import PendingReasonKind as K
 from daemon.domain.podsready import RequeueTimestamp, WaitForPodsReady
 from daemon.domain.state import State
+from daemon.kube import status_objects as so
+from daemon.kube.client import KubeClient
 from daemon.kube.observe import Observer
+from daemon.kube.status import StatusWriter
 from daemon.manifests import ManifestError
 from daemon.manifests.config import parse_config
 from daemon.stages.admit import Admit
@@ -405,3 +408,24 @@ def test_a_standby_replica_does_not_wake_for_deadlines() -> None:
     stage.gate = lambda: False
     assert stage.next_due() is None
     assert not stage.has_work()
+
+
+# --- what users see on the Workload object and in Events ------------------------------------------------------------
+
+
+def test_a_timed_out_workload_shows_evicted_pods_ready_timeout_not_preempted() -> None:
+    w = team(job("stuck").gpus(4))
+    status = StatusWriter(cast(KubeClient, None), w.state, clock=cast(Any, None), monotonic=lambda: 0.0)
+    status.listener(ev.JobObserved(workload=job("stuck").gpus(4).obj()), 1)
+    admitted = step(w, 0)
+    timed = podsready.decide(w.view(), 5 * MIN, CFG)
+    w.apply(timed)
+    for seq, event in enumerate([*admitted, *timed], start=10):
+        status.listener(event, seq)
+    assert [e.reason for e in status._events.values()] == ["Admitted", "EvictedDueToPodsReadyTimeout"]
+    facts = status._facts("default/stuck", status._jobs["default/stuck"])
+    assert facts is not None
+    conds = {c["type"]: c for c in so.workload_status(facts, None, "2026-12-01T00:00:00Z")["conditions"]}
+    assert (conds["Evicted"]["status"], conds["Evicted"]["reason"]) == ("True", "PodsReadyTimeout")
+    assert conds["Evicted"]["message"] == "Exceeded the PodsReady timeout (waitForPodsReady)"
+    assert "Preempted" not in conds
