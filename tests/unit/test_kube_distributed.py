@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 
-from daemon.domain.actuation import Placement, unsuspend_order
+from daemon.domain.actuation import Action, Order, Placement, unsuspend_order
 from daemon.domain.model import Admission, PodSetAssignment, ResourceFlavor, Toleration
-from daemon.kube.actuate import placement_patch
+from daemon.kube.actuate import JobActuator, placement_patch
+from daemon.kube.errors import Permanent
 from daemon.kube.jobkinds import KINDS
 from daemon.kube.observe import job_view
 from daemon.kube.webhook import admission_response, suspend_patch, webhook_configuration
 from daemon.manifests import parse_object
+from daemon.stages.ports import Done, Failed
 from tests.unit.test_distributed_adapters import group, jobset, pod, pytorchjob, rayjob, rjob
 
 
@@ -323,3 +325,66 @@ def test_the_webhook_leaves_unqueued_jobs_alone_and_suspends_good_ones() -> None
 def test_pods_ready_as_each_kind_reports_it(obj: dict[str, Any], ready: bool) -> None:
     """waitForPodsReady compares `ready` with the admitted pod count; these kinds report the job as a whole."""
     assert (job_view(obj).ready >= 10**6) is ready
+
+
+class PatchingClient:
+    """Stands in for the API server on one object: applies JSON patches as RFC 6902 says (a missing parent, or a
+    failed test, is a 422 and changes nothing)."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj = obj
+        self.patches: list[list[dict[str, Any]]] = []
+
+    async def request(self, method: str, path: str, *, body: Any = None, content_type: str = "", **_: Any) -> Any:
+        if method == "GET":  # the actuator asks whether a 422 came from the uid test
+            return self.obj
+        assert method == "PATCH"
+        self.patches.append(body)
+        try:
+            self.obj = apply_patch(self.obj, body)
+        except (KeyError, IndexError, AssertionError) as e:
+            raise Permanent(method, path, 422, f"the patch does not apply: {e!r}") from e
+        return self.obj
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(unsuspended(pytorchjob(Worker={"template": pod()})), id="no runPolicy (the webhook bypassed)"),
+        pytest.param(
+            {
+                **pytorchjob(Worker={"template": pod()}),
+                "spec": {"runPolicy": {"backoffLimit": 2}, "pytorchReplicaSpecs": {"Worker": {"template": pod()}}},
+            },
+            id="a runPolicy without suspend",
+        ),
+    ],
+)
+async def test_a_pytorchjob_found_running_is_suspended_whatever_its_run_policy(obj: dict[str, Any]) -> None:
+    obj["metadata"]["uid"] = "u1"
+    client = PatchingClient(obj)
+    order = Order(
+        job="ml/train",
+        kind="PyTorchJob",
+        uid="u1",
+        decision=0,
+        action=Action.SUSPEND,
+        cluster_queue="",
+        placements=(),
+        reason="StartedUnsuspended",
+    )
+    assert await JobActuator(client).carry_out(order) == Done()  # type: ignore[arg-type]
+    assert client.obj["spec"]["runPolicy"]["suspend"] is True
+    assert client.obj["spec"]["runPolicy"].get("backoffLimit") == obj["spec"].get("runPolicy", {}).get("backoffLimit")
+
+
+async def test_a_recreated_pytorchjob_is_not_suspended_by_the_fallback() -> None:
+    obj = unsuspended(pytorchjob(Worker={"template": pod()}))
+    obj["metadata"]["uid"] = "new"
+    client = PatchingClient(obj)
+    order = Order(
+        job="ml/train", kind="PyTorchJob", uid="old", decision=0, action=Action.SUSPEND, cluster_queue="", placements=()
+    )
+    outcome = await JobActuator(client).carry_out(order)  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed) and outcome.permanent
+    assert "runPolicy" not in client.obj["spec"]
