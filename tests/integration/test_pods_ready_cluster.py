@@ -8,6 +8,7 @@ would: the Job objects through kubectl, and the event log through `admitd log ex
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -83,6 +84,17 @@ def events_of(daemon: Daemon, key: str, type_: str) -> list[dict[str, Any]]:
     return [e for e in daemon.events() if e["subject"] == f"job/{key}" and e["type"] == type_]
 
 
+def evicted_condition(cluster: KubeCluster, ns: str, name: str) -> dict[str, Any]:
+    """The Evicted condition of the Workload object of Job `name` (empty when there is none yet)."""
+    for wl in json.loads(kubectl(cluster, "get", "workloads", "-n", ns, "-o", "json"))["items"]:
+        if wl["metadata"]["ownerReferences"][0]["name"] == name:
+            for c in (wl.get("status") or {}).get("conditions") or ():
+                if c["type"] == "Evicted":
+                    return dict(c)
+            assert not any(c["type"] == "Preempted" for c in (wl.get("status") or {}).get("conditions") or ())
+    return {}
+
+
 def suspended(cluster: KubeCluster, ns: str, name: str) -> bool:
     return get_job(cluster, ns, name)["spec"].get("suspend") is True
 
@@ -126,6 +138,12 @@ def test_a_job_never_ready_is_evicted_requeued_and_deactivated_while_block_admis
     assert events_of(daemon, f"{ns}/stuck", "workload.requeued")
     wait_for("stuck to be suspended for good", lambda: suspended(cluster, ns, "stuck"), timeout=30)
     assert not events_of(daemon, f"{ns}/fine", "workload.timed_out")
+    # The Workload object says it as Kueue does: Evicted, reason InactiveWorkload after the deactivation.
+    wait_for(
+        "stuck's Workload to show Evicted (InactiveWorkload)",
+        lambda: evicted_condition(cluster, ns, "stuck").get("reason") == "InactiveWorkload",
+        timeout=30,
+    )
     explain = subprocess.run(
         [sys.executable, "-m", "daemon.cli", "explain", f"{ns}/stuck", "--db", str(daemon.db)],
         capture_output=True,
