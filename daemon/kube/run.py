@@ -233,6 +233,9 @@ class Daemon:
                     ),
                 ]
             )
+            # waitForPodsReady: no timeout is decided before the Jobs are listed and what was observed is in the
+            # fold (a Job that became ready while admitd was down must not be evicted on its restart).
+            admit.deadlines_gate = lambda: all_jobs.synced.is_set() and not ingest.has_work()
             web_runner = await self._serve_health(opts)
             self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
             webhook_runner = await self._serve_webhook(client, opts)

@@ -72,6 +72,9 @@ class Admit:
         # waitForPodsReady: the next timeout or end of backoff, cached per fold seq (has_work asks often).
         self.pods_ready = pods_ready
         self._due: tuple[int, Millis | None] = (-1, None)
+        # False while the fold may not yet hold what the cluster says about readiness (the daemon: until the Jobs
+        # are listed and every observation received is ingested), so that no timeout is decided on a stale fold.
+        self.deadlines_gate: Callable[[], bool] = lambda: True
 
     def notify(self, cause: int | None) -> None:
         """The fold changed at `cause`: run a cycle soon."""
@@ -90,8 +93,10 @@ class Admit:
     def next_due(self) -> Millis | None:
         """When a PodsReady timeout or a backoff ends next (waitForPodsReady), if nothing else happens first: the
         stage must run a cycle then even though nothing was observed. None without waitForPodsReady."""
-        if self.pods_ready is None or not self.gate():
-            return None  # a standby decides nothing: it must not wake for deadlines (becoming leader notifies it)
+        if self.pods_ready is None or not self.gate() or not self.deadlines_gate():
+            # A standby decides nothing, and it must not wake for deadlines (becoming leader notifies it); while the
+            # deadlines are held, the observations that open them notify it.
+            return None
         if self._due[0] != self.state.seq:
             self._due = (self.state.seq, podsready.next_due(self.state.view(), self.pods_ready))
         return self._due[1]
@@ -118,7 +123,7 @@ class Admit:
     async def step(self) -> None:
         self._dirty = False
         now = self.clock.now()
-        if self.pods_ready is not None:
+        if self.pods_ready is not None and self.deadlines_gate():
             await self._pods_ready_step(now)
         t0 = time.perf_counter()
         decisions = self.engine.decide(self.state.view(), now)
