@@ -429,3 +429,19 @@ def test_a_timed_out_workload_shows_evicted_pods_ready_timeout_not_preempted() -
     assert (conds["Evicted"]["status"], conds["Evicted"]["reason"]) == ("True", "PodsReadyTimeout")
     assert conds["Evicted"]["message"] == "Exceeded the PodsReady timeout (waitForPodsReady)"
     assert "Preempted" not in conds
+
+
+def test_no_deadline_is_followed_while_the_fold_may_lag_behind_the_cluster() -> None:
+    w = team(job("stuck").gpus(4))
+    step(w, 0)
+    open_ = False
+    stage = Admit(_Recorder(w.state), _Engine(), _At(10 * MIN), lambda order: None, pods_ready=CFG)  # type: ignore[arg-type]
+    stage.deadlines_gate = lambda: open_
+    assert stage.next_due() is None and not stage.has_work()
+    stage.notify(None)  # an observation arrives: a cycle runs, but no timeout is decided
+    asyncio.run(stage.step())
+    assert not w.state.workloads["default/stuck"].evicting
+    open_ = True
+    assert stage.next_due() == 5 * MIN and stage.has_work()
+    asyncio.run(stage.step())
+    assert w.state.workloads["default/stuck"].evicting
