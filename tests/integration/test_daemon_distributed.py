@@ -227,6 +227,28 @@ def test_pytorchjob_and_rayjob_are_admitted_whole_preempted_whole_and_release_qu
 
     apply(crds, rayjob(ns, "tune"))
     wait_for("the RayJob to be admitted", lambda: ray_state(crds, ns, "tune")[0] is False)
+
+    def workloads() -> dict[tuple[str, str], dict[str, Any]]:
+        items = json.loads(kubectl(crds, "get", "workloads.kueue.x-k8s.io", "-n", ns, "-o", "json"))["items"]
+        return {
+            (w["metadata"]["ownerReferences"][0]["kind"], w["metadata"]["ownerReferences"][0]["name"]): w for w in items
+        }
+
+    # What a Kueue user sees: a Workload per job, owned by it, a pod set per replica and the flavors of each.
+    wait_for(
+        "the Workload objects with their admission",
+        lambda: all(
+            (w := workloads().get(owner)) is not None and "admission" in (w.get("status") or {})
+            for owner in (("PyTorchJob", "bert"), ("RayJob", "tune"))
+        ),
+    )
+    bert_wl = workloads()[("PyTorchJob", "bert")]
+    assert bert_wl["metadata"]["ownerReferences"][0]["apiVersion"] == "kubeflow.org/v1"
+    assert [(p["name"], p["count"]) for p in bert_wl["spec"]["podSets"]] == [("master", 1), ("worker", 2)]
+    assert {a["name"]: a["flavors"][GPU] for a in bert_wl["status"]["admission"]["podSetAssignments"]} == {
+        "master": f"h100-{ns}",
+        "worker": f"a100-{ns}",
+    }
     # The head asks for no GPU: its only flavor (cpu) has no labels, so its template is left as it was.
     assert ray_state(crds, ns, "tune") == (False, {}, a100)
     events = mine(daemon, ns)
