@@ -51,9 +51,14 @@ def table(result: dict[str, Any], setting: str) -> str:
     for s in ("admitd", "kueue"):
         for why in per.get(s, {}).get("failed", []):
             lines += [f"A {s} run failed: {why}", ""]
+    if result.get("complete") is False:
+        lines += [
+            "The comparison was stopped before all its runs were done; the figures are those of the runs done.",
+            "",
+        ]
     systems = [s for s in ("admitd", "kueue") if per.get(s, {}).get("runs")]
     if not systems:
-        return "\n".join(lines)
+        return "\n".join([*lines, "No completed run at this setting.", ""])
     ratio = per.get("admitd/kueue")
     head = ["figure", *systems, *(["admitd/Kueue"] if ratio else [])]
     counts = ", ".join(f"{s} {per[s]['runs']}" for s in systems)
@@ -72,7 +77,7 @@ def table(result: dict[str, Any], setting: str) -> str:
     ]
     for label, cells in extra:
         lines.append(f"| {label} | " + " | ".join(cells) + (" | — |" if ratio else " |"))
-    return "\n".join(lines)
+    return "\n".join([*lines, ""])
 
 
 def write_results(result: dict[str, Any], path: Path = RESULTS) -> None:
