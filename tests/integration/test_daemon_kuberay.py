@@ -82,6 +82,14 @@ def daemon(kuberay: KubeCluster, tmp_path: Path) -> Iterator[Daemon]:
     kubectl(kuberay, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
 
 
+@pytest.fixture
+def rayjobs_removed(kuberay: KubeCluster, namespace: str) -> Iterator[None]:
+    """Deletes the test's RayJobs while KubeRay still runs: its finalizer would otherwise keep them, and their
+    namespace, terminating after the operator stops, in the way of the session's later tests."""
+    yield
+    kubectl(kuberay, "delete", "rayjobs.ray.io", "--all", "-n", namespace, "--timeout=60s")
+
+
 def ray_pods(cluster: KubeCluster, ns: str) -> list[dict[str, Any]]:
     out = json.loads(kubectl(cluster, "get", "pods", "-n", ns, "-l", "ray.io/is-ray-node=yes", "-o", "json"))
     items: list[dict[str, Any]] = out["items"]
@@ -100,7 +108,7 @@ def node_labels(cluster: KubeCluster) -> dict[str, dict[str, str]]:
 
 @pytest.mark.timeout(300)
 def test_kuberay_runs_the_admitted_rayjobs_pods_on_each_pod_sets_flavor_and_removes_them_when_preempted(
-    daemon: Daemon, kuberay: KubeCluster, namespace: str
+    daemon: Daemon, kuberay: KubeCluster, namespace: str, rayjobs_removed: None
 ) -> None:
     ns = namespace
     apply(
