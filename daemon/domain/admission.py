@@ -24,6 +24,8 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
    a workload that needs preemption in a tree where this cycle already admitted a workload it could preempt is not
    assessed: its queue waits for the next cycle (`_Kind.DEFERRED`; `AdmissionEngine.deferred` asks the caller for
    one), because Kueue chooses victims at a cycle's start, where every workload holding quota is a candidate.
+   Meanwhile it holds its room for the rest of the cycle. Fair-sharing victims are chosen on shares that leave
+   out what waiting preemptors reserve (Kueue does not see it), though they must make room with it counted.
 5. BestEffortFIFO's sticky preemptor: a workload whose last reason is `WaitingForPreemptedWorkloads` is offered
    before the rest of its queue. A workload that needs preemption but has no candidates reserves capacity against
    other queues (Kueue's resourcesToReserve) unless its queue may always reclaim; admitd does this once per queue
@@ -92,7 +94,7 @@ from daemon.domain.model import (
 )
 from daemon.domain.ordering import candidate_order, entry_order
 from daemon.domain.podsready import WAITING, WaitForPodsReady, blocking
-from daemon.domain.preemption import Preemptor, Target, classical_targets, oracle_mode
+from daemon.domain.preemption import Preemptor, Target, classical_targets, oracle_mode, workload_fits
 from daemon.domain.quantity import format_quantity
 from daemon.domain.quota import Node, QuotaTree, Snapshot, cq_available, fits, nominal, sat_add, sat_sub
 from daemon.domain.view import (
@@ -689,6 +691,11 @@ class _Cycle:
             result = self._evaluate(q, pw)
             if result.kind is _Kind.DEFERRED:
                 q.acted = q.volatile = q.done = self.deferred = True  # the queue waits for the next cycle
+                if result.assignment is not None:
+                    # It holds its room for the rest of the cycle, as a Kueue preemptor adds its usage to the
+                    # cycle's snapshot: otherwise the queue that just admitted goes on borrowing the idle capacity
+                    # pass after pass, only to be reclaimed in the next cycle (issue 9, the three-level tree).
+                    self._reserve(q.node, dict(result.assignment.usage))
                 return None
             if result.kind is _Kind.NO_TARGETS and not q.reserved and not self._holds_anything(q, pw, result):
                 q.reserved = True  # the first such workload, but it has nothing to hold: no entry needed
@@ -925,7 +932,28 @@ class _Cycle:
         return reclaims and bool(admitted - {q.name})
 
     def _fair_targets(self, p: Preemptor, snap: Snapshot) -> list[Target]:
-        return fair_targets(p, snap, self.config.fair_sharing_strategies)
+        """Fair-sharing victims, chosen on the usage of admitted workloads only. What waiting preemptors reserve is
+        not in the shares (Kueue never sees it when it chooses victims): counted, it made a queue whose preemptors
+        wait look like a borrower, so another queue preempted its workloads in the same cycle in which its own
+        preemptors reclaimed from that queue, and the two preempted each other within one instant (issue 9). The
+        victims must still make room with the reservations counted, or there are none."""
+        holds = [h for h in self.reserved.get(p.node.tree, []) if h.active]
+        for h in holds:
+            snap.remove_usage(h.node, h.usage)
+        try:
+            targets = fair_targets(p, snap, self.config.fair_sharing_strategies)
+        finally:
+            for h in holds:
+                snap.add_usage(h.node, h.usage)
+        if targets and holds:
+            for t in targets:
+                snap.remove_workload(t.victim)
+            ok = workload_fits(p, True)
+            for t in targets:
+                snap.add_workload(t.victim)
+            if not ok:
+                return []
+        return targets
 
     def _fits_after_evictions(self, q: _Queue, wl: Workload) -> _Result | None:
         """Would the workload fit once the tree's already-evicting workloads (not claimed this cycle) are gone?"""
