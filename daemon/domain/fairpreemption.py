@@ -182,14 +182,30 @@ def _unsatisfiable(preemptor_new: ShareKey, target_old: ShareKey) -> bool:
 
 
 def _candidates(p: Preemptor, snap: Snapshot) -> list[AdmittedWorkload]:
+    """Candidates in candidate order. A ClusterQueue's candidates stop at its first one readmitted at this instant
+    (`off_limits`): the search takes a ClusterQueue's workloads in that order, so without the stop the guard would
+    push it onto the ones after, e.g. a priority-200 job within nominal quota in place of the priority-100 ones just
+    readmitted by borrowing, which that job had preempted itself, so that the two took turns at every completion."""
     pre = p.cq.preemption
     out: list[AdmittedWorkload] = []
+    stops: dict[str, tuple[int, int, int, int, str]] = {}
+
+    def consider(wl: AdmittedWorkload) -> None:
+        if not uses_resources(snap, wl, p.frs):
+            return
+        if off_limits(p, wl):
+            key = candidate_order(wl, p.cq.name)
+            cq_name = wl.admission.cluster_queue
+            if cq_name not in stops or key < stops[cq_name]:
+                stops[cq_name] = key
+            return
+        out.append(wl)
+
     removed = snap.removed
     if pre.within_cluster_queue is not PreemptionPolicy.NEVER:
         for key, wl in snap.workloads_by_cq.get(p.cq.name, {}).items():
-            ok = key not in removed and satisfies_policy(p.pw, wl, pre.within_cluster_queue)
-            if ok and uses_resources(snap, wl, p.frs) and not off_limits(p, wl):
-                out.append(wl)
+            if key not in removed and satisfies_policy(p.pw, wl, pre.within_cluster_queue):
+                consider(wl)
     if p.node.parent is not None and pre.reclaim_within_cohort is not PreemptionPolicy.NEVER:
         stack = [p.node.root()]
         while stack:
@@ -199,10 +215,15 @@ def _candidates(p: Preemptor, snap: Snapshot) -> list[AdmittedWorkload]:
                 if other is p.node or not any(borrowing_with(other, fr, 0) for fr in p.frs):
                     continue
                 for key, wl in snap.workloads_by_cq.get(other.name, {}).items():
-                    if key in removed or not satisfies_policy(p.pw, wl, pre.reclaim_within_cohort):
-                        continue
-                    if uses_resources(snap, wl, p.frs) and not off_limits(p, wl):
-                        out.append(wl)
+                    if key not in removed and satisfies_policy(p.pw, wl, pre.reclaim_within_cohort):
+                        consider(wl)
+    if stops:
+        out = [
+            wl
+            for wl in out
+            if wl.admission.cluster_queue not in stops
+            or candidate_order(wl, p.cq.name) < stops[wl.admission.cluster_queue]
+        ]
     out.sort(key=lambda wl: candidate_order(wl, p.cq.name))
     return out
 

@@ -13,6 +13,9 @@ its tree admitted something in this one, as Kueue chooses victims at a cycle's s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+
+import pytest
 
 from bench.kueue_shapes import Shape, WorkloadClass, hierarchical, scenario
 from daemon.domain.admission import EngineConfig
@@ -43,18 +46,30 @@ def test_no_workload_is_preempted_and_admitted_again_in_one_instant() -> None:
     assert readmitted == []
 
 
-def test_the_three_level_weighted_tree_does_not_thrash() -> None:
-    """The same queues and jobs in Kueue's hierarchical variant (`all` -> `org-0` (weight 2) / `org-1` -> `cohort-<c>`
-    -> ClusterQueues, no quota on Cohorts). Each job was evicted about twice on average (657 evictions for 300 jobs,
-    one job 23 times) because (1) a waiting preemptor's reserved usage made its ClusterQueue look like a borrower
-    to the fair-sharing victim search of other preemptors in the same cycle (Kueue never sees such usage when it
-    chooses victims), so two queues preempted each other within one instant, and (2) a preemptor left for the next
-    cycle held no room, so the queue that had just admitted went on borrowing all idle capacity in that cycle,
-    only to be reclaimed in the next."""
-    deep = hierarchical(scenario(SMALL), SMALL.cohorts, weights=True)
-    result = asyncio.run(run_simulation(deep, config=EngineConfig(fair_sharing=True), until=600_000))
+def _evictions(shape: Shape, *, deep: bool) -> dict[str, int]:
+    scen = scenario(shape)
+    if deep:
+        scen = hierarchical(scen, shape.cohorts, weights=True)
+    result = asyncio.run(run_simulation(scen, config=EngineConfig(fair_sharing=True), until=600_000))
     assert all(o.finished_at is not None for o in result.jobs.values())
-    evictions = {key: len(o.evicted_at) for key, o in result.jobs.items()}
-    assert sum(evictions.values()) < len(result.jobs), sum(evictions.values())
-    worst = max(evictions, key=lambda k: evictions[k])
-    assert evictions[worst] <= 8, (worst, evictions[worst])
+    return {key: len(o.evicted_at) for key, o in result.jobs.items()}
+
+
+@pytest.mark.parametrize("cohorts", [2, 4])
+def test_the_three_level_weighted_tree_does_not_thrash(cohorts: int) -> None:
+    """The same queues and jobs in Kueue's hierarchical variant (`all` -> `org-0` (weight 2) / `org-1` -> `cohort-<c>`
+    -> ClusterQueues, no quota on Cohorts) must not preempt much more than the flat cohorts do. They did: 657
+    evictions for 300 jobs (flat: 104) with 2 cohorts, 3,073 for 600 (flat: 208) with 4, one job evicted 23 times,
+    because (1) a waiting preemptor's reserved usage made its ClusterQueue look like a borrower to the fair-sharing
+    victim search of other preemptors in the same cycle (Kueue never sees such usage when it chooses victims), so
+    queues preempted each other within one instant; (2) a preemptor left for the next cycle held no room, so the
+    queue that had just admitted went on borrowing all idle capacity in that cycle, only to be reclaimed in the next;
+    (3) the guard that keeps a workload readmitted at this instant from being preempted again pushed the search onto
+    the next candidate of its ClusterQueue, a priority-200 job within nominal quota that had itself preempted the
+    readmitted ones: the three took turns at every completion."""
+    shape = dataclasses.replace(SMALL, cohorts=cohorts)
+    flat = _evictions(shape, deep=False)
+    deep = _evictions(shape, deep=True)
+    assert sum(deep.values()) <= 1.5 * sum(flat.values()), (sum(deep.values()), sum(flat.values()))
+    worst = max(deep, key=lambda k: deep[k])
+    assert deep[worst] <= 8, (worst, deep[worst])

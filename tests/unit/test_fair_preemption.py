@@ -8,7 +8,7 @@ the quota tree and its snapshot. Faked: nothing is decided by a cycle here; as i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -467,3 +467,45 @@ def test_cohort_weights_decide_which_branch_gives_way() -> None:
 
     assert scenario(2000, 1000) == {"default/b2": "InCohortFairSharing"}
     assert scenario(1000, 2000) == {}
+
+
+def _reclaim_from_readmitted(now: int) -> dict[str, str]:
+    """Queue `a` runs `big` (2 CPU, priority 200, within its nominal 3) and two priority-100 workloads admitted at
+    500 after an eviction at 500, so `a` borrows 1 CPU; `b` (nominal 3, 1 used) needs 2 more within its nominal."""
+    cqs = [cq(n).cohort("all").flavor("default", cpu=3).preempt("LowerPriority", "Any") for n in ("a", "b")]
+    admitted = [(wl("big", 2, 200), "a"), (wl("small-1", 1, 100), "a"), (wl("small-2", 1, 100), "a")]
+    admitted.append((wl("b1", 1, 100), "b"))
+    w = world(flavor("default"), *cqs, *(running(jb, q, "default") for jb, q in admitted))
+    v = w.view()
+    by_cq = {
+        name: {
+            key: replace(aw, admitted_at=500, evicted_at=500) if aw.workload.name.startswith("small") else aw
+            for key, aw in wls.items()
+        }
+        for name, wls in v.admitted_by_cq.items()
+    }
+    tree = QuotaTree.build(v.cluster_queues, v.cohorts, v.flavors)
+    snap = Snapshot(tree, by_cq, {})
+    incoming = wl("incoming", 2, 100).obj()
+    usage = {CPU: 2000}
+    p = Preemptor(
+        pw=PendingWorkload(
+            workload=incoming, priority=100, local_queue="default/q", queue_order_at=0, last_reason=None
+        ),
+        cq=v.cluster_queues["b"],
+        node=tree.cqs["b"],
+        usage=usage,
+        frs=frozenset(usage),
+        excluded=snap.removed,
+        now=now,
+    )
+    return {t.victim.workload.name: t.reason for t in fair_targets(p, snap)}
+
+
+def test_a_guarded_readmission_does_not_push_reclamation_onto_a_higher_priority_workload() -> None:
+    """At the instant of the readmission the two small workloads are no candidates (a preemption loop guard); the
+    search must not fall on `big` instead (it used to: `big` had preempted them within its queue, they were
+    readmitted by borrowing, `big` was reclaimed, and the three took turns at every completion in the three-level
+    tree of issue 9). Later a small workload is the victim (the newest, the first by name at equal age), as in Kueue."""
+    assert _reclaim_from_readmitted(now=500) == {}
+    assert _reclaim_from_readmitted(now=600) == {"small-1": RECL}
