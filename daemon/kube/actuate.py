@@ -11,11 +11,11 @@ never touched by an order meant for its predecessor.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, Resize
-from daemon.kube.client import JSON_PATCH, KubeClient
+from daemon.kube.client import JSON_PATCH, KubeClient, Obj
 from daemon.kube.errors import Conflict, NotFound, Permanent, Temporary
 from daemon.kube.jobkinds import KINDS
 from daemon.kube.status_objects import toleration_object
@@ -68,6 +68,11 @@ def placement_patch(kind: str, placements: Sequence[Placement]) -> list[dict[str
 class JobActuator:
     def __init__(self, client: KubeClient) -> None:
         self.client = client
+        self.on_suspended: Callable[[Obj], None] | None = None
+        """Given the job as the API server answered the last patch of a suspension (the observer's entry for
+        watch events). A job preempted before it was ever unsuspended is already suspended with no pods: the patch
+        may change nothing, so no watch event would follow and the eviction would never be observed; the answer
+        shows it at once."""
 
     async def carry_out(self, order: Order) -> Outcome:
         if order.kind not in KINDS:
@@ -87,7 +92,7 @@ class JobActuator:
             else:
                 body = [*guard, {"op": "add", "path": suspend, "value": True}, *resize_patch(order.resize)]
                 try:
-                    await self.client.request("PATCH", path, body=body, content_type=JSON_PATCH)
+                    last = await self.client.request("PATCH", path, body=body, content_type=JSON_PATCH)
                 except Permanent as e:
                     # A PyTorchJob created while the webhook was bypassed may have no runPolicy to hold `suspend`
                     # (a JSON patch adds a member only to an existing object): add the whole runPolicy then. Had
@@ -95,11 +100,13 @@ class JobActuator:
                     if order.kind != "PyTorchJob" or e.status != 422:
                         raise
                     body = [*guard, {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}}]
-                    await self.client.request("PATCH", path, body=body, content_type=JSON_PATCH)
+                    last = await self.client.request("PATCH", path, body=body, content_type=JSON_PATCH)
                 if order.decision:  # an order without a decision only suspends
                     restore = [*guard, *placement_patch(order.kind, order.placements)]
                     restore += full_count_note(order.resize, running=False)
-                    await self._patch_template(path, [*restore, {"op": "add", "path": _NOTE_PATH, "value": ""}])
+                    last = await self._patch_template(path, [*restore, {"op": "add", "path": _NOTE_PATH, "value": ""}])
+                if self.on_suspended is not None:
+                    self.on_suspended(last)
         except NotFound:
             return Failed(f"{order.kind} {order.job} no longer exists", permanent=True)
         except (Temporary, Conflict) as e:
@@ -120,29 +127,29 @@ class JobActuator:
             return False
         return bool((current.get("metadata") or {}).get("uid") != uid)
 
-    async def _patch_template(self, path: str, ops: list[dict[str, Any]]) -> None:
+    async def _patch_template(self, path: str, ops: list[dict[str, Any]]) -> Obj:
         try:
-            await self._patch_frozen(path, ops)
+            return await self._patch_frozen(path, ops)
         except Permanent as e:
             # A Job created without any annotation (the webhook adds the map): create it, then patch again.
             if e.status != 422 or not any(op["path"] == _NOTE_PATH for op in ops):
                 raise
             note = {"metadata": {"annotations": {ADMISSION_ANNOTATION: ""}}}  # an empty map would change nothing
             await self.client.request("PATCH", path, body=note, content_type="application/merge-patch+json")
-            await self._patch_frozen(path, ops)
+            return await self._patch_frozen(path, ops)
 
-    async def _patch_frozen(self, path: str, ops: list[dict[str, Any]]) -> None:
+    async def _patch_frozen(self, path: str, ops: list[dict[str, Any]]) -> Obj:
         """A patch that changes a pod template. Kubernetes allows that only while the Job is suspended and not
         started; right after a suspension the Job controller has not yet cleared `status.startTime`, so a refusal
         for that reason is retried for a few seconds before it is reported (as a temporary failure)."""
         for attempt in range(TEMPLATE_TRIES):
             try:
-                await self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
-                return
+                return await self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
             except Permanent as e:
                 if not _template_frozen(e) or attempt == TEMPLATE_TRIES - 1:
                     raise
                 await asyncio.sleep(0.25)
+        raise AssertionError("unreachable: the last try returns or raises")
 
 
 def _template_frozen(e: Permanent) -> bool:

@@ -22,6 +22,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,8 @@ class Daemon:
                 pods_ready=pods_ready is not None,
                 jobs=opts.engine.jobs,
             )
+            # What the API server answers to a suspension is observed like a watch event (see JobActuator).
+            cluster.actuator.on_suspended = partial(observer.job_event, "MODIFIED")
             queue_reflectors = [
                 Reflector(
                     client,

@@ -18,7 +18,7 @@ from daemon.domain.state import State
 from daemon.kube.actuate import placement_patch
 from daemon.kube.observe import Observer
 from daemon.kube.webhook import admission_response, load_or_make_cert, make_serving_cert, suspend_patch
-from daemon.stages.ports import Observed
+from daemon.stages.ports import Done, Observed
 from tests.samples import admission, workload
 
 QUEUE = {"kueue.x-k8s.io/queue-name": "research-queue"}
@@ -238,3 +238,55 @@ def test_queue_objects_gone_from_a_list_or_deleted_by_a_watch_are_appended_as_de
         ev.LocalQueueDeleted(namespace="ns", name="q"),
         ev.ResourceFlavorDeleted(name="h100"),
     ]
+
+
+async def test_a_job_preempted_before_it_ever_ran_is_evicted_from_the_answer_to_its_suspension() -> None:
+    """A workload preempted between its admission and its unsuspension: its Job is already suspended with no pods,
+    the suspension may change nothing, and no watch event follows. The API server's answer to the actuator's patch
+    is observed instead, so the eviction is appended and the workload goes back to its queue (without this, found
+    by the end-to-end benchmark, such workloads stayed admitted-and-evicting for good)."""
+    from daemon.domain.actuation import Action, Order
+    from daemon.kube.actuate import JobActuator
+    from tests.unit.test_kube_distributed import PatchingClient
+
+    state = State()
+    observer, put, _ = _observer(state)
+    job = raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""})
+    observer.job_event("ADDED", job)
+    decided = [
+        *put[0].events,
+        ev.WorkloadAdmitted(workload="research/train-a", at=1_000, admission=admission()),
+        ev.WorkloadPreempted(
+            workload="research/train-a",
+            at=2_000,
+            cluster_queue="team-research",
+            preemptor="research/urgent",
+            preemptor_cluster_queue="team-research",
+            reason="InClusterQueue",
+            policy="withinClusterQueue=LowerPriority",
+        ),
+    ]
+    for seq, event in enumerate(decided, start=1):
+        state.apply(event, seq)
+    assert state.workloads["research/train-a"].evicting
+    put.clear()
+
+    actuator = JobActuator(PatchingClient(job))  # type: ignore[arg-type]
+    actuator.on_suspended = lambda obj: observer.job_event("MODIFIED", obj)
+    order = Order(
+        job="research/train-a",
+        kind="Job",
+        uid="uid-1",
+        decision=3,
+        action=Action.SUSPEND,
+        cluster_queue="team-research",
+        placements=(Placement(pod_set="main", node_selector=(), tolerations=()),),
+        reason="InClusterQueue",
+    )
+    assert await actuator.carry_out(order) == Done()
+    events = [e for o in put for e in o.events]
+    assert [type(e) for e in events] == [ev.WorkloadEvicted]
+
+    put.clear()
+    observer.job_event("MODIFIED", job)  # a late watch event of the same state appends nothing more
+    assert put == []
