@@ -138,7 +138,7 @@ def main() -> None:
     results: list[dict[str, object]] = []
     if what in ("baseline", "all"):
         results.append(shape_run(BASELINE))
-    if what in ("fair-sharing", "fair-sharing-flat"):  # not in "all": the deep variant still churns (RESULTS.md)
+    if what in ("fair-sharing", "fair-sharing-flat"):  # not in "all" (RESULTS.md, issue 9)
         results.append(shape_run(BASELINE, fair=True))
     if what in ("fair-sharing", "fair-sharing-deep"):
         results.append(shape_run(BASELINE, fair=True, deep=True))
