@@ -7,6 +7,7 @@ the exit status, `kill` sends SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -290,3 +291,16 @@ def start_component(cluster: KubeCluster, proc: dict[str, Any]) -> None:
         if p["name"] == proc["name"]:
             p["pid"], p["start_time"] = new.pid, _start_time(new.pid)
     state_path.write_text(json.dumps(state, indent=2))
+
+
+@contextlib.contextmanager
+def running_daemon(cluster: KubeCluster, workdir: Path, *extra: str) -> Iterator[Daemon]:
+    """An `admitd run` for one test: started, then stopped (it must exit 0: its log's tail is the message if not),
+    and its webhook registration removed, so the next test's Jobs are not sent to a daemon that is gone."""
+    d = Daemon(cluster, workdir, extra=extra).start()
+    try:
+        yield d
+    finally:
+        if d.proc is not None:
+            assert d.stop() == 0, d.stderr.read_text()[-3000:]
+        kubectl(cluster, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")

@@ -28,6 +28,7 @@ from tests.integration.daemon_harness import (
     install_job_crds,
     job,
     kubectl,
+    running_daemon,
     wait_for,
 )
 
@@ -46,11 +47,8 @@ def crds(kube_cluster: KubeCluster) -> KubeCluster:
 
 @pytest.fixture
 def daemon(crds: KubeCluster, tmp_path: Path) -> Iterator[Daemon]:
-    d = Daemon(crds, tmp_path).start()
-    yield d
-    if d.proc is not None:
-        assert d.stop() == 0, d.stderr.read_text()[-3000:]
-    kubectl(crds, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+    with running_daemon(crds, tmp_path) as d:
+        yield d
 
 
 def queues(ns: str, *, h100: int, a100: int) -> list[dict[str, Any]]:

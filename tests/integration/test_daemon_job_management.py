@@ -17,7 +17,16 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import KubeCluster
-from tests.integration.daemon_harness import Daemon, apply, get_job, install_crds, job, kubectl, wait_for
+from tests.integration.daemon_harness import (
+    Daemon,
+    apply,
+    get_job,
+    install_crds,
+    job,
+    kubectl,
+    running_daemon,
+    wait_for,
+)
 
 V = "kueue.x-k8s.io/v1beta2"
 LABEL = "kueue.x-k8s.io/queue-name"
@@ -43,11 +52,8 @@ def daemon(crds: KubeCluster, tmp_path: Path) -> Iterator[Daemon]:
         "    operator: NotIn\n"
         f"    values: [kube-system, kueue-system, {EXCLUDED}]\n"
     )
-    d = Daemon(crds, tmp_path / "daemon", extra=("--config", str(config))).start()
-    yield d
-    if d.proc is not None:
-        assert d.stop() == 0, d.stderr.read_text()[-3000:]
-    kubectl(crds, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+    with running_daemon(crds, tmp_path / "daemon", "--config", str(config)) as d:
+        yield d
 
 
 @pytest.fixture

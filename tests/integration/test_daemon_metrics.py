@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import KubeCluster
-from tests.integration.daemon_harness import Daemon, apply, install_crds, job, kubectl, wait_for
+from tests.integration.daemon_harness import Daemon, apply, install_crds, job, running_daemon, wait_for
 from tests.integration.test_daemon import cluster_queue, flavor, local_queue, running
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -27,11 +27,8 @@ def crds(kube_cluster: KubeCluster) -> KubeCluster:
 
 @pytest.fixture
 def daemon(crds: KubeCluster, tmp_path: Path) -> Iterator[Daemon]:
-    d = Daemon(crds, tmp_path).start()
-    yield d
-    if d.proc is not None:
-        assert d.stop() == 0, d.stderr.read_text()[-3000:]
-    kubectl(crds, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+    with running_daemon(crds, tmp_path) as d:
+        yield d
 
 
 def scrape(daemon: Daemon) -> Samples:

@@ -18,7 +18,16 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import REPO, KubeCluster
-from tests.integration.daemon_harness import Daemon, apply, get_job, install_crds, job, kubectl, wait_for
+from tests.integration.daemon_harness import (
+    Daemon,
+    apply,
+    get_job,
+    install_crds,
+    job,
+    kubectl,
+    running_daemon,
+    wait_for,
+)
 
 V = "kueue.x-k8s.io/v1beta2"
 
@@ -45,11 +54,8 @@ def crds(kube_cluster: KubeCluster) -> KubeCluster:
 def daemon(crds: KubeCluster, tmp_path: Path) -> Iterator[Daemon]:
     config = tmp_path / "kueue-config.yaml"
     config.write_text(CONFIG, encoding="utf-8")
-    d = Daemon(crds, tmp_path, extra=("--config", str(config))).start()
-    yield d
-    if d.proc is not None:
-        assert d.stop() == 0, d.stderr.read_text()[-3000:]
-    kubectl(crds, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+    with running_daemon(crds, tmp_path, "--config", str(config)) as d:
+        yield d
 
 
 def queues(ns: str, gpus: int) -> list[dict[str, Any]]:

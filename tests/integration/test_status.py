@@ -17,7 +17,16 @@ import pytest
 
 from daemon.kube.status_objects import workload_name
 from tests.integration.conftest import KubeCluster
-from tests.integration.daemon_harness import Daemon, apply, get_job, install_crds, job, kubectl, wait_for
+from tests.integration.daemon_harness import (
+    Daemon,
+    apply,
+    get_job,
+    install_crds,
+    job,
+    kubectl,
+    running_daemon,
+    wait_for,
+)
 from tests.integration.test_daemon import V, cluster_queue, flavor, local_queue, mine, of_type, running, suspended
 
 GPU = "nvidia.com/gpu"
@@ -30,13 +39,8 @@ def crds(kube_cluster: KubeCluster) -> KubeCluster:
 
 
 def _daemon(crds: KubeCluster, workdir: Path, *extra: str) -> Iterator[Daemon]:
-    d = Daemon(crds, workdir, extra=extra).start()
-    try:
+    with running_daemon(crds, workdir, *extra) as d:
         yield d
-    finally:
-        if d.proc is not None:
-            assert d.stop() == 0, d.stderr.read_text()[-3000:]
-        kubectl(crds, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
 
 
 @pytest.fixture
@@ -129,8 +133,13 @@ def test_workloads_show_admission_pending_message_and_finish_and_queues_count_th
     assert s["reservingWorkloads"] == 1
     assert s["flavorsReservation"] == [{"name": rf, "resources": [{"name": GPU, "total": "4", "borrowed": "0"}]}]
     assert cond({"status": s}, "Active")["status"] == "True"
+
+    def lq_counted() -> bool:  # written after the ClusterQueue's status, possibly a moment later
+        lq = queue_status(crds, "localqueues", "q", ns)
+        return (lq.get("pendingWorkloads"), lq.get("admittedWorkloads")) == (1, 1)
+
+    wait_for("the LocalQueue to count 1 pending and 1 admitted", lq_counted, timeout=20)
     lq = queue_status(crds, "localqueues", "q", ns)
-    assert (lq["pendingWorkloads"], lq["admittedWorkloads"]) == (1, 1)
     assert lq["flavorsUsage"] == [{"name": rf, "resources": [{"name": GPU, "total": "4"}]}]
 
     described = describe(crds, ns, "first")
