@@ -20,9 +20,10 @@ import msgspec
 from daemon.eventlog import EventLogError, LogReader, default_db_path
 from daemon.eventlog.codec import encode_json
 from daemon.eventlog.store import INTEGER_MAX
+from daemon.manifests.durations import format_seconds
 from daemon.obs.logging import configure as configure_logging
 from daemon.obs.logging import get_logger
-from daemon.query.moment import format_duration, is_virtual
+from daemon.query.moment import is_virtual
 
 _DB_HELP = "event log file (default: $STATE_DIRECTORY/admitd.db under systemd, else ./admitd.db)"
 
@@ -40,7 +41,7 @@ class _ExportRow(msgspec.Struct, omit_defaults=False):
 
 def _iso(ms: int | None) -> str | None:
     if ms is not None and is_virtual(ms):  # a simulated log: virtual ms since the scenario's start, not 1970
-        return "+" + format_duration(ms)
+        return "+" + format_seconds(ms)
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 

@@ -259,7 +259,7 @@ def to_json(h: History, clock: Clock) -> dict[str, Any]:
 
 
 def to_text(h: History, clock: Clock) -> str:
-    from daemon.query.moment import format_duration  # noqa: PLC0415
+    from daemon.manifests.durations import format_seconds as format_duration  # noqa: PLC0415
 
     width = max((len(clock.show(e.recorded_at) or "") for e in h.entries), default=4)
     lines = [f"{h.job}: {h.status}"]

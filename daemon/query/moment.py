@@ -16,6 +16,7 @@ import msgspec
 from daemon.domain.state import STATE_VERSION, State
 from daemon.eventlog import LogReader, codec
 from daemon.eventlog.replay import decode_snapshot
+from daemon.manifests.durations import format_seconds
 
 VIRTUAL_BEFORE_MS = 946_684_800_000
 """2000-01-01T00:00:00Z. A log whose first event is recorded before this is taken to be virtual (simulated)."""
@@ -44,7 +45,7 @@ class Clock:
         if ms is None:
             return None
         if self.virtual:
-            return ("-" if ms < 0 else "+") + format_duration(abs(ms))
+            return ("-" if ms < 0 else "+") + format_seconds(abs(ms))
         return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -74,21 +75,6 @@ def parse_duration_ms(text: str) -> int:
     for num, unit in _PART.findall(text):
         total += float(num) * _UNIT_MS[unit]
     return int(total)
-
-
-def format_duration(ms: int) -> str:
-    """`90000` -> `1m30s`; `1500` -> `1.5s`; `0` -> `0s`; days are shown as hours (`49h`)."""
-    whole, frac = divmod(ms, 1000)
-    h, rest = divmod(whole, 3600)
-    m, sec = divmod(rest, 60)
-    parts = [f"{h}h"] if h else []
-    if m:
-        parts.append(f"{m}m")
-    if frac:
-        parts.append(f"{sec}.{frac:03d}".rstrip("0") + "s")
-    elif sec or not parts:
-        parts.append(f"{sec}s")
-    return "".join(parts)
 
 
 def parse_time(text: str, clock: Clock, now_ms: int) -> int:
