@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from daemon.domain import events as ev
-from daemon.domain.actuation import ADMISSION_ANNOTATION, Placement, admission_note, read_admission_note
+from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, admission_note, read_admission_note
 from daemon.domain.model import LocalQueue, ResourceFlavor, Toleration
 from daemon.domain.state import State
-from daemon.kube.actuate import placement_patch
+from daemon.kube.actuate import JobActuator, placement_patch
 from daemon.kube.observe import Observer
 from daemon.kube.webhook import admission_response, load_or_make_cert, make_serving_cert, suspend_patch
 from daemon.stages.ports import Done, Observed
 from tests.samples import admission, workload
+from tests.unit.test_kube_distributed import PatchingClient
 
 QUEUE = {"kueue.x-k8s.io/queue-name": "research-queue"}
 
@@ -245,10 +246,6 @@ async def test_a_job_preempted_before_it_ever_ran_is_evicted_from_the_answer_to_
     the suspension may change nothing, and no watch event follows. The API server's answer to the actuator's patch
     is observed instead, so the eviction is appended and the workload goes back to its queue (without this, found
     by the end-to-end benchmark, such workloads stayed admitted-and-evicting for good)."""
-    from daemon.domain.actuation import Action, Order
-    from daemon.kube.actuate import JobActuator
-    from tests.unit.test_kube_distributed import PatchingClient
-
     state = State()
     observer, put, _ = _observer(state)
     job = raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""})

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.query.moment import Clock, QueryError, format_duration, is_virtual, parse_duration_ms, parse_time
+from daemon.manifests.durations import format_seconds as format_duration
+from daemon.query.moment import Clock, QueryError, is_virtual, parse_duration_ms, parse_time
 
 VIRTUAL = Clock(virtual=True, first_seq=1, first_ms=0, last_seq=40, last_ms=3_000_000)
 WALL = Clock(virtual=False, first_seq=1, first_ms=1_780_000_000_000, last_seq=9, last_ms=1_780_000_360_000)
