@@ -448,8 +448,14 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
 
         wait_for("kubectl get workloads to show the Job's Workload, Admitted", workload_admitted)
         assert daemon.stop() == 0, daemon.stderr.read_text()[-3000:]
-        log = daemon.stderr.read_text()
-        assert "forbidden" not in log.lower(), [line for line in log.splitlines() if "forbidden" in line.lower()]
+        # An RBAC refusal is a 403 naming the ServiceAccount ("User system:serviceaccount:... cannot ..."); other 403s
+        # (a write into a namespace an earlier test is deleting: "because it is being terminated") are not RBAC's.
+        refused = [
+            line
+            for line in daemon.stderr.read_text().splitlines()
+            if "forbidden" in line.lower() and "is being terminated" not in line
+        ]
+        assert refused == []
     finally:
         if daemon.proc is not None:
             daemon.kill()
