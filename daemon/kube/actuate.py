@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, Resize
-from daemon.kube.client import JSON_PATCH, KubeClient, Obj
+from daemon.kube.client import JSON_PATCH, KubeClient, Obj, pointer_token
 from daemon.kube.errors import Conflict, NotFound, Permanent, Temporary
 from daemon.kube.jobkinds import KINDS
 from daemon.kube.status_objects import toleration_object
@@ -26,8 +26,8 @@ from daemon.stages.ports import Done, Failed, Outcome
 log = get_logger("admitd.actuate")
 
 TEMPLATE_TRIES = 20  # x 0.25 s: how long a template change waits for the Job controller before it is retried later
-_NOTE_PATH = "/metadata/annotations/" + ADMISSION_ANNOTATION.replace("~", "~0").replace("/", "~1")
-_FULL_PATH = "/metadata/annotations/" + FULL_PARALLELISM_ANNOTATION.replace("~", "~0").replace("/", "~1")
+_NOTE_PATH = "/metadata/annotations/" + pointer_token(ADMISSION_ANNOTATION)
+_FULL_PATH = "/metadata/annotations/" + pointer_token(FULL_PARALLELISM_ANNOTATION)
 
 
 def resize_patch(resize: Sequence[Resize]) -> list[dict[str, Any]]:

@@ -29,6 +29,11 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 
+def pointer_token(key: str) -> str:
+    """`key` as one reference token of a JSON pointer (RFC 6901): `~` and `/` escaped, e.g. for an annotation."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
 async def load_configuration(kubeconfig: Path | None, context: str | None = None) -> Configuration:
     """From `kubeconfig` if given, else $KUBECONFIG or ~/.kube/config, else the in-cluster service account."""
     cfg = Configuration()

@@ -44,7 +44,7 @@ from daemon.domain.management import (
 )
 from daemon.domain.model import JobManagement, LabelSelector
 from daemon.domain.state import State
-from daemon.kube.client import MERGE_PATCH, KubeClient
+from daemon.kube.client import MERGE_PATCH, KubeClient, pointer_token
 from daemon.kube.errors import NotFound
 from daemon.kube.jobkinds import KINDS
 from daemon.manifests import QUEUE_NAME_LABEL, adapter_for
@@ -179,7 +179,7 @@ def suspend_patch(
                 ops.append(
                     {
                         "op": "add",
-                        "path": "/metadata/labels/" + _pointer(QUEUE_NAME_LABEL),
+                        "path": "/metadata/labels/" + pointer_token(QUEUE_NAME_LABEL),
                         "value": DEFAULT_LOCAL_QUEUE,
                     }
                 )
@@ -189,9 +189,7 @@ def suspend_patch(
     if not isinstance(annotations, Mapping):
         ops.append({"op": "add", "path": "/metadata/annotations", "value": {ADMISSION_ANNOTATION: ""}})
     elif ADMISSION_ANNOTATION not in annotations:
-        ops.append(
-            {"op": "add", "path": "/metadata/annotations/" + ADMISSION_ANNOTATION.replace("/", "~1"), "value": ""}
-        )
+        ops.append({"op": "add", "path": "/metadata/annotations/" + pointer_token(ADMISSION_ANNOTATION), "value": ""})
     spec = job.get("spec") or {}
     if job.get("kind") == "PyTorchJob":  # suspended through its run policy, which may be absent
         run_policy = spec.get("runPolicy")
@@ -202,10 +200,6 @@ def suspend_patch(
     elif spec.get("suspend") is not True:
         ops.append({"op": "add", "path": "/spec/suspend", "value": True})
     return ops or None
-
-
-def _pointer(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
 
 
 def rejection(job: Mapping[str, Any]) -> str | None:
