@@ -126,9 +126,6 @@ class Observer:
         if events:
             self.put(Observed(tuple(events)))
 
-    def jobs_listed(self, items: list[Obj]) -> None:
-        self.jobs_listed_of("Job")(items)
-
     def jobs_listed_of(self, kind: str) -> Callable[[list[Obj]], None]:
         """A full list of the jobs of `kind`: the workloads of that kind missing from it were deleted."""
 

@@ -35,9 +35,9 @@ from daemon.domain.state import State
 from daemon.eventlog import EventStore, LogReader, replay
 from daemon.kube import webhook
 from daemon.kube.actuate import JobActuator
-from daemon.kube.client import KubeClient, load_configuration
+from daemon.kube.client import KubeClient, Obj, load_configuration
 from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
-from daemon.kube.jobkinds import JobWatches, served_distributed_kinds
+from daemon.kube.jobkinds import JOB, JobWatches, served_distributed_kinds
 from daemon.kube.leader import LeaderElector, LeadershipLost
 from daemon.kube.observe import Observer
 from daemon.kube.status import StatusWriter
@@ -189,51 +189,29 @@ class Daemon:
             )
             # What the API server answers to a suspension is observed like a watch event (see JobActuator).
             cluster.actuator.on_suspended = partial(observer.job_event, "MODIFIED")
+
+            def watch(
+                resource: Resource, on_event: Callable[[str, Obj], None], on_listed: Callable[[list[Obj]], None]
+            ) -> Reflector:
+                return Reflector(
+                    client, resource, on_event=on_event, on_listed=on_listed, on_restart=metrics.watch_restarted
+                )
+
+            def object_watch(plural: str, path: str, kind: str) -> Reflector:
+                return watch(Resource(plural, path), observer.object_event, observer.objects_listed(kind))
+
             queue_reflectors = [
-                Reflector(
-                    client,
-                    Resource("namespaces", "/api/v1/namespaces"),
-                    on_event=observer.object_event,
-                    on_listed=observer.objects_listed("Namespace"),
-                    on_restart=metrics.watch_restarted,
-                ),
-                Reflector(
-                    client,
-                    Resource("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses"),
-                    on_event=observer.object_event,
-                    on_listed=observer.objects_listed("PriorityClass"),
-                    on_restart=metrics.watch_restarted,
-                ),
+                object_watch("namespaces", "/api/v1/namespaces", "Namespace"),
+                object_watch("priorityclasses", "/apis/scheduling.k8s.io/v1/priorityclasses", "PriorityClass"),
                 *(
-                    Reflector(
-                        client,
-                        Resource(plural, f"/apis/kueue.x-k8s.io/{version}/{plural}"),
-                        on_event=observer.object_event,
-                        on_listed=observer.objects_listed(kind),
-                        on_restart=metrics.watch_restarted,
-                    )
+                    object_watch(plural, f"/apis/kueue.x-k8s.io/{version}/{plural}", kind)
                     for plural, kind in KUEUE_KINDS.items()
                 ),
             ]
-            jobs = Reflector(
-                client,
-                Resource("jobs", "/apis/batch/v1/jobs"),
-                on_event=observer.job_event,
-                on_listed=observer.jobs_listed,
-                on_restart=metrics.watch_restarted,
-            )
             all_jobs = JobWatches(  # Jobs, and the distributed kinds this cluster serves
                 [
-                    jobs,
-                    *(
-                        Reflector(
-                            client,
-                            Resource(k.plural, k.list_path),
-                            on_event=observer.job_event,
-                            on_listed=observer.jobs_listed_of(k.kind),
-                        )
-                        for k in await served_distributed_kinds(client)
-                    ),
+                    watch(Resource(k.plural, k.list_path), observer.job_event, observer.jobs_listed_of(k.kind))
+                    for k in (JOB, *await served_distributed_kinds(client))
                 ]
             )
             # waitForPodsReady: no timeout is decided before the Jobs are listed and what was observed is in the
