@@ -21,6 +21,7 @@ from daemon.manifests.fields import INT32_MAX, Reader, at, dns_label, index, key
 from daemon.manifests.jobs import (
     QUEUE_NAME_LABEL,
     JobMetadata,
+    JobReader,
     PodTemplate,
     read_job_metadata,
     read_pod_template,
@@ -99,25 +100,14 @@ def _check_total(r: Reader, kind: str, pod_sets: int, path: str) -> None:
         r.error(path, f"a {kind} becomes {pod_sets} pod sets; a workload may have at most {MAX_POD_SETS}")
 
 
-class DistributedAdapter:
-    """The shared half of the three adapters: `to_workload` raises the first problem `read` recorded."""
+class DistributedAdapter(JobReader):
+    """The shared half of the three adapters (queued by the label only, as Kueue's integrations)."""
 
+    __slots__ = ()
     api_version: str
-    kind: str
 
     def is_managed(self, obj: Mapping[str, object]) -> bool:
         return _managed(obj)
-
-    def to_workload(self, obj: Mapping[str, object], *, created_at: Millis, uid: str) -> Workload:
-        r = Reader(kind=self.kind)
-        workload = self.read(r, obj, created_at=created_at, uid=uid)
-        if r.errors:
-            raise r.errors[0]
-        assert workload is not None  # read returns None only with errors recorded
-        return workload
-
-    def read(self, r: Reader, obj: Mapping[str, object], *, created_at: Millis, uid: str) -> Workload | None:
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

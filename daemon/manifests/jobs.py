@@ -123,15 +123,12 @@ def _label(obj: Mapping[str, object], name: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BatchJobAdapter:
-    """batch/v1 Job: one PodSet "main" of `min(parallelism, completions)` pods (Kueue's `podsCount`)."""
+class JobReader:
+    """The shared half of the job adapters: `read` records every problem in a Reader, `to_workload` raises the
+    first one."""
 
-    api_version: str = "batch/v1"
-    kind: str = "Job"
-
-    def is_managed(self, obj: Mapping[str, object]) -> bool:
-        return _label(obj, QUEUE_NAME_LABEL) is not None
+    __slots__ = ()
+    kind: str
 
     def to_workload(self, obj: Mapping[str, object], *, created_at: Millis, uid: str) -> Workload:
         r = Reader(kind=self.kind)
@@ -140,6 +137,20 @@ class BatchJobAdapter:
             raise r.errors[0]
         assert workload is not None  # read returns None only with errors recorded
         return workload
+
+    def read(self, r: Reader, obj: Mapping[str, object], *, created_at: Millis, uid: str) -> Workload | None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchJobAdapter(JobReader):
+    """batch/v1 Job: one PodSet "main" of `min(parallelism, completions)` pods (Kueue's `podsCount`)."""
+
+    api_version: str = "batch/v1"
+    kind: str = "Job"
+
+    def is_managed(self, obj: Mapping[str, object]) -> bool:
+        return _label(obj, QUEUE_NAME_LABEL) is not None
 
     def read(self, r: Reader, obj: Mapping[str, object], *, created_at: Millis, uid: str) -> Workload | None:
         """Like `to_workload`, but records every problem in `r` instead of raising the first."""
