@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -27,24 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_status import cluster
+from bench.e2e.procs import cpu_seconds, peak_rss_mib
 from daemon.kube.client import KubeClient, load_configuration
 from tests.integration.conftest import KubeCluster
 from tests.integration.daemon_harness import Daemon, apply, install_crds, kubectl
 
 V = "kueue.x-k8s.io/v1beta2"
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def apiserver_pid(c: KubeCluster) -> int:
