@@ -26,8 +26,8 @@ from daemon.domain.model import (
     Workload,
 )
 from daemon.manifests import ManifestError, Parsed, adapter_for, load_documents
+from daemon.manifests.durations import DurationError, parse_duration
 from daemon.manifests.fields import printable
-from daemon.sim.durations import DurationError, parse_duration
 
 SUBMIT_AT = "simulate.admitd.io/submit-at"
 RUNTIME = "simulate.admitd.io/runtime"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.sim.durations import DurationError, parse_duration
+from daemon.manifests.durations import DurationError, parse_duration
 from tests.integration.inprocess import admitd
 from tests.integration.scenario_text import BASE, job
 
