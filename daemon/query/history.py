@@ -14,6 +14,7 @@ from daemon.domain.model import Milli
 from daemon.domain.quantity import format_quantity
 from daemon.eventlog import LogReader, codec
 from daemon.eventlog.codec import StoredEvent
+from daemon.manifests.durations import format_seconds
 from daemon.query.moment import Clock, QueryError
 
 
@@ -259,14 +260,12 @@ def to_json(h: History, clock: Clock) -> dict[str, Any]:
 
 
 def to_text(h: History, clock: Clock) -> str:
-    from daemon.manifests.durations import format_seconds as format_duration  # noqa: PLC0415
-
     width = max((len(clock.show(e.recorded_at) or "") for e in h.entries), default=4)
     lines = [f"{h.job}: {h.status}"]
     for e in h.entries:
         lines.append(f"  {clock.show(e.recorded_at):<{width}}  seq {e.seq:<8} {e.text}")
     lines.append(
-        f"waited {format_duration(h.waiting_ms)}, ran {format_duration(h.running_ms)}; "
+        f"waited {format_seconds(h.waiting_ms)}, ran {format_seconds(h.running_ms)}; "
         f"{h.admissions} admission(s), {h.preemptions} preemption(s)"
     )
     return "\n".join(lines)
