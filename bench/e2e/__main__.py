@@ -7,9 +7,12 @@ Usage (from the repository root, with the project's venv):
 
 `compare` runs, per setting and per round, admitd then Kueue (each on its own fresh cluster), prints one JSON object
 (every run, medians per system and setting, admitd/Kueue ratios) and, unless --no-results, writes the table between
-the e2e markers of bench/RESULTS.md. Settings: `shipped` (kube-controller-manager's default client limit qps 20 /
-burst 30; Kueue's shipped clientConnection qps 50 / burst 100; admitd's --status-qps 50 / --status-burst 100) and
-`lifted` (1000 / 2000 for all three). Work and cluster state go under --work (default /tmp/admitd/e2e-work).
+the e2e markers of bench/RESULTS.md. Before the rounds of each setting it runs the same Jobs once with no scheduler
+(`none`: created running and unlabelled; --baseline-runs), and reports what each scheduler causes: its API requests
+per Job minus the baseline's. Settings (client qps / burst): `shipped` (each scheduler's own shipped limit: Kueue's
+clientConnection 50 / 100, admitd's --status-qps 50 / --status-burst 100; kube-controller-manager lifted to
+1000 / 2000 so that the Job controller does not bind both), `lifted` (1000 / 2000 for all three) and `stock` (as
+shipped, kube-controller-manager's default 20 / 30 included). Work and cluster state go under --work (default /tmp/admitd/e2e-work).
 Kueue is built on first use by tests/cluster/kueue/build-kueue.sh (about 2 minutes); the Jobs are the baseline shape
 of Kueue's scheduler performance test read from its module (bench/e2e/shape.py).
 """
@@ -27,18 +30,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.e2e.results import write_results
-from bench.e2e.runner import System, aggregate, log, make_plan, ratios, run_once, settings_named
-from bench.e2e.systems import SETTINGS, Admitd, Kueue, RunFailed
+from bench.e2e.runner import System, aggregate, caused, log, make_plan, ratios, run_once, settings_named
+from bench.e2e.systems import SETTINGS, Admitd, Kueue, NoScheduler, RunFailed
 
 DEFAULT_WORK = Path("/tmp/admitd/e2e-work")
 
 
 def systems_named(names: str, admitd: Admitd, kueue: Kueue) -> list[System]:
-    known: dict[str, System] = {"admitd": admitd, "kueue": kueue}
+    known: dict[str, System] = {"admitd": admitd, "kueue": kueue, "none": NoScheduler()}
     out: list[System] = []
     for name in names.split(","):
         if name not in known:
-            raise SystemExit(f"unknown system {name!r}; known: admitd, kueue")
+            raise SystemExit(f"unknown system {name!r}; known: {', '.join(known)}")
         out.append(known[name])
     return out
 
@@ -76,10 +79,17 @@ def main() -> int:
     cmp_p.add_argument("--settings", default="shipped,lifted")
     cmp_p.add_argument("--systems", default="admitd,kueue")
     cmp_p.add_argument("--no-results", action="store_true", help="do not write bench/RESULTS.md")
+    cmp_p.add_argument(
+        "--baseline-runs",
+        type=int,
+        default=1,
+        help="runs per setting with no scheduler (the Jobs created running), whose API requests per Job are "
+        "subtracted to give what each scheduler causes (default 1; 0 skips the baseline)",
+    )
     res_p = sub.add_parser("results", help="write bench/RESULTS.md from a saved comparison (bench/out/e2e-*.json)")
     res_p.add_argument("file", type=Path)
     run_p = sub.choices["run"]
-    run_p.add_argument("--system", choices=("admitd", "kueue"), required=True)
+    run_p.add_argument("--system", choices=("admitd", "kueue", "none"), required=True)
     run_p.add_argument("--setting", choices=tuple(SETTINGS), default="lifted")
     args = parser.parse_args()
     if args.command == "results":
@@ -120,6 +130,12 @@ def main() -> int:
                 ok = [r for r in mine if "failed" not in r]
                 per[s.name] = aggregate(ok) if ok else {"runs": 0}
                 per[s.name]["failed"] = [r["failed"] for r in mine if "failed" in r]
+            base = [r for r in runs if r["system"] == "none" and r["setting"] == setting.name and "failed" not in r]
+            if base:
+                per["none"] = aggregate(base)
+                for name in ("admitd", "kueue"):
+                    if per.get(name, {}).get("runs"):
+                        per[name].update(caused(per[name], per["none"]))
             if per.get("admitd", {}).get("runs") and per.get("kueue", {}).get("runs"):
                 per["admitd/kueue"] = ratios(per["admitd"], per["kueue"])
             summary[setting.name] = per
@@ -132,12 +148,22 @@ def main() -> int:
             "jobs": len(p.jobs),
             "cluster_queues": len(p.queues),
             "cpus": os.cpu_count(),
-            "complete": len(runs) == len(settings) * args.runs * len(systems),
+            "complete": len(runs) == len(settings) * (args.runs * len(systems) + args.baseline_runs),
             "summary": summary,
             "runs": runs,
         }
 
+    baseline = NoScheduler()
     for setting in settings:
+        for i in range(args.baseline_runs):
+            try:
+                runs.append(
+                    run_once(baseline, setting, p, args.work / f"{setting.name}-none-{i}", timeout_s=args.timeout)
+                )
+            except RunFailed as e:
+                log(f"baseline / {setting.name} run {i + 1} failed: {e}")
+                runs.append({"system": "none", "setting": setting.name, "failed": str(e)})
+            out.write_text(json.dumps(current(), indent=2))
         for i in range(args.runs):
             for system in systems:
                 work = args.work / f"{setting.name}-{system.name}-{i}"

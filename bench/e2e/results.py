@@ -34,6 +34,13 @@ def _rows(per: dict[str, Any], systems: list[str]) -> list[tuple[str, Any]]:
         ("scheduler peak RSS, MiB", lambda a: a["scheduler_rss_mib"]),
         ("API requests per Job", lambda a: a["api_requests_per_job"]),
     ]
+    if "none" in per:
+        rows.append(
+            (
+                "API requests per Job caused (minus the no-scheduler baseline)",
+                lambda a: a.get("caused_requests_per_job"),
+            )
+        )
     return rows
 
 
@@ -75,6 +82,15 @@ def table(result: dict[str, Any], setting: str) -> str:
             [", ".join(f"{a:.1f}/{b:.1f}" for a, b in per[s]["loadavg_1m"]) for s in systems],
         ),
     ]
+    if "none" in per:
+        base = per["none"]
+        extra.insert(
+            0,
+            (
+                f"no-scheduler baseline, API requests per Job (median of {base['runs']})",
+                [_fmt(base["api_requests_per_job"]) for _ in systems],
+            ),
+        )
     for label, cells in extra:
         lines.append(f"| {label} | " + " | ".join(cells) + (" | — |" if ratio else " |"))
     return "\n".join([*lines, ""])

@@ -56,7 +56,9 @@ def wait_queues_active(c: KubeCluster, names: set[str], timeout: float = 120) ->
     raise RunFailed(f"{len(inactive)} ClusterQueues not Active after {timeout:.0f} s, e.g. {sorted(inactive)[:3]}")
 
 
-async def drive(c: KubeCluster, p: Plan, pids: dict[str, int], timeout_s: float) -> dict[str, Any]:
+async def drive(
+    c: KubeCluster, p: Plan, pids: dict[str, int], timeout_s: float, *, managed: bool = True
+) -> dict[str, Any]:
     """Creates the Jobs on the plan's schedule and waits for every one to complete; the figures."""
     cfg = await load_configuration(c.kubeconfig)
     pki = c.state_dir / "pki"
@@ -83,7 +85,7 @@ async def drive(c: KubeCluster, p: Plan, pids: dict[str, int], timeout_s: float)
             delay = target - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            creations.append(asyncio.create_task(create(job_object(j), target)))
+            creations.append(asyncio.create_task(create(job_object(j, managed=managed), target)))
         await asyncio.gather(*creations)
         created_all = time.monotonic() - t0
         deadline = time.monotonic() + timeout_s
@@ -137,14 +139,14 @@ def run_once(
         sched_pid = system.start(c, work / system.name, setting)
         apply(c, *queue_objects(p))
         wait_queues_active(c, {q.name for q in p.queues})
-        pids = {"scheduler": sched_pid, **lc.pids()}
+        pids = {**({"scheduler": sched_pid} if sched_pid else {}), **lc.pids()}
         log(f"{system.name} / {setting.name}: {len(p.jobs)} Jobs")
-        figures = asyncio.run(drive(c, p, pids, timeout_s))
+        figures = asyncio.run(drive(c, p, pids, timeout_s, managed=getattr(system, "manages_jobs", True)))
         code = system.stop()
         figures["scheduler_exit"] = code
         log(
             f"{system.name} / {setting.name}: makespan {figures['makespan_s']} s, "
-            f"{figures['api_requests_per_job']} requests/Job, scheduler cpu {figures['cpu_s']['scheduler']} s"
+            f"{figures['api_requests_per_job']} requests/Job, scheduler cpu {figures['cpu_s'].get('scheduler', 0)} s"
         )
     except BaseException:
         path = system.log_path()
@@ -176,11 +178,32 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "evictions": median([r["evictions"] for r in runs]),
         "mean_tta_s": {k: median([r["time_to_admission_s"][k]["mean"] for r in runs]) for k in classes},
         "p90_tta_s": {k: median([r["time_to_admission_s"][k]["p90"] for r in runs]) for k in classes},
-        "scheduler_cpu_s": median([r["cpu_s"]["scheduler"] for r in runs]),
-        "scheduler_rss_mib": median([r["peak_rss_mib"]["scheduler"] for r in runs]),
+        "scheduler_cpu_s": median([r["cpu_s"].get("scheduler", 0.0) for r in runs]),
+        "scheduler_rss_mib": median([r["peak_rss_mib"].get("scheduler", 0.0) for r in runs]),
         "apiserver_cpu_s": median([r["cpu_s"]["kube-apiserver"] for r in runs]),
         "api_requests_per_job": median([r["api_requests_per_job"] for r in runs]),
+        "api_requests_per_job_by_kind": {
+            kind: median([r["api_requests_by_kind"].get(kind, 0) / r["jobs"] for r in runs])
+            for kind in sorted({k for r in runs for k in r["api_requests_by_kind"]})
+        },
         "loadavg_1m": [r["loadavg_1m_start_end"] for r in runs],
+    }
+
+
+def caused(a: dict[str, Any], none: dict[str, Any]) -> dict[str, Any]:
+    """What a scheduler causes: its API requests per Job minus those of the no-scheduler baseline (medians), in
+    total and per kind of request (kinds that differ by at least 0.05 per Job)."""
+    by_kind = {
+        kind: round(
+            a["api_requests_per_job_by_kind"].get(kind, 0) - none["api_requests_per_job_by_kind"].get(kind, 0), 2
+        )
+        for kind in set(a["api_requests_per_job_by_kind"]) | set(none["api_requests_per_job_by_kind"])
+    }
+    return {
+        "caused_requests_per_job": round(a["api_requests_per_job"] - none["api_requests_per_job"], 2),
+        "caused_requests_per_job_by_kind": dict(
+            sorted(((k, v) for k, v in by_kind.items() if abs(v) >= 0.05), key=lambda kv: -abs(kv[1]))
+        ),
     }
 
 
@@ -199,6 +222,11 @@ def ratios(a: dict[str, Any], k: dict[str, Any]) -> dict[str, Any]:
         "scheduler_cpu_s": r(a["scheduler_cpu_s"], k["scheduler_cpu_s"]),
         "scheduler_rss_mib": r(a["scheduler_rss_mib"], k["scheduler_rss_mib"]),
         "api_requests_per_job": r(a["api_requests_per_job"], k["api_requests_per_job"]),
+        **(
+            {"caused_requests_per_job": r(a["caused_requests_per_job"], k["caused_requests_per_job"])}
+            if "caused_requests_per_job" in a and "caused_requests_per_job" in k
+            else {}
+        ),
     }
 
 

@@ -192,18 +192,22 @@ def queue_objects(p: Plan) -> list[dict[str, Any]]:
     return docs
 
 
-def job_object(j: JobSpec) -> dict[str, Any]:
-    """A suspended Job with one pod asking for the class's cpu, 'running' for its runtime (kwok)."""
+def job_object(j: JobSpec, *, managed: bool = True) -> dict[str, Any]:
+    """A suspended Job with one pod asking for the class's cpu, 'running' for its runtime (kwok). Not `managed`
+    (the no-scheduler baseline): created running, without the queue and priority labels."""
+    labels = (
+        {QUEUE_LABEL: j.namespace, PRIORITY_LABEL: j.klass, CLASS_LABEL: j.klass} if managed else {CLASS_LABEL: j.klass}
+    )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": j.name,
             "namespace": j.namespace,
-            "labels": {QUEUE_LABEL: j.namespace, PRIORITY_LABEL: j.klass, CLASS_LABEL: j.klass},
+            "labels": labels,
         },
         "spec": {
-            "suspend": True,
+            "suspend": managed,
             "parallelism": 1,
             "completions": 1,
             "backoffLimit": 0,

@@ -6,6 +6,10 @@ preemption suspends the Job, then restores the pod templates as they were create
 template change only while it is suspended and not started, so a template change waits until the Job controller
 has cleared `status.startTime`. Each patch first tests the uid, so a Job deleted and recreated under the same name is
 never touched by an order meant for its predecessor.
+
+A preemption that overtakes its own admission (decided before the admission's patch was sent) costs no request:
+the actuator follows the Job watch, and a Job that this process never unsuspended and whose last watched version is
+suspended, idle and without admitd's admission note has nothing to undo; the watched version stands for the answer.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placeme
 from daemon.kube.client import JSON_PATCH, KubeClient, Obj, pointer_token
 from daemon.kube.errors import Conflict, NotFound, Permanent, Temporary
 from daemon.kube.jobkinds import KINDS
+from daemon.kube.observe import job_view
 from daemon.kube.status_objects import toleration_object
 from daemon.manifests.jobs import FULL_PARALLELISM_ANNOTATION
 from daemon.obs.logging import get_logger
@@ -68,11 +73,44 @@ def placement_patch(kind: str, placements: Sequence[Placement]) -> list[dict[str
 class JobActuator:
     def __init__(self, client: KubeClient) -> None:
         self.client = client
+        self.skipped = 0  # suspensions that needed no request (the Job was never unsuspended)
+        # job -> its last watched version, while that version is suspended, has no active pods and carries no
+        # admission note (nothing of an admission is on it)
+        self._idle: dict[str, Obj] = {}
+        # jobs this process has sent an unsuspend patch for and not suspended since: the watch may lag behind
+        # that patch, so for these the watched version is not evidence of anything
+        self._unsuspending: set[str] = set()
         self.on_suspended: Callable[[Obj], None] | None = None
         """Given the job as the API server answered the last patch of a suspension (the observer's entry for
         watch events). A job preempted before it was ever unsuspended is already suspended with no pods: the patch
         may change nothing, so no watch event would follow and the eviction would never be observed; the answer
         shows it at once."""
+
+    def seen(self, type_: str, obj: Obj) -> None:
+        """A watch event (or an item of a list) of a job of any kind admitd acts on."""
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        view = job_view(obj)
+        note = (meta.get("annotations") or {}).get(ADMISSION_ANNOTATION)
+        if type_ != "DELETED" and view.suspended and view.active == 0 and not note:
+            self._idle[key] = obj
+        else:
+            self._idle.pop(key, None)
+            if type_ == "DELETED":
+                self._unsuspending.discard(key)
+
+    def listed(self, items: list[Obj]) -> None:
+        for obj in items:
+            self.seen("ADDED", obj)
+
+    def _never_unsuspended(self, order: Order) -> Obj | None:
+        """The watched version of the order's job if nothing of an admission was ever carried out on it."""
+        if not order.decision or order.job in self._unsuspending:
+            return None
+        obj = self._idle.get(order.job)
+        if obj is None or (order.uid and (obj.get("metadata") or {}).get("uid") != order.uid):
+            return None
+        return obj
 
     async def carry_out(self, order: Order) -> Outcome:
         if order.kind not in KINDS:
@@ -88,7 +126,12 @@ class JobActuator:
                 ops.append({"op": "add", "path": _NOTE_PATH, "value": order.note})
                 ops += [*full_count_note(order.resize, running=True), *resize_patch(order.resize)]
                 ops.append({"op": "replace", "path": suspend, "value": False})
+                self._unsuspending.add(order.job)
                 await self._patch_template(path, ops)
+            elif (idle := self._never_unsuspended(order)) is not None:
+                self.skipped += 1
+                if self.on_suspended is not None:
+                    self.on_suspended(idle)
             else:
                 body = [*guard, {"op": "add", "path": suspend, "value": True}, *resize_patch(order.resize)]
                 try:
@@ -105,6 +148,7 @@ class JobActuator:
                     restore = [*guard, *placement_patch(order.kind, order.placements)]
                     restore += full_count_note(order.resize, running=False)
                     last = await self._patch_template(path, [*restore, {"op": "add", "path": _NOTE_PATH, "value": ""}])
+                    self._unsuspending.discard(order.job)
                 if self.on_suspended is not None:
                     self.on_suspended(last)
         except NotFound:

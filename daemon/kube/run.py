@@ -94,6 +94,23 @@ class RunOptions:
     status_burst: int = 100  # ... and burst, one token bucket
 
 
+def job_callbacks(
+    observer: Observer, actuator: JobActuator, kind: str
+) -> tuple[Callable[[str, Obj], None], Callable[[list[Obj]], None]]:
+    """A job watch's event and list callbacks: the actuator follows what it may have to undo, then the observer."""
+    listed_by_observer = observer.jobs_listed_of(kind)
+
+    def on_event(type_: str, obj: Obj) -> None:
+        actuator.seen(type_, obj)
+        observer.job_event(type_, obj)
+
+    def on_listed(items: list[Obj]) -> None:
+        actuator.listed(items)
+        listed_by_observer(items)
+
+    return on_event, on_listed
+
+
 class KubeCluster:
     """The real Cluster: observations from the Reflectors through the Observer, actuations as Job patches."""
 
@@ -210,7 +227,7 @@ class Daemon:
             ]
             all_jobs = JobWatches(  # Jobs, and the distributed kinds this cluster serves
                 [
-                    watch(Resource(k.plural, k.list_path), observer.job_event, observer.jobs_listed_of(k.kind))
+                    watch(Resource(k.plural, k.list_path), *job_callbacks(observer, cluster.actuator, k.kind))
                     for k in (JOB, *await served_distributed_kinds(client))
                 ]
             )

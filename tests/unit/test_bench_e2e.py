@@ -10,7 +10,7 @@ import pytest
 from bench.e2e.procs import request_counts
 from bench.e2e.recorder import Timeline, percentile, summarize
 from bench.e2e.results import markers, write_results
-from bench.e2e.runner import aggregate, ratios
+from bench.e2e.runner import aggregate, caused, ratios
 from bench.e2e.shape import CLASS_LABEL, ShapeError, job_object, plan, queue_objects, scaled
 
 # The baseline generator configuration as Kueue v0.17.0 ships it (test/performance/scheduler/configs/baseline).
@@ -202,6 +202,8 @@ def _run(system: str, makespan: float, cpu: float, load: float) -> dict[str, Any
         "cpu_s": {"scheduler": cpu, "kube-apiserver": 10.0},
         "peak_rss_mib": {"scheduler": 100.0},
         "api_requests_per_job": 10.0 if system == "admitd" else 20.0,
+        "api_requests_by_kind": {"POST batch/jobs": 1500, **({"PATCH batch/jobs": 1500} if system == "admitd" else {})},
+        "jobs": 1500,
         "loadavg_1m_start_end": [load, load],
     }
 
@@ -255,3 +257,43 @@ def test_a_failed_run_is_named_in_the_results_block(tmp_path: Any) -> None:
     text = path.read_text()
     assert "A admitd run failed: only 110 of 180 Jobs completed in 180 s" in text
     assert "| figure | kueue |" in text and "admitd/Kueue" not in text
+
+
+def test_the_no_scheduler_baseline_creates_the_same_jobs_running_and_unlabelled() -> None:
+    large = next(j for j in plan(BASELINE, scale_pct=1).jobs if j.klass == "large")
+    managed, bare = job_object(large), job_object(large, managed=False)
+    assert bare["spec"]["suspend"] is False
+    assert bare["metadata"]["labels"] == {CLASS_LABEL: "large"}
+    assert bare["spec"]["template"] == managed["spec"]["template"]
+    t = Timeline()  # a Job created running counts as admitted at its creation
+    t.observe(_job("n", "a", "small", suspend=False), 10.0)
+    t.observe(_job("n", "a", "small", suspend=False, complete=True), 11.0)
+    s = summarize(t)
+    assert s["admissions"] == 1 and s["evictions"] == 0 and s["time_to_admission_s"]["small"]["mean"] == 0.0
+
+
+def test_what_a_scheduler_causes_is_its_requests_minus_the_baselines(tmp_path: Any) -> None:
+    none = aggregate([{**_run("none", 30.0, 0.0, 1.0), "api_requests_per_job": 4.0}])
+    a = aggregate([_run("admitd", m, 5.0, 1.0) for m in (40.0, 50.0, 60.0)])
+    k = aggregate([_run("kueue", m, 20.0, 2.0) for m in (80.0, 100.0, 90.0)])
+    a.update(caused(a, none))
+    k.update(caused(k, none))
+    assert a["caused_requests_per_job"] == 6.0 and k["caused_requests_per_job"] == 16.0
+    assert a["caused_requests_per_job_by_kind"] == {"PATCH batch/jobs": 1.0}  # POST batch/jobs: the same as none's
+    assert ratios(a, k)["caused_requests_per_job"] == 0.375
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\n")
+    result = {
+        "date": "2026-12-01 06:00 UTC",
+        "command": "python -m bench.e2e compare",
+        "versions": {"systems": ["admitd x", "kueue v0.17.0"], "kubernetes": "v1.36.3"},
+        "jobs": 1500,
+        "cluster_queues": 30,
+        "scale_pct": 10.0,
+        "cpus": 2,
+        "summary": {"lifted": {"admitd": a, "kueue": k, "none": none, "admitd/kueue": ratios(a, k)}},
+    }
+    write_results(result, path)
+    text = path.read_text()
+    assert "| API requests per Job caused (minus the no-scheduler baseline) | 6 | 16.0 | 0.375 |" in text
+    assert "| no-scheduler baseline, API requests per Job (median of 1) | 4 | 4 | — |" in text

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from daemon.domain import events as ev
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, admission_note, read_admission_note
 from daemon.domain.model import LocalQueue, ResourceFlavor, Toleration
@@ -287,3 +289,99 @@ async def test_a_job_preempted_before_it_ever_ran_is_evicted_from_the_answer_to_
     put.clear()
     observer.job_event("MODIFIED", job)  # a late watch event of the same state appends nothing more
     assert put == []
+
+
+def _preempted_after_admission(state: State, observer: Observer, put: list[Observed], job: dict[str, Any]) -> Order:
+    """`job` observed, admitted (decision 2), then preempted (decision 3): the suspend order of decision 3."""
+    observer.job_event("ADDED", job)
+    decided = [
+        *put[0].events,
+        ev.WorkloadAdmitted(workload="research/train-a", at=1_000, admission=admission()),
+        ev.WorkloadPreempted(
+            workload="research/train-a",
+            at=2_000,
+            cluster_queue="team-research",
+            preemptor="research/urgent",
+            preemptor_cluster_queue="team-research",
+            reason="InClusterQueue",
+            policy="withinClusterQueue=LowerPriority",
+        ),
+    ]
+    for seq, event in enumerate(decided, start=1):
+        state.apply(event, seq)
+    put.clear()
+    return state.outbox["research/train-a"]
+
+
+async def test_a_preemption_that_overtakes_its_admission_costs_no_request() -> None:
+    """The admission was never carried out (its order superseded before it was sent): the watched Job is suspended,
+    idle, without an admission note, so there is nothing to undo. No PATCH is sent, the watched version stands for
+    the answer, and the eviction is appended from it."""
+    state = State()
+    observer, put, _ = _observer(state)
+    job = raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""})
+    order = _preempted_after_admission(state, observer, put, job)
+    client = PatchingClient(job)
+    actuator = JobActuator(client)  # type: ignore[arg-type]
+    actuator.on_suspended = lambda obj: observer.job_event("MODIFIED", obj)
+    actuator.listed([job])
+    assert await actuator.carry_out(order) == Done()
+    assert client.patches == []
+    assert actuator.skipped == 1
+    assert [type(e) for o in put for e in o.events] == [ev.WorkloadEvicted]
+
+
+@pytest.mark.parametrize(
+    "watched",
+    [
+        pytest.param(raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: ""}), id="running"),
+        pytest.param(raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: "x"}), id="suspended with a note"),
+        pytest.param(raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""}, active=1), id="pods still active"),
+        pytest.param(None, id="never watched"),
+    ],
+)
+async def test_a_suspension_is_patched_unless_the_watch_shows_nothing_to_undo(watched: dict[str, Any] | None) -> None:
+    state = State()
+    observer, put, _ = _observer(state)
+    job = raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""})
+    order = _preempted_after_admission(state, observer, put, job)
+    client = PatchingClient(raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: "x"}))
+    actuator = JobActuator(client)  # type: ignore[arg-type]
+    if watched is not None:
+        actuator.seen("MODIFIED", watched)
+    assert await actuator.carry_out(order) == Done()
+    assert client.patches, "the suspension was skipped"
+    assert client.obj["spec"]["suspend"] is True
+
+
+async def test_a_job_this_process_unsuspended_is_patched_even_if_the_watch_lags() -> None:
+    """The watch still shows the Job as created (suspended, no note) while the unsuspend patch has landed: the
+    suspension must be sent, or the Job would run on quota the fold has released."""
+    state = State()
+    observer, put, _ = _observer(state)
+    created = raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""})
+    observer.job_event("ADDED", created)
+    state.apply(put[0].events[0], 1)
+    state.apply(ev.WorkloadAdmitted(workload="research/train-a", at=1_000, admission=admission()), 2)
+    put.clear()
+    client = PatchingClient(dict(created))
+    actuator = JobActuator(client)  # type: ignore[arg-type]
+    actuator.listed([created])
+    assert await actuator.carry_out(state.outbox["research/train-a"]) == Done()
+    assert client.obj["spec"]["suspend"] is False
+    state.apply(
+        ev.WorkloadPreempted(
+            workload="research/train-a",
+            at=2_000,
+            cluster_queue="team-research",
+            preemptor="research/urgent",
+            preemptor_cluster_queue="team-research",
+            reason="InClusterQueue",
+            policy="withinClusterQueue=LowerPriority",
+        ),
+        3,
+    )
+    sent = len(client.patches)
+    assert await actuator.carry_out(state.outbox["research/train-a"]) == Done()
+    assert len(client.patches) > sent
+    assert client.obj["spec"]["suspend"] is True
