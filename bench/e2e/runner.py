@@ -137,8 +137,11 @@ def run_once(
         c = lc.up()
         log(f"{system.name} / {setting.name}: starting the scheduler")
         sched_pid = system.start(c, work / system.name, setting)
-        apply(c, *queue_objects(p))
-        wait_queues_active(c, {q.name for q in p.queues})
+        if getattr(system, "manages_jobs", True):
+            apply(c, *queue_objects(p))
+            wait_queues_active(c, {q.name for q in p.queues})
+        else:  # no scheduler, no queue CRDs: the namespaces only
+            apply(c, *(d for d in queue_objects(p) if d["kind"] == "Namespace"))
         pids = {**({"scheduler": sched_pid} if sched_pid else {}), **lc.pids()}
         log(f"{system.name} / {setting.name}: {len(p.jobs)} Jobs")
         figures = asyncio.run(drive(c, p, pids, timeout_s, managed=getattr(system, "manages_jobs", True)))

@@ -48,6 +48,9 @@ class _Job:
     name: str = ""  # its Workload's name, once created
     spec: Obj | None = None  # the Workload spec last written
     status: Obj | None = None  # the Workload status last written (or read back)
+    started: bool = False  # its current admission was carried out (the Job unsuspended)
+    # Events of a decision not yet carried out on the Job, sent once it is: (reason, message, at, seq)
+    held: list[tuple[str, str, int, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -151,14 +154,23 @@ class StatusWriter:
                     self._mark_job_queues(key)
                     rec = self.state.workloads.get(key)
                     waited = None if rec is None else at - rec.queue_order_at
-                    self._event(key, job, "Admitted", so.admitted_message(admission, waited), "Normal", at, seq)
+                    self._drop_unsent_pending(key)
+                    job.started = False
+                    job.held = [("Admitted", so.admitted_message(admission, waited), at, seq)]
+            case ev.JobUnsuspended(job=key):
+                job = self._jobs.get(key)
+                if job is not None:  # the admission carried out: its Events (and a preemption's that came since)
+                    job.started = True
+                    for why, message, held_at, held_seq in job.held:
+                        self._event(key, job, why, message, "Normal", held_at, held_seq)
+                    job.held = []
             case ev.WorkloadPreempted(workload=key, at=at):
                 job = self._jobs.get(key)
                 if job is not None:
                     p = self._preemption(event)
                     job.preemption = p
                     self._mark(("wl", key))
-                    self._event(key, job, so.eviction_reason(p), so.eviction_message(p), "Normal", at, seq)
+                    self._job_event(key, job, so.eviction_reason(p), so.eviction_message(p), at, seq)
             case ev.WorkloadTimedOut(workload=key, at=at):
                 job = self._jobs.get(key)
                 if job is not None:  # waitForPodsReady: Evicted (PodsReadyTimeout or InactiveWorkload), not Preempted
@@ -171,12 +183,14 @@ class StatusWriter:
                     )
                     job.preemption = p
                     self._mark(("wl", key))
-                    self._event(key, job, f"EvictedDueTo{event.reason}", so.eviction_message(p), "Normal", at, seq)
+                    self._job_event(key, job, f"EvictedDueTo{event.reason}", so.eviction_message(p), at, seq)
             case ev.WorkloadEvicted(workload=key):
                 if key in self._jobs:
                     self._mark(("wl", key))
                     self._mark_job_queues(key)
-                    self._jobs[key].cluster_queue = None
+                    job = self._jobs[key]
+                    job.cluster_queue = None
+                    job.started, job.held = False, []  # what was never carried out is not told
             case ev.JobFinished(job=key, succeeded=succeeded):
                 job = self._jobs.get(key)
                 if job is not None:
@@ -222,12 +236,24 @@ class StatusWriter:
             policy=e.policy,
         )
 
-    def _event(self, key: str, job: _Job, reason: str, message: str, type_: str, at: int, seq: int) -> None:
-        namespace, _, name = key.partition("/")
+    def _job_event(self, key: str, job: _Job, reason: str, message: str, at: int, seq: int) -> None:
+        """An Event about the admission in force: sent now if it was carried out, else held until it is. An
+        admission undone before it reached the Job (its preemption overtook it) tells the Job nothing: the
+        Workload's status and the log keep it."""
+        if job.started:
+            self._event(key, job, reason, message, "Normal", at, seq)
+        else:
+            job.held.append((reason, message, at, seq))
+
+    def _drop_unsent_pending(self, key: str) -> None:
         stale = self._pending_event.pop(key, None)
         if stale is not None:  # an unsent Pending is superseded by what came after it
             self._events.pop(stale, None)
             self._dirty.pop(("ev", stale), None)
+
+    def _event(self, key: str, job: _Job, reason: str, message: str, type_: str, at: int, seq: int) -> None:
+        namespace, _, name = key.partition("/")
+        self._drop_unsent_pending(key)
         if len(self._events) >= MAX_QUEUED_EVENTS:
             oldest = next(iter(self._events))
             self._events.pop(oldest)

@@ -420,7 +420,8 @@ def test_a_timed_out_workload_shows_evicted_pods_ready_timeout_not_preempted() -
     admitted = step(w, 0)
     timed = podsready.decide(w.view(), 5 * MIN, CFG)
     w.apply(timed)
-    for seq, event in enumerate([*admitted, *timed], start=10):
+    started = ev.JobUnsuspended(job="default/stuck", at=1, decision=10, placements=())
+    for seq, event in enumerate([*admitted, started, *timed], start=10):
         status.listener(event, seq)
     assert [e.reason for e in status._events.values()] == ["Admitted", "EvictedDueToPodsReadyTimeout"]
     facts = status._facts("default/stuck", status._jobs["default/stuck"])

@@ -390,7 +390,9 @@ def test_a_pending_event_not_yet_sent_is_replaced_by_what_came_after_it() -> Non
     queued = [(e.reason, e.message) for e in w._events.values()]
     assert queued == [("Pending", "BlockedByHead: blocked")]
     feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=4_000, admission=admission()))
-    assert [e.reason for e in w._events.values()] == ["Admitted"]
+    assert [e.reason for e in w._events.values()] == [], "the unsent Pending is dropped; Admitted waits for the Job"
+    feed(w, state, ev.JobUnsuspended(job="research/train-a", at=4_100, decision=state.seq, placements=()))
+    assert [(e.reason, e.at) for e in w._events.values()] == [("Admitted", 4_000)]
     marked = w.marked()
     assert {("wl", "research/train-a"), ("cq", "team-research"), ("lq", "research/q")} <= marked
     assert len([k for k in marked if k[0] == "ev"]) == 1, "one Event left to send"
@@ -406,3 +408,45 @@ def test_repeated_changes_to_one_object_mark_it_once() -> None:
     marked = w.marked()
     assert {k for k in marked if k[0] != "ev"} == {("wl", "research/train-a"), ("lq", "research/q")}
     assert len([k for k in marked if k[0] == "ev"]) == 1, "each Pending Event replaced the unsent one before it"
+
+
+def _preempted(at: int) -> ev.WorkloadPreempted:
+    return ev.WorkloadPreempted(
+        workload="research/train-a",
+        at=at,
+        cluster_queue="team-research",
+        preemptor="research/urgent",
+        preemptor_cluster_queue="team-research",
+        reason="InClusterQueue",
+        policy="withinClusterQueue=LowerPriority",
+    )
+
+
+def test_an_admission_undone_before_it_reached_the_job_tells_the_job_nothing() -> None:
+    """Admitted then preempted before the unsuspend was carried out: no Admitted and no Preempted Event on the Job
+    (nothing happened to it); the Workload status is still marked for both."""
+    w, state = writer()
+    feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
+    feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=1_000, admission=admission()), _preempted(1_500))
+    feed(w, state, ev.JobSuspended(job="research/train-a", at=1_600, decision=state.seq, placements=()))
+    feed(w, state, ev.WorkloadEvicted(workload="research/train-a", at=1_600, reason="Preempted"))
+    assert list(w._events.values()) == []
+    assert ("wl", "research/train-a") in w.marked()
+    # Admitted again and carried out this time: its Event is sent, and a later preemption's at once.
+    feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=2_000, admission=admission()))
+    feed(w, state, ev.JobUnsuspended(job="research/train-a", at=2_100, decision=state.seq, placements=()))
+    feed(w, state, _preempted(3_000))
+    assert [(e.reason, e.at) for e in w._events.values()] == [("Admitted", 2_000), ("Preempted", 3_000)]
+
+
+def test_a_preemption_decided_while_its_admission_was_in_flight_is_told_after_it() -> None:
+    """The unsuspend patch was on its way when the preemption was decided: the Job did run, so both Events are sent,
+    in the order things happened."""
+    w, state = writer()
+    feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
+    feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=1_000, admission=admission()))
+    admitted_at = state.seq
+    feed(w, state, _preempted(1_500))
+    assert list(w._events.values()) == []
+    feed(w, state, ev.JobUnsuspended(job="research/train-a", at=1_600, decision=admitted_at, placements=()))
+    assert [(e.reason, e.at) for e in w._events.values()] == [("Admitted", 1_000), ("Preempted", 1_500)]
