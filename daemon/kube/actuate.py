@@ -2,9 +2,10 @@
 
 An admission is one JSON patch: `suspend: false`, and each pod template's nodeSelector and tolerations set to the
 order's placement (the user's own values merged with the flavor's, computed when the decision was folded). A
-preemption suspends the Job, then restores the pod templates as they were created; Kubernetes lets a Job's
-template change only while it is suspended and not started, so a template change waits until the Job controller
-has cleared `status.startTime`. Each patch first tests the uid, so a Job deleted and recreated under the same name is
+preemption suspends the Job and empties admitd's annotations in one patch, then restores the pod templates as they
+were created, in a second patch sent only where the admission changed them; Kubernetes lets a Job's template change
+only while it is suspended and not started, so a template change waits until the Job controller has cleared
+`status.startTime`. Each patch first tests the uid, so a Job deleted and recreated under the same name is
 never touched by an order meant for its predecessor.
 
 A preemption that overtakes its own admission (decided before the admission's patch was sent) costs no request:
@@ -15,7 +16,7 @@ suspended, idle and without admitd's admission note has nothing to undo; the wat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, Resize
@@ -68,6 +69,37 @@ def placement_patch(kind: str, placements: Sequence[Placement]) -> list[dict[str
         ops.append({"op": "add", "path": f"{base}/nodeSelector", "value": dict(p.node_selector)})
         ops.append({"op": "add", "path": f"{base}/tolerations", "value": [toleration_object(t) for t in p.tolerations]})
     return ops
+
+
+def _resolve(obj: Any, pointer: str) -> Any:
+    """The value at the JSON pointer `pointer` (RFC 6901) in `obj`, or None where the path does not exist."""
+    for raw in pointer.split("/")[1:]:
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(obj, Mapping):
+            obj = obj.get(token)
+        elif isinstance(obj, list) and token.isdigit() and int(token) < len(obj):
+            obj = obj[int(token)]
+        else:
+            return None
+    return obj
+
+
+def placed_as(obj: Obj, kind: str, placements: Sequence[Placement]) -> bool:
+    """Whether every pod template of `obj` (a job as the API server answered) already has exactly the placements'
+    nodeSelector and tolerations (absent and empty alike)."""
+    pointers = KINDS[kind].pod_spec_pointers([p.pod_set for p in placements])
+    for p in placements:
+        base = pointers[p.pod_set]
+        if base is None:
+            continue
+        spec = _resolve(obj, base)
+        if not isinstance(spec, Mapping):
+            return False
+        if (spec.get("nodeSelector") or {}) != dict(p.node_selector):
+            return False
+        if (spec.get("tolerations") or []) != [toleration_object(t) for t in p.tolerations]:
+            return False
+    return True
 
 
 class JobActuator:
@@ -133,21 +165,35 @@ class JobActuator:
                 if self.on_suspended is not None:
                     self.on_suspended(idle)
             else:
-                body = [*guard, {"op": "add", "path": suspend, "value": True}, *resize_patch(order.resize)]
+                # An order without a decision only suspends; one with a decision also empties the admission note
+                # and the full-count note (metadata: allowed in the same patch), then restores the templates.
+                notes: list[dict[str, Any]] = []
+                if order.decision:
+                    notes = [
+                        *full_count_note(order.resize, running=False),
+                        {"op": "add", "path": _NOTE_PATH, "value": ""},
+                    ]
+                body: list[dict[str, Any]] = [
+                    *guard,
+                    {"op": "add", "path": suspend, "value": True},
+                    *resize_patch(order.resize),
+                    *notes,
+                ]
                 try:
-                    last = await self.client.request("PATCH", path, body=body, content_type=JSON_PATCH)
+                    last = await self._patch_template(path, body) if notes else await self._patch(path, body)
                 except Permanent as e:
                     # A PyTorchJob created while the webhook was bypassed may have no runPolicy to hold `suspend`
                     # (a JSON patch adds a member only to an existing object): add the whole runPolicy then. Had
                     # the uid test failed instead, it fails again here and is reported below.
                     if order.kind != "PyTorchJob" or e.status != 422:
                         raise
-                    body = [*guard, {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}}]
-                    last = await self.client.request("PATCH", path, body=body, content_type=JSON_PATCH)
-                if order.decision:  # an order without a decision only suspends
-                    restore = [*guard, *placement_patch(order.kind, order.placements)]
-                    restore += full_count_note(order.resize, running=False)
-                    last = await self._patch_template(path, [*restore, {"op": "add", "path": _NOTE_PATH, "value": ""}])
+                    body = [*guard, {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}}, *notes]
+                    last = await self._patch(path, body)
+                if order.decision and not placed_as(last, order.kind, order.placements):
+                    # The admission changed the templates (a flavor with node labels or tolerations): restore them.
+                    # A template left as created (a flavor without either) needs no second request.
+                    last = await self._patch_template(path, [*guard, *placement_patch(order.kind, order.placements)])
+                if order.decision:
                     self._unsuspending.discard(order.job)
                 if self.on_suspended is not None:
                     self.on_suspended(last)
@@ -170,6 +216,9 @@ class JobActuator:
         except (NotFound, Temporary, Permanent, Conflict):
             return False
         return bool((current.get("metadata") or {}).get("uid") != uid)
+
+    async def _patch(self, path: str, ops: list[dict[str, Any]]) -> Obj:
+        return await self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
 
     async def _patch_template(self, path: str, ops: list[dict[str, Any]]) -> Obj:
         try:

@@ -385,3 +385,36 @@ async def test_a_job_this_process_unsuspended_is_patched_even_if_the_watch_lags(
     assert await actuator.carry_out(state.outbox["research/train-a"]) == Done()
     assert len(client.patches) > sent
     assert client.obj["spec"]["suspend"] is True
+
+
+@pytest.mark.parametrize(
+    ("admitted_selector", "patches"),
+    [
+        pytest.param({}, 1, id="flavor without node labels: the template is as created, one patch"),
+        pytest.param({"gpu-type": "h100"}, 2, id="flavor with node labels: the template is restored, two patches"),
+    ],
+)
+async def test_a_preempted_running_job_is_restored_only_where_its_admission_changed_the_template(
+    admitted_selector: dict[str, str], patches: int
+) -> None:
+    running = raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: "note"})
+    if admitted_selector:
+        running["spec"]["template"]["spec"]["nodeSelector"] = dict(admitted_selector)
+    client = PatchingClient(running)
+    actuator = JobActuator(client)  # type: ignore[arg-type]
+    actuator.seen("MODIFIED", running)
+    order = Order(
+        job="research/train-a",
+        kind="Job",
+        uid="uid-1",
+        decision=3,
+        action=Action.SUSPEND,
+        cluster_queue="team-research",
+        placements=(Placement(pod_set="main", node_selector=(), tolerations=()),),
+        reason="InClusterQueue",
+    )
+    assert await actuator.carry_out(order) == Done()
+    assert len(client.patches) == patches
+    assert client.obj["spec"]["suspend"] is True
+    assert client.obj["metadata"]["annotations"][ADMISSION_ANNOTATION] == ""  # emptied in the suspending patch
+    assert not client.obj["spec"]["template"]["spec"].get("nodeSelector")
