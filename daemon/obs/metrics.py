@@ -20,7 +20,7 @@ import http.server
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,24 +173,32 @@ class FoldedMetrics:
         self.lq_evicted: dict[tuple[str, str, str, str, str], int] = {}  # (ns, lq, reason, underlying_cause, pc)
         self.lq_wait: dict[tuple[str, str, str], Hist] = {}
         self._preempt_reason: dict[str, str] = {}
+        self.counted_lqs: set[str] = set()  # LocalQueues ("ns/name") named by a counter
+        self.lq_active: dict[str, int] = {}  # "ns/name" -> admitted workloads holding quota, by their LocalQueue
+        self._lq_of_admitted: dict[str, str] = {}  # workload -> the LocalQueue it was admitted through
+        self.cohort_admitted: dict[tuple[str, str], int] = {}  # (cohort, priority_class), every cohort up the tree
         self.dirty: set[tuple[str, str]] = set()  # (cluster queue, group of metrics) changed since the last render
+        self.lq_dirty: set[str] = set()  # LocalQueues ("ns/name") whose figures may have changed since then
         self.config_changed = True
         self.replay_seconds: float | None = None
 
     # --- folding ---
 
-    def follow(self, reader: LogReader) -> int:
-        """Fold the events after the last one folded; return how many."""
+    def follow(self, reader: LogReader, limit: int | None = None) -> int:
+        """Fold the events after the last one folded, at most `limit` of them; return how many."""
         n = 0
         decode = codec.decode
         t0 = time.perf_counter()
         first = self.state.seq == 0
-        for seq, type_, version, payload in reader.iter_payloads(self.state.seq):
+        rows = reader.iter_payloads(self.state.seq, chunk=min(limit, 20_000) if limit else 20_000)
+        for seq, type_, version, payload in rows:
             self.apply(
                 decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=seq), seq
             )
             n += 1
-        if n:
+            if n == limit:
+                break
+        if n and n != limit:  # at the end of the log: its newest event is the one folded last
             b = reader.bounds()
             if b is not None:
                 self.last_recorded_at = b[3]
@@ -210,6 +218,39 @@ class FoldedMetrics:
     def _touch(self, cq: str, *groups: str) -> None:
         for group in groups:
             self.dirty.add((cq, group))
+
+    def _touch_lq(self, key: str) -> None:
+        rec = self.state.workloads.get(key)
+        if rec is not None and rec.workload.queue_name is not None:
+            self.lq_dirty.add(f"{rec.workload.namespace}/{rec.workload.queue_name}")
+
+    def _lq_admitted(self, key: str, wl: Workload) -> None:
+        if wl.queue_name is not None:
+            lq = f"{wl.namespace}/{wl.queue_name}"
+            self._lq_of_admitted[key] = lq
+            self.lq_active[lq] = self.lq_active.get(lq, 0) + 1
+            self.lq_dirty.add(lq)
+
+    def _lq_released(self, key: str) -> None:
+        lq = self._lq_of_admitted.pop(key, None)
+        if lq is not None:
+            left = self.lq_active[lq] - 1
+            if left:
+                self.lq_active[lq] = left
+            else:
+                del self.lq_active[lq]
+            self.lq_dirty.add(lq)
+
+    def _cohorts_above(self, cq: str) -> list[str]:
+        """The ClusterQueue's cohort and every cohort above it, as configured now (a cycle stops the walk)."""
+        q = self.state.cluster_queues.get(cq)
+        out: list[str] = []
+        name = q.cohort if q is not None else None
+        while name and name not in out:
+            out.append(name)
+            co = self.state.cohorts.get(name)
+            name = co.parent if co is not None else None
+        return out
 
     def _add_usage(self, cq: str, usage: dict[FlavorResource, Milli], sign: int) -> None:
         acc = self.usage.setdefault(cq, {})
@@ -237,8 +278,13 @@ class FoldedMetrics:
                     wl = rec.workload
                     if wl.queue_name is not None:
                         lq3 = (wl.namespace, wl.queue_name, label[1])
+                        self.counted_lqs.add(f"{wl.namespace}/{wl.queue_name}")
                         self.lq_admitted[lq3] = self.lq_admitted.get(lq3, 0) + 1
                         self.lq_wait.setdefault(lq3, Hist()).observe(max(0, at - since) / 1000)
+                    self._lq_admitted(key, wl)
+                    for cohort in self._cohorts_above(adm.cluster_queue):
+                        c2 = (cohort, label[1])
+                        self.cohort_admitted[c2] = self.cohort_admitted.get(c2, 0) + 1
                     self._add_usage(adm.cluster_queue, adm.usage(), 1)
                     self._touch(adm.cluster_queue, "pending", "admitted", "admissions")
             case ev.WorkloadAdopted(workload=key, admission=adm):
@@ -246,6 +292,7 @@ class FoldedMetrics:
                 rec = state.workloads.get(key)
                 if rec is not None and rec.phase is Phase.PENDING:
                     self._queued_at.pop(key, None)
+                    self._lq_admitted(key, rec.workload)
                     self._add_usage(adm.cluster_queue, adm.usage(), 1)
                     self._touch(adm.cluster_queue, "pending", "admitted")
             case ev.WorkloadPreempted(workload=key, cluster_queue=cq, preemptor_cluster_queue=by_cq, reason=why):
@@ -264,16 +311,20 @@ class FoldedMetrics:
                     self.counted_queues.add(cq)
                     if rec.workload.queue_name is not None:
                         lq5 = (rec.workload.namespace, rec.workload.queue_name, *label4[1:])
+                        self.counted_lqs.add(f"{lq5[0]}/{lq5[1]}")
                         self.lq_evicted[lq5] = self.lq_evicted.get(lq5, 0) + 1
                     self._add_usage(cq, rec.admission.usage(), -1)
+                    self._lq_released(key)
                     self._queued_at[key] = at
                     self._touch(cq, "pending", "admitted", "evictions")
             case ev.JobFinished(job=key, at=at) | ev.JobDeleted(job=key, at=at):
                 rec = state.workloads.get(key)
                 if rec is not None:
                     cq = self._cq_of(key)
+                    self._touch_lq(key)
                     if rec.phase is Phase.ADMITTED and rec.admission is not None and rec.admitted_at is not None:
                         self._add_usage(rec.admission.cluster_queue, rec.admission.usage(), -1)
+                        self._lq_released(key)
                         if isinstance(event, ev.JobFinished):
                             label = (rec.admission.cluster_queue, priority_class_of(rec.workload))
                             if label not in self.finished:
@@ -282,25 +333,31 @@ class FoldedMetrics:
                             self.finished[label] = self.finished.get(label, 0) + 1
                             if rec.workload.queue_name is not None:
                                 lq3 = (rec.workload.namespace, rec.workload.queue_name, label[1])
+                                self.counted_lqs.add(f"{lq3[0]}/{lq3[1]}")
                                 self.lq_finished[lq3] = self.lq_finished.get(lq3, 0) + 1
                             self.execution.setdefault(label, Hist()).observe(max(0, at - rec.admitted_at) / 1000)
                     if cq is not None:
                         self._touch(cq, "pending", "admitted", "finishes")
                 self._queued_at.pop(key, None)
                 self._preempt_reason.pop(key, None)
-            case ev.WorkloadPending(cluster_queue=cq):
+            case ev.WorkloadPending(workload=key, cluster_queue=cq):
+                self._touch_lq(key)
                 if cq is not None:
                     self._touch(cq, "pending")
             case ev.ActuationFailed(permanent=permanent):
                 k = "true" if permanent else "false"
                 self.actuation_failures[k] = self.actuation_failures.get(k, 0) + 1
-            case ev.JobObserved() | ev.JobUnsuspended() | ev.JobSuspended() | ev.ObjectRejected():
+            case ev.JobObserved(workload=wl):
+                self._touch_lq(wl.key)  # the LocalQueue it leaves, if its queue changed
+            case ev.JobUnsuspended() | ev.JobSuspended() | ev.ObjectRejected():
                 pass
             case ev.PriorityClassObserved():
                 pass
             case _:
                 self.config_changed = True  # queues, cohorts, flavors, namespaces: every queue may change
         state.apply(event, seq)
+        if isinstance(event, ev.JobObserved | ev.WorkloadEvicted):
+            self._touch_lq(event.workload.key if isinstance(event, ev.JobObserved) else event.workload)
         if isinstance(event, ev.JobObserved):
             cq = self._cq_of(event.workload.key)
             if cq is not None:
@@ -332,6 +389,9 @@ class Family:
     type: str  # gauge | counter | histogram
     help: str
 
+    def head(self) -> bytes:
+        return f"# HELP {self.name} {self.help}\n# TYPE {self.name} {self.type}\n".encode()
+
 
 PER_QUEUE: tuple[Family, ...] = (
     Family("kueue_pending_workloads", "gauge", "Pending workloads per ClusterQueue, by status (active/inadmissible)"),
@@ -339,6 +399,7 @@ PER_QUEUE: tuple[Family, ...] = (
     Family("kueue_admitted_active_workloads", "gauge", "Admitted workloads that hold quota now"),
     Family("kueue_reserving_active_workloads", "gauge", "Workloads reserving quota now (admitd: the admitted ones)"),
     Family("kueue_cluster_queue_status", "gauge", "1 for the ClusterQueue's status (pending/active/terminated)"),
+    Family("kueue_cluster_queue_info", "gauge", "1 per ClusterQueue, with its parent and root cohort"),
     Family("kueue_cluster_queue_resource_usage", "gauge", "Quota in use, per flavor and resource"),
     Family("kueue_cluster_queue_resource_reservation", "gauge", "Quota reserved, per flavor and resource"),
     Family("kueue_cluster_queue_nominal_quota", "gauge", "Nominal quota, per flavor and resource"),
@@ -352,6 +413,46 @@ PER_QUEUE: tuple[Family, ...] = (
     Family("kueue_admission_wait_time_seconds", "histogram", "From creation or requeue to admission"),
     Family("kueue_quota_reserved_wait_time_seconds", "histogram", "From creation or requeue to quota reservation"),
     Family("kueue_execution_time_seconds", "histogram", "From admission to finish"),
+)
+
+COHORT_FAMILIES: tuple[Family, ...] = (
+    Family("kueue_cohort_info", "gauge", "1 per Cohort, with its parent and root cohort"),
+    Family(
+        "kueue_cohort_subtree_quota",
+        "gauge",
+        "Nominal quota of the Cohort's subtree (what it holds for its "
+        "members, lending limits applied), per flavor and resource",
+    ),
+    Family(
+        "kueue_cohort_subtree_resource_reservations",
+        "gauge",
+        "Quota reserved in the Cohort's subtree beyond what its members hold locally, per flavor and resource",
+    ),
+    Family("kueue_cohort_subtree_admitted_active_workloads", "gauge", "Admitted workloads in the Cohort's subtree"),
+    Family("kueue_cohort_subtree_admitted_workloads_total", "counter", "Workloads admitted in the Cohort's subtree"),
+)
+"""Kueue's cohort metrics that the fold can answer (kueue_cohort_weighted_share is not among them yet)."""
+
+LOCAL_QUEUE: tuple[Family, ...] = (
+    Family("kueue_local_queue_pending_workloads", "gauge", "Pending workloads per LocalQueue, by status"),
+    Family(
+        "kueue_local_queue_admitted_active_workloads", "gauge", "Admitted workloads that hold quota now, per LocalQueue"
+    ),
+    Family("kueue_local_queue_reserving_active_workloads", "gauge", "Workloads reserving quota now, per LocalQueue"),
+    Family("kueue_local_queue_admitted_workloads_total", "counter", "Workloads admitted, per LocalQueue"),
+    Family("kueue_local_queue_quota_reserved_workloads_total", "counter", "Workloads that reserved quota"),
+    Family("kueue_local_queue_finished_workloads_total", "counter", "Admitted workloads that finished"),
+    Family("kueue_local_queue_evicted_workloads_total", "counter", "Workloads evicted, per LocalQueue"),
+    Family(
+        "kueue_local_queue_admission_wait_time_seconds",
+        "histogram",
+        "From creation or requeue to admission, per LocalQueue",
+    ),
+    Family(
+        "kueue_local_queue_quota_reserved_wait_time_seconds",
+        "histogram",
+        "From creation or requeue to quota reservation",
+    ),
 )
 
 _LES = [_num(b) for b in WAIT_BUCKETS] + ["+Inf"]
@@ -393,6 +494,7 @@ _FAMILY = {f.name: f for f in PER_QUEUE}
 GROUPS: dict[str, tuple[str, ...]] = {
     "config": (
         "kueue_cluster_queue_status",
+        "kueue_cluster_queue_info",
         "kueue_cluster_queue_nominal_quota",
         "kueue_cluster_queue_borrowing_limit",
         "kueue_cluster_queue_lending_limit",
@@ -416,74 +518,112 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 """Which families each group renders. An event marks (queue, group) dirty; only those fragments are rendered again."""
 
+_WAIT = b"kueue_admission_wait_time_seconds"
+_QR_WAIT = b"kueue_quota_reserved_wait_time_seconds"
+_LQ_WAIT = b"kueue_local_queue_admission_wait_time_seconds"
+_LQ_QR_WAIT = b"kueue_local_queue_quota_reserved_wait_time_seconds"
+_USAGE = b"kueue_cluster_queue_resource_usage"
+_RESERVATION = b"kueue_cluster_queue_resource_reservation"
+
+
+def _rename(text: bytes, old: bytes, new: bytes) -> bytes:
+    """`text`, lines of the family `old`, as the same lines of the family `new` (a name is only ever at the start
+    of a line: newlines inside label values are escaped)."""
+    if not text:
+        return text
+    assert text.startswith(old), (text[:80], old)
+    return new + text[len(old) :].replace(b"\n" + old, b"\n" + new)
+
 
 class Renderer:
-    """The exposition text of a `FoldedMetrics`, with the text of every (ClusterQueue, group of metrics) cached and
-    rendered again only when an event touched it (`FoldedMetrics.dirty`) or the configuration changed."""
+    """The exposition text of a `FoldedMetrics`. Each family is kept as a list of byte strings, one per
+    ClusterQueue (or LocalQueue) in name order after the family's header; an event marks (queue, group) dirty
+    (`FoldedMetrics.dirty`, `lq_dirty`) and a render replaces only those queues' entries, so a scrape costs the
+    changed queues' text plus one join. A configuration change, or a queue appearing or going, renders all again.
+    Rendering everything from scratch gives the same bytes (tests compare the two after random events)."""
 
     def __init__(self, replica_role: str = "leader", *, local_queue_metrics: bool = False) -> None:
         self.role = _esc(replica_role)
         self.local_queue_metrics = local_queue_metrics
-        self._frags: dict[str, dict[str, dict[str, bytes]]] = {}  # cluster queue -> group -> family -> text
+        self._names: set[str] = set()
+        self._pos: dict[str, int] = {}  # cluster queue -> its index in every family's list (0 is the header)
+        self._pieces: dict[str, list[bytes]] = {}  # family -> [header, text of queue 1, text of queue 2, ...]
+        self._lq_names: set[str] = set()
+        self._lq_pos: dict[str, int] = {}
+        self._lq_pieces: dict[str, list[bytes]] = {}
         self._labels: dict[tuple[str, str], str] = {}  # (cluster queue, priority class) -> label set ("" for none)
         self._inactive: set[str] = set()  # ClusterQueues that cannot admit (unknown flavor, cohort cycle)
-        self._hist_templates: dict[tuple[str, str], str] = {}  # (family, labels) -> its lines with %-slots
-        self._hist_text: dict[tuple[str, str], tuple[int, str]] = {}  # (family, labels) -> (observations, text)
+        self._tree: QuotaTree | None = None
+        self._in_cycles: set[str] = set()
+        self._cq_objects: Mapping[str, ClusterQueue] = {}
+        self._cohorts = b""
+        self._hist_templates: dict[tuple[str, str], bytes] = {}  # (family, labels) -> its lines with %-slots
+        self._hist_text: dict[tuple[str, str], tuple[int, bytes]] = {}  # (family, labels) -> (observations, text)
         self._resource_labels: dict[str, tuple[ClusterQueue, list[tuple[FlavorResource, str, ResourceQuota]]]] = {}
-        self._family_bytes: dict[str, bytes] = {}  # a family's whole text, while none of its fragments changed
-        self._order: list[str] = []
 
-    def render(self, fm: FoldedMetrics, reader_info: Callable[[], Iterable[str]] | None = None) -> bytes:
+    def render(
+        self, fm: FoldedMetrics, reader_info: Callable[[], Iterable[str]] | None = None, *, extra: bytes = b""
+    ) -> bytes:
+        """The whole exposition: what `refresh` leaves, joined, with the global figures, `reader_info`'s and
+        `extra` (the live instruments) at the end."""
+        self.refresh(fm)
+        out: list[bytes] = []
+        for group_families in GROUPS.values():
+            for fam_name in group_families:
+                out += self._pieces[fam_name]
+        out.append(self._cohorts)
+        out.append(self._global(fm).encode())
+        if self.local_queue_metrics:
+            for f in LOCAL_QUEUE:
+                out += self._lq_pieces[f.name]
+        if reader_info is not None:
+            out.append("".join(reader_info()).encode())
+        out.append(extra)
+        return b"".join(out)
+
+    def refresh(self, fm: FoldedMetrics) -> None:
+        """Render again what changed since the last call (the queues `fm` marked dirty, all after a configuration
+        change): the work of a render minus the join, so that a process can do it as events arrive rather than
+        when it is scraped (`LogMetrics(follow_every=...)`)."""
         state = fm.state
-        if fm.config_changed:
-            self._frags.clear()
-            self._family_bytes.clear()
-            self._inactive = set(QuotaTree.build(state.cluster_queues, state.cohorts, state.flavors).inactive)
+        config = fm.config_changed or self._tree is None  # another renderer may have seen the change first
+        if config:
+            self._tree = QuotaTree.build(state.cluster_queues, state.cohorts, state.flavors)
+            self._inactive = set(self._tree.inactive)
+            roots = {r.name for r in self._tree.roots}
+            self._in_cycles = {n for n, c in self._tree.cohorts.items() if c.parent is None and n not in roots}
+            self._cq_objects = state.cluster_queues
             fm.config_changed = False
         names = fm.counted_queues.union(state.cluster_queues)
-        gone = set(self._frags) - names
-        for name in gone:
-            del self._frags[name]
-        if gone:  # rare (a queue deleted): start the label and histogram caches afresh rather than sift them
-            self._labels.clear()
-            self._hist_text.clear()
-            self._hist_templates.clear()
-            self._resource_labels.clear()
-        todo: dict[str, set[str]] = {n: set(GROUPS) for n in names if n not in self._frags}
-        for name, group in fm.dirty:
-            if name in names:
-                todo.setdefault(name, set()).add(group)
+        ctx = _Context(fm, self.role)
+        usage_changed = config
+        if config or names != self._names:
+            if self._names - names:  # rare (a queue deleted): start the label and text caches afresh
+                self._labels.clear()
+                self._hist_text.clear()
+                self._hist_templates.clear()
+                self._resource_labels.clear()
+            self._names = names
+            order = sorted(names)
+            self._pos = {n: i for i, n in enumerate(order, 1)}
+            self._pieces = {f.name: [f.head(), *(b"" for _ in order)] for f in PER_QUEUE}
+            todo: Iterable[tuple[str, str]] = [(n, g) for n in order for g in GROUPS]
+        else:
+            todo = [(n, g) for n, g in fm.dirty if n in names]
         fm.dirty.clear()
-        order = sorted(self._frags.keys() | todo.keys())
-        if order != self._order:
-            self._family_bytes.clear()  # a queue came or went: every family's text changes
-            self._order = order
-        if todo:
-            ctx = _Context(fm, self.role)
-            for name, groups in todo.items():
-                frag = self._frags.setdefault(name, {})
-                for group in groups:
-                    frag[group] = {k: v.encode() for k, v in self._group(ctx, name, group).items()}
-                    for fam_name in GROUPS[group]:
-                        self._family_bytes.pop(fam_name, None)
-        out: list[bytes] = []
-        frags = self._frags
-        for group, families in GROUPS.items():
-            for fam_name in families:
-                text = self._family_bytes.get(fam_name)
-                if text is None:
-                    fam = _FAMILY[fam_name]
-                    head = f"# HELP {fam.name} {fam.help}\n# TYPE {fam.name} {fam.type}\n".encode()
-                    text = head + b"".join([frags[n][group].get(fam_name, b"") for n in order])
-                    self._family_bytes[fam_name] = text
-                out.append(text)
-        tail = [self._global(fm)]
+        pieces, pos = self._pieces, self._pos
+        for name, group in todo:
+            at = pos[name]
+            texts = self._group(ctx, name, group)
+            for fam_name in GROUPS[group]:
+                pieces[fam_name][at] = texts.get(fam_name, b"")
+            usage_changed = usage_changed or group == "admitted"
+        if usage_changed:
+            self._cohorts = self._cohort_text(ctx)
         if self.local_queue_metrics:
-            tail.append(self._local_queues(fm))
-        if reader_info is not None:
-            tail.extend(reader_info())
-        out.append("".join(tail).encode())
-        return b"".join(out)
+            self._local_queues(ctx, config)
+        else:
+            fm.lq_dirty.clear()
 
     def _label(self, cq: str, pc: str | None) -> str:
         """`replica_role,cluster_queue[,priority_class]` of a queue, escaped once and kept."""
@@ -496,7 +636,7 @@ class Renderer:
             self._labels[key] = text
         return text
 
-    def _hist(self, name: str, labels: str, h: Hist) -> str:
+    def _hist(self, name: str, labels: str, h: Hist) -> bytes:
         """A histogram's lines; rendered again only when it has new observations (a queue's fragment is dirty
         when any of its figures changed, most of its histograms usually did not)."""
         key = (name, labels)
@@ -506,18 +646,18 @@ class Renderer:
         template = self._hist_templates.get(key)
         if template is None:
             lab = labels.replace("%", "%%")
-            template = "".join(f'{name}_bucket{{{lab},le="{le}"}} %d\n' for le in _LES)
-            template += f"{name}_sum{{{lab}}} %s\n{name}_count{{{lab}}} %d\n"
-            self._hist_templates[key] = template
-        text = template % (*h.counts, h.n, _num(h.total), h.n)
-        self._hist_text[key] = (h.n, text)
-        return text
+            text = "".join(f'{name}_bucket{{{lab},le="{le}"}} %d\n' for le in _LES)
+            text += f"{name}_sum{{{lab}}} %s\n{name}_count{{{lab}}} %d\n"
+            template = self._hist_templates[key] = text.encode()
+        out = template % (*h.counts, h.n, _num(h.total).encode(), h.n)
+        self._hist_text[key] = (h.n, out)
+        return out
 
-    def _group(self, ctx: _Context, name: str, group: str) -> dict[str, str]:
+    def _group(self, ctx: _Context, name: str, group: str) -> dict[str, bytes]:
         fm, role = ctx.fm, self.role
         state = fm.state
         base = self._label(name, None)
-        f: dict[str, str] = {}
+        f: dict[str, bytes] = {}
         cq = state.cluster_queues.get(name)
         if group == "pending" and cq is not None:
             index = ctx.view.pending_index.get(name) if ctx.view.pending_index is not None else None
@@ -539,27 +679,32 @@ class Renderer:
             f["kueue_pending_workloads"] = (
                 f'kueue_pending_workloads{{{base},status="active"}} {active}\n'
                 f'kueue_pending_workloads{{{base},status="inadmissible"}} {inadmissible}\n'
-            )
+            ).encode()
             f["kueue_unadmitted_workloads"] = "".join(
                 f'kueue_unadmitted_workloads{{{base},reason="{r}",underlying_cause=""}} {n}\n'
                 for r, n in sorted(reasons.items())
-            )
+            ).encode()
         elif group == "admitted" and cq is not None:
             admitted = len(ctx.view.admitted_by_cq.get(name, {}))
-            f["kueue_admitted_active_workloads"] = f"kueue_admitted_active_workloads{{{base}}} {admitted}\n"
-            f["kueue_reserving_active_workloads"] = f"kueue_reserving_active_workloads{{{base}}} {admitted}\n"
+            f["kueue_admitted_active_workloads"] = f"kueue_admitted_active_workloads{{{base}}} {admitted}\n".encode()
+            f["kueue_reserving_active_workloads"] = f"kueue_reserving_active_workloads{{{base}}} {admitted}\n".encode()
             usage = fm.usage.get(name, {})
-            lines = [f"{{{lab}}} {_num(usage.get(fr, 0) / 1000)}\n" for fr, lab, _ in self._resources(cq)]
-            f["kueue_cluster_queue_resource_usage"] = "".join("kueue_cluster_queue_resource_usage" + x for x in lines)
-            f["kueue_cluster_queue_resource_reservation"] = "".join(
-                "kueue_cluster_queue_resource_reservation" + x for x in lines
-            )
+            lines = "".join(
+                f"kueue_cluster_queue_resource_usage{{{lab}}} {_num(usage.get(fr, 0) / 1000)}\n"
+                for fr, lab, _ in self._resources(cq)
+            ).encode()
+            f["kueue_cluster_queue_resource_usage"] = lines
+            f["kueue_cluster_queue_resource_reservation"] = _rename(lines, _USAGE, _RESERVATION)
         elif group == "config" and cq is not None:
             status = "pending" if name in self._inactive or cq.stop_policy is not StopPolicy.NONE else "active"
             f["kueue_cluster_queue_status"] = "".join(
                 f'kueue_cluster_queue_status{{{base},status="{s}"}} {1 if s == status else 0}\n'
                 for s in ("pending", "active", "terminated")
-            )
+            ).encode()
+            parent, root = self._parent_and_root(name, is_cq=True)
+            f["kueue_cluster_queue_info"] = (
+                f'kueue_cluster_queue_info{{{base},parent_cohort="{_esc(parent)}",root_cohort="{_esc(root)}"}} 1\n'
+            ).encode()
             nominal, borrowing, lending = [], [], []
             for _, lab, rq in self._resources(cq):
                 nominal.append(f"kueue_cluster_queue_nominal_quota{{{lab}}} {_num(_amount(rq.nominal))}\n")
@@ -567,48 +712,104 @@ class Renderer:
                 ll = math.inf if rq.lending_limit is None else _amount(rq.lending_limit)
                 borrowing.append(f"kueue_cluster_queue_borrowing_limit{{{lab}}} {_num(bl)}\n")
                 lending.append(f"kueue_cluster_queue_lending_limit{{{lab}}} {_num(ll)}\n")
-            f["kueue_cluster_queue_nominal_quota"] = "".join(nominal)
-            f["kueue_cluster_queue_borrowing_limit"] = "".join(borrowing)
-            f["kueue_cluster_queue_lending_limit"] = "".join(lending)
+            f["kueue_cluster_queue_nominal_quota"] = "".join(nominal).encode()
+            f["kueue_cluster_queue_borrowing_limit"] = "".join(borrowing).encode()
+            f["kueue_cluster_queue_lending_limit"] = "".join(lending).encode()
         elif group == "admissions":
             adm, qr, wait, qrw = [], [], [], []
             for pc in ctx.pcs(name):
                 label = (name, pc)
                 lab = self._label(name, pc)
-                if label in fm.admitted:
-                    adm.append(f"kueue_admitted_workloads_total{{{lab}}} {fm.admitted[label]}\n")
-                    qr.append(f"kueue_quota_reserved_workloads_total{{{lab}}} {fm.admitted[label]}\n")
-                if label in fm.wait:
-                    wait.append(self._hist("kueue_admission_wait_time_seconds", lab, fm.wait[label]))
-                    qrw.append(self._hist("kueue_quota_reserved_wait_time_seconds", lab, fm.wait[label]))
-            f["kueue_admitted_workloads_total"] = "".join(adm)
-            f["kueue_quota_reserved_workloads_total"] = "".join(qr)
-            f["kueue_admission_wait_time_seconds"] = "".join(wait)
-            f["kueue_quota_reserved_wait_time_seconds"] = "".join(qrw)
+                n = fm.admitted.get(label)
+                if n is not None:
+                    adm.append(f"kueue_admitted_workloads_total{{{lab}}} {n}\n")
+                    qr.append(f"kueue_quota_reserved_workloads_total{{{lab}}} {n}\n")
+                h = fm.wait.get(label)
+                if h is not None:
+                    text = self._hist("kueue_admission_wait_time_seconds", lab, h)
+                    wait.append(text)
+                    qrw.append(_rename(text, _WAIT, _QR_WAIT))  # the same observations (admitd admits at once)
+            f["kueue_admitted_workloads_total"] = "".join(adm).encode()
+            f["kueue_quota_reserved_workloads_total"] = "".join(qr).encode()
+            f["kueue_admission_wait_time_seconds"] = b"".join(wait)
+            f["kueue_quota_reserved_wait_time_seconds"] = b"".join(qrw)
         elif group == "finishes":
-            fin, exe = [], []
+            fin: list[str] = []
+            exe: list[bytes] = []
             for pc in ctx.pcs(name):
                 label = (name, pc)
                 lab = self._label(name, pc)
-                if label in fm.finished:
-                    fin.append(f"kueue_finished_workloads_total{{{lab}}} {fm.finished[label]}\n")
-                if label in fm.execution:
-                    exe.append(self._hist("kueue_execution_time_seconds", lab, fm.execution[label]))
-            f["kueue_finished_workloads_total"] = "".join(fin)
-            f["kueue_execution_time_seconds"] = "".join(exe)
+                n = fm.finished.get(label)
+                if n is not None:
+                    fin.append(f"kueue_finished_workloads_total{{{lab}}} {n}\n")
+                h = fm.execution.get(label)
+                if h is not None:
+                    exe.append(self._hist("kueue_execution_time_seconds", lab, h))
+            f["kueue_finished_workloads_total"] = "".join(fin).encode()
+            f["kueue_execution_time_seconds"] = b"".join(exe)
         elif group == "evictions":
             f["kueue_evicted_workloads_total"] = "".join(
                 f'kueue_evicted_workloads_total{{{base},reason="{_esc(k[1])}",underlying_cause="{_esc(k[2])}",'
                 f'priority_class="{_esc(k[3])}"}} {v}\n'
                 for k, v in sorted(ctx.evicted(name))
-            )
+            ).encode()
         elif group == "preemptions":
             f["kueue_preempted_workloads_total"] = "".join(
                 f'kueue_preempted_workloads_total{{replica_role="{role}",preempting_cluster_queue="{_esc(name)}",'
                 f'reason="{_esc(k[1])}"}} {v}\n'
                 for k, v in sorted(ctx.preempted(name))
-            )
+            ).encode()
         return f
+
+    def _parent_and_root(self, name: str, *, is_cq: bool) -> tuple[str, str]:
+        """Kueue's parent_cohort and root_cohort labels: "" where there is none; a cohort in or under a cycle of
+        cohorts has no root, a ClusterQueue in such a cohort has its configured cohort as parent and no root."""
+        tree = self._tree
+        node = None if tree is None else (tree.cqs if is_cq else tree.cohorts).get(name)
+        if node is None:
+            return "", ""
+        if node.parent is not None:
+            return node.parent.name, node.root().name
+        if is_cq:
+            cq = self._cq_objects.get(name)
+            return (cq.cohort or "" if cq is not None else ""), ""
+        return "", ("" if name in self._in_cycles else name)
+
+    def _cohort_text(self, ctx: _Context) -> bytes:
+        """Kueue's kueue_cohort_* for every cohort (named by a Cohort object, a ClusterQueue or a parent), from the
+        quota tree of the configuration with the fold's usage (`QuotaTree.load_usage`, as the cycle sees it)."""
+        fm, tree, role = ctx.fm, self._tree, self.role
+        assert tree is not None  # built by the first render (config_changed starts True)
+        tree.load_usage(fm.usage)
+        active: dict[str, int] = {}
+        for cq_name, wls in ctx.view.admitted_by_cq.items():
+            node = tree.cqs.get(cq_name)
+            if node is not None and wls:
+                for up in node.path_to_root():
+                    active[up.name] = active.get(up.name, 0) + len(wls)
+        info, quota, reserved, counts = [], [], [], []
+        for name in sorted(tree.cohorts):
+            node = tree.cohorts[name]
+            lab = f'replica_role="{role}",cohort="{_esc(name)}"'
+            parent, root = self._parent_and_root(name, is_cq=False)
+            info.append(f'kueue_cohort_info{{{lab},parent_cohort="{_esc(parent)}",root_cohort="{_esc(root)}"}} 1\n')
+            for fr in sorted(node.subtree.keys() | node.usage.keys()):
+                frl = f'{lab},flavor="{_esc(fr[0])}",resource="{_esc(fr[1])}"'
+                quota.append(f"kueue_cohort_subtree_quota{{{frl}}} {_num(_amount(node.subtree.get(fr, 0)))}\n")
+                reserved.append(
+                    f"kueue_cohort_subtree_resource_reservations{{{frl}}} {_num(node.usage.get(fr, 0) / 1000)}\n"
+                )
+            counts.append(f"kueue_cohort_subtree_admitted_active_workloads{{{lab}}} {active.get(name, 0)}\n")
+        totals = [
+            f'kueue_cohort_subtree_admitted_workloads_total{{replica_role="{role}",cohort="{_esc(co)}",'
+            f'priority_class="{_esc(pc)}"}} {n}\n'
+            for (co, pc), n in sorted(fm.cohort_admitted.items())
+        ]
+        out = []
+        for fam, lines in zip(COHORT_FAMILIES, (info, quota, reserved, counts, totals), strict=True):
+            out.append(fam.head())
+            out.append("".join(lines).encode())
+        return b"".join(out)
 
     def _resources(self, cq: ClusterQueue) -> list[tuple[FlavorResource, str, ResourceQuota]]:
         """Each (flavor, resource) of the queue with its label set, built again only when the queue's object
@@ -631,68 +832,99 @@ class Renderer:
         self._resource_labels[cq.name] = (cq, found)
         return found
 
-    def _local_queues(self, fm: FoldedMetrics) -> str:
-        """Kueue's kueue_local_queue_* that the fold can answer, rendered whole at each scrape (off by default, as in
-        Kueue: they cost a walk over the pending and admitted workloads per scrape and more series)."""
-        role, state = self.role, fm.state
-        view = state.view()
-        pending: dict[str, list[int]] = {}  # "ns/name" -> [active, inadmissible]
-        for entries in view.pending_by_cq.values():
-            for p in entries:
-                counts = pending.setdefault(p.local_queue, [0, 0])
-                counts[0 if p.last_reason is None or is_sticky(p) else 1] += 1
-        admitted: dict[str, int] = {}
-        for keys in view.admitted_by_cq.values():
-            for key in keys:
-                rec = state.workloads.get(key)
-                if rec is not None and rec.workload.queue_name is not None:
-                    lq = f"{rec.workload.namespace}/{rec.workload.queue_name}"
-                    admitted[lq] = admitted.get(lq, 0) + 1
-
-        def lab(ns: str, name: str) -> str:
-            return f'replica_role="{role}",name="{_esc(name)}",namespace="{_esc(ns)}"'
-
-        out: list[str] = []
-
-        def head(name: str, kind: str, text: str) -> None:
-            out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
-
-        head("kueue_local_queue_pending_workloads", "gauge", "Pending workloads per LocalQueue, by status")
-        for key in sorted(state.local_queues):
-            ns, _, name = key.partition("/")
-            active, inadmissible = pending.get(key, (0, 0))
-            out.append(f'kueue_local_queue_pending_workloads{{{lab(ns, name)},status="active"}} {active}\n')
-            out.append(f'kueue_local_queue_pending_workloads{{{lab(ns, name)},status="inadmissible"}} {inadmissible}\n')
-        for family, text in (
-            ("kueue_local_queue_admitted_active_workloads", "Admitted workloads that hold quota now, per LocalQueue"),
-            ("kueue_local_queue_reserving_active_workloads", "Workloads reserving quota now, per LocalQueue"),
+    def _local_queues(self, ctx: _Context, config: bool) -> None:
+        """Kueue's kueue_local_queue_* that the fold can answer (off by default, as in Kueue), kept like the
+        ClusterQueue families: one entry per LocalQueue, rendered again when the fold marked it (`lq_dirty`)."""
+        fm = ctx.fm
+        state = fm.state
+        names = fm.counted_lqs.union(state.local_queues)
+        if config or names != self._lq_names:
+            self._lq_names = names
+            order = sorted(names)
+            self._lq_pos = {n: i for i, n in enumerate(order, 1)}
+            self._lq_pieces = {f.name: [f.head(), *(b"" for _ in order)] for f in LOCAL_QUEUE}
+            dirty: set[str] = names
+        else:
+            dirty = fm.lq_dirty & names
+        fm.lq_dirty.clear()
+        if not dirty:
+            return
+        # Pending by status, walking only the pending lists of the ClusterQueues that hold dirty LocalQueues.
+        pending: dict[str, list[int]] = {lq: [0, 0] for lq in dirty}
+        index = ctx.view.pending_index
+        cqs = (
+            {cq for cq, idx in index.items() if not dirty.isdisjoint(idx.local_queues)}
+            if index is not None and len(dirty) < len(names)
+            else ctx.view.pending_by_cq.keys()
+        )
+        for cq in cqs:
+            for p in ctx.view.pending_by_cq.get(cq, ()):
+                counts = pending.get(p.local_queue)
+                if counts is not None:
+                    counts[0 if p.last_reason is None or is_sticky(p) else 1] += 1
+        by_lq: dict[str, list[tuple[str, tuple[Any, ...], object]]] = {}
+        for table_name, table in (
+            ("admitted", fm.lq_admitted),
+            ("finished", fm.lq_finished),
+            ("evicted", fm.lq_evicted),
+            ("wait", fm.lq_wait),
         ):
-            head(family, "gauge", text)
-            for key in sorted(state.local_queues):
-                ns, _, name = key.partition("/")
-                out.append(f"{family}{{{lab(ns, name)}}} {admitted.get(key, 0)}\n")
-        for family, table, text in (
-            ("kueue_local_queue_admitted_workloads_total", fm.lq_admitted, "Workloads admitted, per LocalQueue"),
-            ("kueue_local_queue_quota_reserved_workloads_total", fm.lq_admitted, "Workloads that reserved quota"),
-            ("kueue_local_queue_finished_workloads_total", fm.lq_finished, "Admitted workloads that finished"),
-        ):
-            head(family, "counter", text)
-            for (ns, name, pc), n in sorted(table.items()):
-                out.append(f'{family}{{{lab(ns, name)},priority_class="{_esc(pc)}"}} {n}\n')
-        head("kueue_local_queue_evicted_workloads_total", "counter", "Workloads evicted, per LocalQueue")
-        for (ns, name, why, cause, pc), n in sorted(fm.lq_evicted.items()):
-            out.append(
-                f'kueue_local_queue_evicted_workloads_total{{{lab(ns, name)},reason="{_esc(why)}",'
-                f'underlying_cause="{_esc(cause)}",priority_class="{_esc(pc)}"}} {n}\n'
+            for key, v in table.items():
+                lq = f"{key[0]}/{key[1]}"
+                if lq in dirty:
+                    by_lq.setdefault(lq, []).append((table_name, key[2:], v))
+        role, pieces, pos = self.role, self._lq_pieces, self._lq_pos
+        for lq in dirty:
+            ns, _, name = lq.partition("/")
+            lab = f'replica_role="{role}",name="{_esc(name)}",namespace="{_esc(ns)}"'
+            at = pos[lq]
+            if lq in state.local_queues:
+                active, inadmissible = pending[lq]
+                held = fm.lq_active.get(lq, 0)
+                pieces["kueue_local_queue_pending_workloads"][at] = (
+                    f'kueue_local_queue_pending_workloads{{{lab},status="active"}} {active}\n'
+                    f'kueue_local_queue_pending_workloads{{{lab},status="inadmissible"}} {inadmissible}\n'
+                ).encode()
+                pieces["kueue_local_queue_admitted_active_workloads"][at] = (
+                    f"kueue_local_queue_admitted_active_workloads{{{lab}}} {held}\n".encode()
+                )
+                pieces["kueue_local_queue_reserving_active_workloads"][at] = (
+                    f"kueue_local_queue_reserving_active_workloads{{{lab}}} {held}\n".encode()
+                )
+            else:
+                for fam in LOCAL_QUEUE[:3]:
+                    pieces[fam.name][at] = b""
+            admitted: list[tuple[str, object]] = []
+            finished: list[str] = []
+            evicted: list[str] = []
+            wait: list[bytes] = []
+            for table_name, rest, val in sorted(by_lq.get(lq, ()), key=lambda t: (t[0], t[1])):
+                if table_name == "admitted":
+                    admitted.append((f'{lab},priority_class="{_esc(rest[0])}"', val))
+                elif table_name == "finished":
+                    finished.append(
+                        f'kueue_local_queue_finished_workloads_total{{{lab},priority_class="{_esc(rest[0])}"}} {val}\n'
+                    )
+                elif table_name == "evicted":
+                    evicted.append(
+                        f'kueue_local_queue_evicted_workloads_total{{{lab},reason="{_esc(rest[0])}",'
+                        f'underlying_cause="{_esc(rest[1])}",priority_class="{_esc(rest[2])}"}} {val}\n'
+                    )
+                else:
+                    assert isinstance(val, Hist)
+                    wait.append(self._hist(_LQ_WAIT.decode(), f'{lab},priority_class="{_esc(rest[0])}"', val))
+            pieces["kueue_local_queue_admitted_workloads_total"][at] = "".join(
+                f"kueue_local_queue_admitted_workloads_total{{{x}}} {v}\n" for x, v in admitted
+            ).encode()
+            pieces["kueue_local_queue_quota_reserved_workloads_total"][at] = "".join(
+                f"kueue_local_queue_quota_reserved_workloads_total{{{x}}} {v}\n" for x, v in admitted
+            ).encode()
+            pieces["kueue_local_queue_finished_workloads_total"][at] = "".join(finished).encode()
+            pieces["kueue_local_queue_evicted_workloads_total"][at] = "".join(evicted).encode()
+            pieces["kueue_local_queue_admission_wait_time_seconds"][at] = b"".join(wait)
+            pieces["kueue_local_queue_quota_reserved_wait_time_seconds"][at] = _rename(
+                b"".join(wait), _LQ_WAIT, _LQ_QR_WAIT
             )
-        for family, text in (
-            ("kueue_local_queue_admission_wait_time_seconds", "From creation or requeue to admission, per LocalQueue"),
-            ("kueue_local_queue_quota_reserved_wait_time_seconds", "From creation or requeue to quota reservation"),
-        ):
-            head(family, "histogram", text)
-            for (ns, name, pc), h in sorted(fm.lq_wait.items()):
-                out.append(self._hist(family, f'{lab(ns, name)},priority_class="{_esc(pc)}"', h))
-        return "".join(out)
 
     def _global(self, fm: FoldedMetrics) -> str:
         out = [
@@ -775,35 +1007,106 @@ def _being_created(path: Path) -> bool:
 
 
 class LogMetrics:
-    """Metrics of one log file, folded on demand: every scrape first folds what was appended since the last one.
-    Thread-safe (the HTTP server's threads share it). A log its writer is still creating raises MetricsNotReady."""
+    """Metrics of one log file. Thread-safe (the HTTP server's threads share it). A log its writer is still creating
+    raises MetricsNotReady.
 
-    def __init__(self, path: Path, replica_role: str = "leader", *, local_queue_metrics: bool = False) -> None:
+    Without `follow_every`, folded on demand: every scrape first folds what was appended since the last one and
+    renders what it changed. With it, a thread folds new events and renders what they changed every
+    `follow_every` seconds, a chunk of events at a time, so a scrape only folds and renders the last moments and
+    joins the text; until that thread has caught up with the log once, a scrape is answered "not ready"."""
+
+    CHUNK = 5_000  # events folded per hold of the lock while catching up, so a scrape never waits for a whole fold
+
+    def __init__(
+        self,
+        path: Path,
+        replica_role: str = "leader",
+        *,
+        local_queue_metrics: bool = False,
+        follow_every: float | None = None,
+    ) -> None:
         self.path = path
         self.fm = FoldedMetrics()
         self.renderer = Renderer(replica_role, local_queue_metrics=local_queue_metrics)
         self._reader: LogReader | None = None
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._caught_up = threading.Event()
+        self._follower: threading.Thread | None = None
+        self.follow_error: BaseException | None = None
+        if follow_every is not None:
+            self._follower = threading.Thread(
+                target=self._follow, args=(follow_every,), name="admitd-metrics-fold", daemon=True
+            )
+        else:
+            self._caught_up.set()
+
+    def start(self) -> LogMetrics:
+        """Start the background fold (with `follow_every`; until then a scrape is "not ready")."""
+        if self._follower is not None and not self._follower.is_alive():
+            self._follower.start()
+        return self
+
+    def _open(self) -> LogReader | None:
+        """The reader, opened at the first call that finds the log; None while there is no log file (lock held)."""
+        if self._reader is None:
+            if not self.path.exists():
+                return None
+            try:
+                self._reader = LogReader(self.path)
+            except NotAnEventLog as e:
+                if _being_created(self.path):
+                    raise MetricsNotReady(
+                        f"not ready: {self.path} is being created by its writer (no schema yet); scrape again"
+                    ) from e
+                raise
+        return self._reader
+
+    def _follow(self, every: float) -> None:
+        started = time.perf_counter()
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    reader = self._open()
+                    n = self.fm.follow(reader, self.CHUNK) if reader is not None else 0
+                    if n < self.CHUNK:
+                        self.renderer.refresh(self.fm)
+                        if reader is not None and not self._caught_up.is_set():
+                            self.fm.replay_seconds = time.perf_counter() - started
+                            self._caught_up.set()
+            except MetricsNotReady:
+                n = 0
+            except Exception as e:  # said by every scrape from now on (`render`), rather than lost in a thread
+                self.follow_error = e
+                return
+            if n < self.CHUNK:
+                self._stop.wait(every)
+
+    def caught_up(self, timeout: float | None = None) -> bool:
+        """Has the log been folded to its end once (always true without `follow_every`)?"""
+        return self._caught_up.wait(timeout)
 
     def render(self) -> bytes:
+        if self.follow_error is not None:
+            raise RuntimeError(
+                f"folding {self.path} for the metrics failed: {self.follow_error}"
+            ) from self.follow_error
         with self._lock:
-            if self._reader is None:
-                if not self.path.exists():
-                    return generate_latest(LIVE)
-                try:
-                    self._reader = LogReader(self.path)
-                except NotAnEventLog as e:
-                    if _being_created(self.path):
-                        raise MetricsNotReady(
-                            f"not ready: {self.path} is being created by its writer (no schema yet); scrape again"
-                        ) from e
-                    raise
-            reader = self._reader
+            reader = self._open()
+            if reader is None:
+                return generate_latest(LIVE)
+            if not self._caught_up.is_set():
+                raise MetricsNotReady(
+                    f"not ready: folding {self.path} for the metrics, at seq {self.fm.state.seq} of "
+                    f"{reader.last_seq()}; scrape again"
+                )
             self.fm.follow(reader)
-            folded = self.renderer.render(self.fm, lambda: log_file_figures(reader, self.fm))
-            return folded + generate_latest(LIVE)
+            return self.renderer.render(self.fm, lambda: log_file_figures(reader, self.fm), extra=generate_latest(LIVE))
 
     def close(self) -> None:
+        self._stop.set()
+        if self._follower is not None and self._follower.is_alive():
+            self._follower.join()
         with self._lock:
             if self._reader is not None:
                 self._reader.close()
@@ -841,23 +1144,13 @@ def serve(address: tuple[str, int], render: Callable[[], bytes]) -> http.server.
     return server
 
 
-LOCAL_QUEUE_FAMILIES = (
-    "kueue_local_queue_pending_workloads",
-    "kueue_local_queue_admitted_active_workloads",
-    "kueue_local_queue_reserving_active_workloads",
-    "kueue_local_queue_admitted_workloads_total",
-    "kueue_local_queue_quota_reserved_workloads_total",
-    "kueue_local_queue_finished_workloads_total",
-    "kueue_local_queue_evicted_workloads_total",
-    "kueue_local_queue_admission_wait_time_seconds",
-    "kueue_local_queue_quota_reserved_wait_time_seconds",
-)
+LOCAL_QUEUE_FAMILIES = tuple(f.name for f in LOCAL_QUEUE)
 """What `Renderer(local_queue_metrics=True)` adds (`admitd run --local-queue-metrics`)."""
 
 
 def metric_names() -> set[str]:
     """Every metric family name admitd can expose (for checking dashboards and alert rules against)."""
-    names = {f.name for f in PER_QUEUE} | set(LOCAL_QUEUE_FAMILIES)
+    names = {f.name for f in (*PER_QUEUE, *COHORT_FAMILIES)} | set(LOCAL_QUEUE_FAMILIES)
     names |= {
         "admitd_events_appended_total",
         "admitd_log_last_seq",

@@ -1,0 +1,139 @@
+"""The metrics endpoint's render with 1,000 ClusterQueues (issue 10: under 50 ms), on the cached log of Kueue's
+large-scale shape that `python -m bench.bench_query --build-only` builds (bench/out/query-1000cq.db: 10 cohorts x
+100 ClusterQueues, a LocalQueue each, 3 priority classes).
+
+Usage: python -m bench.bench_metrics [--runs 21] [--db bench/out/query-1000cq.db] [--tail 20000] [--profile]
+
+The log is folded up to its last `--tail` events, then each run starts from a copy of that fold with a warm
+renderer (what a running process has after its previous scrape), folds the tail and times one render: every
+ClusterQueue was touched by those events. Also timed: a render with nothing new, a cold render (every fragment
+rendered), the same with `--local-queue-metrics`, and the start of a metrics process (the newest snapshot and the
+events after it). Prints one JSON object; figures are medians of `--runs` runs, wall and CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import math
+import pickle
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from daemon.eventlog import LogReader, codec
+from daemon.obs.logging import configure as configure_logging
+from daemon.obs.metrics import FoldedMetrics, LogMetrics, Renderer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def calibration_ms() -> float:
+    """Best of 5 of `sum(range(10**6))` (~12 ms on an idle core of the development machine)."""
+    best = math.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        sum(range(10**6))
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1000, 1)
+
+
+def timed(fn: Callable[[FoldedMetrics], object], fm: FoldedMetrics) -> tuple[float, float]:
+    c0, t0 = time.process_time(), time.perf_counter()
+    fn(fm)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def summary(pairs: list[tuple[float, float]]) -> dict[str, Any]:
+    wall = [p[0] for p in pairs]
+    cpu = [p[1] for p in pairs]
+    return {
+        "wall_median_ms": round(statistics.median(wall) * 1000, 1),
+        "cpu_median_ms": round(statistics.median(cpu) * 1000, 1),
+        "wall_min_max_ms": [round(min(wall) * 1000, 1), round(max(wall) * 1000, 1)],
+        "runs": len(pairs),
+    }
+
+
+def fold(db: Path, tail_events: int) -> tuple[FoldedMetrics, list[tuple[int, Any]], float]:
+    with LogReader(db) as reader:
+        cut = reader.last_seq() - tail_events
+        fm = FoldedMetrics()
+        tail = []
+        t0 = time.perf_counter()
+        for e in reader.iter_events():
+            event = codec.decode(e.type, e.version, e.payload, seq=e.seq)
+            if e.seq <= cut:
+                fm.apply(event, e.seq)
+            else:
+                tail.append((e.seq, event))
+        return fm, tail, time.perf_counter() - t0
+
+
+def after_tail(before: bytes, tail: list[tuple[int, Any]], runs: int, profile: bool) -> dict[str, Any]:
+    pairs = []
+    touched = 0
+    prof = cProfile.Profile() if profile else None
+    body = b""
+    for _ in range(runs):
+        fm, renderer = pickle.loads(before)
+        for seq, event in tail:
+            fm.apply(event, seq)
+        touched = len(fm.dirty)
+        if prof is not None:
+            prof.enable()
+        c0, t0 = time.process_time(), time.perf_counter()
+        body = renderer.render(fm)
+        pairs.append((time.perf_counter() - t0, time.process_time() - c0))
+        if prof is not None:
+            prof.disable()
+    if prof is not None:
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
+    return {**summary(pairs), "fragments_touched": touched, "exposition_bytes": len(body)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--db", type=Path, default=ROOT / "bench" / "out" / "query-1000cq.db")
+    parser.add_argument("--tail", type=int, default=20_000, help="events folded between the two scrapes")
+    parser.add_argument("--profile", action="store_true", help="cProfile the renders after the tail, to stderr")
+    args = parser.parse_args()
+    configure_logging(level="warning")
+    if not args.db.exists():
+        sys.exit(f"{args.db}: no such log; build it with python -m bench.bench_query --build-only")
+    out: dict[str, Any] = {"db": str(args.db), "calibration_sum_range_1e6_ms": calibration_ms()}
+    fm, tail, fold_s = fold(args.db, args.tail)
+    out["cluster_queues"] = len(fm.state.cluster_queues)
+    out["local_queues"] = len(fm.state.local_queues)
+    out["fold_s"] = round(fold_s, 1)
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 100_000))  # pickling the fold's nested values
+    for lq in (False, True):
+        key = "local_queue_metrics" if lq else "cluster_queue_metrics"
+        cold = [timed(Renderer(local_queue_metrics=lq).render, fm) for _ in range(max(3, args.runs // 4))]
+        renderer = Renderer(local_queue_metrics=lq)
+        renderer.render(fm)
+        unchanged = [timed(renderer.render, fm) for _ in range(args.runs)]
+        before = pickle.dumps((fm, renderer), protocol=pickle.HIGHEST_PROTOCOL)
+        out[key] = {
+            "cold": summary(cold),
+            "nothing_new": summary(unchanged),
+            f"after_{args.tail}_events": after_tail(before, tail, args.runs, args.profile and not lq),
+        }
+    metrics = LogMetrics(args.db)
+    try:
+        wall, cpu = timed(lambda _: metrics.render(), fm)
+        out["first_scrape_of_a_new_process"] = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
+    finally:
+        metrics.close()
+    out["calibration_sum_range_1e6_ms_at_the_end"] = calibration_ms()
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
