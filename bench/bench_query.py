@@ -1,7 +1,7 @@
 """Read-side benchmarks: explain, history, queues and replay --at a middle moment on ~1,000,000-event simulator
 logs, and the metrics endpoint's render with 1,000 ClusterQueues.
 
-Usage: python -m bench.bench_query [--runs 3] [--dir bench/out] [--build-only]
+Usage: python -m bench.bench_query [--runs 3] [--dir bench/out] [--build-only] [--logs steady,backlog,1000cq]
 The logs are built once by `admitd simulate`'s driver and cached, git-ignored (delete them to rebuild):
 bench/out/query-1m-steady.db (`STEADY`: a short queue all along), bench/out/query-1m.db (`BIG`: a deep backlog) and
 bench/out/query-1000cq.db (Kueue's large-scale shape, 10 cohorts x 100 ClusterQueues, for the metrics). Prints one
@@ -91,13 +91,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--build-only", action="store_true", help="only build the cached logs")
     parser.add_argument("--dir", type=Path, default=ROOT / "bench" / "out")
+    parser.add_argument(
+        "--logs", default="steady,backlog,1000cq", help="which logs to measure (comma-separated; default: all three)"
+    )
     args = parser.parse_args()
+    chosen = set(args.logs.split(","))
     configure_logging(level="warning")  # the simulator's debug lines would go to stdout, into the JSON
     args.dir.mkdir(parents=True, exist_ok=True)
     logs = {"steady": (args.dir / "query-1m-steady.db", STEADY), "backlog": (args.dir / "query-1m.db", BIG)}
+    logs = {name: log for name, log in logs.items() if name in chosen}
     wide = args.dir / "query-1000cq.db"
     out: dict[str, Any] = {}
-    for name, (db, shape) in [*logs.items(), ("1000cq", (wide, LARGE_SCALE))]:
+    for name, (db, shape) in [*logs.items(), *([("1000cq", (wide, LARGE_SCALE))] if "1000cq" in chosen else [])]:
         if not db.exists():
             out[f"build_{name}"] = build(db, shape)
     if args.build_only:
@@ -106,7 +111,8 @@ def main() -> None:
     out["calibration_sum_range_1e6_ms"] = calibration_ms()
     for name, (db, _) in logs.items():
         out[name] = command_phase(db, args.runs, cli_once=name == "steady")
-    out["metrics"] = metrics_phase(wide, args.runs)
+    if "1000cq" in chosen:
+        out["metrics"] = metrics_phase(wide, args.runs)
     out["calibration_sum_range_1e6_ms_at_the_end"] = calibration_ms()
     print(json.dumps(out, indent=2))
 
@@ -225,35 +231,46 @@ def snapshot_figures(db: Path) -> dict[str, Any]:
 
 
 def fold_cost(db: Path, seq: int, runs: int) -> dict[str, Any]:
-    """`state_at(seq)` split in two: decoding the nearest snapshot at or before it, and folding the tail after it
-    (the per-event figure is what a moment between two kept snapshots costs per event of distance)."""
-    from daemon.domain.state import STATE_VERSION  # noqa: PLC0415
-    from daemon.eventlog.replay import decode_snapshot  # noqa: PLC0415
+    """`state_at(seq)` in its parts: reading the nearest snapshot at or before it (and checking its digest),
+    inflating its body, decoding the JSON into a `StateSnapshot`, building the fold's state and indexes from it
+    (`State.from_snapshot`), and folding the tail after it (the per-event figure is what a moment between two kept
+    snapshots costs per event of distance). With the collector paused as `state_at` does."""
+    from daemon.domain.state import STATE_VERSION, State  # noqa: PLC0415
+    from daemon.eventlog.replay import _snapshot_decoder, paused_gc, snapshot_raw_json  # noqa: PLC0415
 
-    decode_s, fold_s = [], []
+    parts: dict[str, list[float]] = {"read": [], "inflate": [], "decode_json": [], "from_snapshot": [], "fold": []}
     with LogReader(db) as reader:
         found = reader.snapshot_at_or_before(STATE_VERSION, seq)
         base = 0 if found is None else found[0]
+        raw_bytes = 0
         for _ in range(runs):
             t0 = time.perf_counter()
-            state = decode_snapshot(found[1]) if found is not None else None
+            found = reader.snapshot_at_or_before(STATE_VERSION, seq)
             t1 = time.perf_counter()
-            if state is not None:
+            with paused_gc():
+                raw = snapshot_raw_json(found[1]) if found is not None else b""
+                raw_bytes = len(raw)
+                t2 = time.perf_counter()
+                snap = _snapshot_decoder.decode(raw) if found is not None else None
+                t3 = time.perf_counter()
+                state = State.from_snapshot(snap) if snap is not None else State()
+                t4 = time.perf_counter()
                 for s, type_, version, payload in reader.iter_payloads(base, chunk=min(20_000, max(1, seq - base))):
                     if s > seq:
                         break
                     state.apply(codec.decode(type_, version, payload, seq=s), s)
-            t2 = time.perf_counter()
-            decode_s.append(t1 - t0)
-            fold_s.append(t2 - t1)
+                t5 = time.perf_counter()
+            for name, took in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
+                parts[name].append(took)
+            del raw, snap, state
     tail = seq - base
-    fold = statistics.median(fold_s)
+    fold = statistics.median(parts["fold"])
     return {
         "snapshot_seq": base,
         "tail_events": tail,
-        "snapshot_mib": round(len(found[1]) / 2**20, 1) if found is not None else 0,
-        "decode_median_s": round(statistics.median(decode_s), 3),
-        "fold_tail_median_s": round(fold, 3),
+        "snapshot_mib": round(len(found[1]) / 2**20, 2) if found is not None else 0,
+        "snapshot_json_mib": round(raw_bytes / 2**20, 1),
+        **{f"{name}_median_s": round(statistics.median(ts), 3) for name, ts in parts.items()},
         "fold_us_per_event": round(fold / tail * 1e6, 1) if tail else None,
     }
 

@@ -1,9 +1,23 @@
 """Rebuild state from the log: the newest snapshot that checks, then the tail folded event by event.
 
 A snapshot is only an accelerator. `replay(reader, use_snapshots=False)` must give the same state; tests check it.
+
+A snapshot body is stored in one of two encodings, told apart by its first bytes (which the snapshot's digest
+covers, so the encoding cannot be changed without the snapshot being refused):
+
+- `SNAPSHOT_ZJSON` + zlib(canonical JSON of `StateSnapshot`): written since migration 0005. The state's JSON is
+  very repetitive (the same keys and specs for every workload) and compresses about 35x at zlib level 1, so the
+  log can keep a snapshot every few tens of thousands of events within the same room (`SNAPSHOT_KEEP_RATIO`).
+- canonical JSON of `StateSnapshot` (starts with `{`): written before; still read.
 """
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import zlib
+from collections.abc import Iterator
 
 import msgspec
 
@@ -15,13 +29,77 @@ from daemon.obs.logging import get_logger
 _snapshot_decoder = msgspec.json.Decoder(StateSnapshot)
 log = get_logger(__name__)
 
+SNAPSHOT_ZJSON = b"\x00admitd-zjson1\n"
+"""The first bytes of a zlib-compressed JSON snapshot body (migration 0005). A JSON body never starts with a NUL."""
 
-def encode_snapshot(state: State) -> bytes:
+SNAPSHOT_MAX_BYTES = 4 * 2**30
+"""The most a compressed snapshot may inflate to; a body that claims more is refused (as any undecodable one)."""
+
+_ZLIB_LEVEL = 1  # level 6 is 30% smaller and 2-3x slower to write; level 1 is already ~35x smaller than the JSON
+
+
+class SnapshotUndecodable(ValueError):
+    """A snapshot body that checks against the chain but does not decode (another build's, or damaged)."""
+
+
+def snapshot_json(state: State) -> bytes:
+    """The canonical JSON of the state's snapshot value (what a snapshot body holds, compressed)."""
     return codec.encode_json(state.to_snapshot())
 
 
+def compress_snapshot(raw_json: bytes) -> bytes:
+    """The stored body for a snapshot's JSON (zlib releases the GIL: the writer runs this in a thread)."""
+    return SNAPSHOT_ZJSON + zlib.compress(raw_json, _ZLIB_LEVEL)
+
+
+def encode_snapshot(state: State) -> bytes:
+    return compress_snapshot(snapshot_json(state))
+
+
+def snapshot_raw_json(body: bytes) -> bytes:
+    """A stored body (either encoding) as the snapshot's JSON."""
+    if body.startswith(SNAPSHOT_ZJSON):
+        inflate = zlib.decompressobj()
+        try:
+            raw = inflate.decompress(memoryview(body)[len(SNAPSHOT_ZJSON) :], SNAPSHOT_MAX_BYTES)
+        except zlib.error as e:
+            raise SnapshotUndecodable(f"its compressed body does not inflate: {e}") from e
+        if inflate.unconsumed_tail:
+            raise SnapshotUndecodable(f"it inflates to more than {SNAPSHOT_MAX_BYTES} bytes")
+        if not inflate.eof:
+            raise SnapshotUndecodable("its compressed body is cut short")
+        if inflate.unused_data:
+            raise SnapshotUndecodable("bytes follow its compressed stream")
+        return raw
+    return body
+
+
 def decode_snapshot(body: bytes) -> State:
-    return State.from_snapshot(_snapshot_decoder.decode(body))
+    """The state a stored body holds (either encoding). Raises SnapshotUndecodable or msgspec's errors."""
+    with paused_gc():
+        return State.from_snapshot(_snapshot_decoder.decode(snapshot_raw_json(body)))
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection while a state is built (decoded or folded), and none over it afterwards.
+
+    Building a state makes hundreds of thousands of objects that all stay alive, so every collection on the way
+    walks the growing heap again for nothing (measured: 0.75-0.94 s to decode a 10 MiB snapshot with the collector
+    on, 0.26 s with it paused). On the way out, `gc.freeze()` moves what exists into the collector's permanent
+    generation: otherwise the first collection after `gc.enable()` walks every object built meanwhile (2 s for a
+    state of 115,000 workloads). Only the search for cycles is affected: reference counting frees the fold's
+    garbage as always, and the state's values (frozen dataclasses) form no cycles.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def replay(reader: LogReader, *, use_snapshots: bool = True, upto: int | None = None) -> State:
@@ -45,15 +123,22 @@ def replay(reader: LogReader, *, use_snapshots: bool = True, upto: int | None = 
                 log.warning("snapshot ignored; replaying from the first event", seq=found[0], problem=str(e))
                 state, since = State(), 0
     decode, apply = codec.decode, state.apply
-    for seq, type_, version, payload in reader.iter_payloads(since):
-        if upto is not None and seq > upto:
-            break
-        apply(decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=seq), seq)
+    with paused_gc():
+        for seq, type_, version, payload in reader.iter_payloads(since):
+            if upto is not None and seq > upto:
+                break
+            apply(decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=seq), seq)
     return state
 
 
 async def save_snapshot(store: EventStore, state: State) -> bool:
-    """Write a snapshot of `state`; True when the log keeps it for good (a historical one, `write_snapshot`)."""
-    if state.seq > 0:
-        return await store.write_snapshot(state.seq, STATE_VERSION, encode_snapshot(state))
+    """Write a snapshot of `state`; True when the log keeps it for good (a historical one, `write_snapshot`).
+
+    The state is encoded at once (it must not change meanwhile); the compression runs in a thread, so the event
+    loop (the writer's commits, the other stages) goes on meanwhile."""
+    seq = state.seq
+    if seq > 0:
+        raw = snapshot_json(state)
+        body = await asyncio.to_thread(compress_snapshot, raw)
+        return await store.write_snapshot(seq, STATE_VERSION, body)
     return False

@@ -53,8 +53,9 @@ together, in a new migration."""
 
 SNAPSHOT_KEEP_RATIO: float = 1
 """A snapshot is kept for the log's lifetime (a historical one, for past moments) when the events since the previous
-kept one hold at least SNAPSHOT_KEEP_RATIO times its body's size in payload bytes. Bound: the kept snapshots take at
-most 1/SNAPSHOT_KEEP_RATIO of the events' payload bytes, plus the newest SNAPSHOTS_KEPT (migration 0004)."""
+kept one hold at least SNAPSHOT_KEEP_RATIO times its body's stored size (compressed since migration 0005) in payload
+bytes. Bound: the kept snapshots take at most 1/SNAPSHOT_KEEP_RATIO of the events' payload bytes, plus the newest
+SNAPSHOTS_KEPT (migration 0004)."""
 
 INTEGER_MIN, INTEGER_MAX = -(2**63), 2**63 - 1
 """SQLite's INTEGER range: every number stored in a column must be inside it."""

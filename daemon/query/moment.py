@@ -15,7 +15,7 @@ import msgspec
 
 from daemon.domain.state import STATE_VERSION, State
 from daemon.eventlog import LogReader, codec
-from daemon.eventlog.replay import decode_snapshot
+from daemon.eventlog.replay import decode_snapshot, paused_gc
 from daemon.manifests.durations import format_seconds
 
 VIRTUAL_BEFORE_MS = 946_684_800_000
@@ -149,13 +149,14 @@ def state_at(reader: LogReader, seq: int) -> State:
     if found is not None:
         try:
             state, since = decode_snapshot(found[1]), found[0]
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, ValueError, TypeError, KeyError):
             state, since = State(), 0  # an unreadable snapshot costs time, never correctness
     decode, apply = codec.decode, state.apply
     if since < seq:
-        for s, type_, version, payload in reader.iter_payloads(since, chunk=min(20_000, seq - since)):
-            if s > seq:
-                break
-            apply(decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=s), s)
+        with paused_gc():
+            for s, type_, version, payload in reader.iter_payloads(since, chunk=min(20_000, seq - since)):
+                if s > seq:
+                    break
+                apply(decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=s), s)
     state.seq = seq
     return state

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,15 @@ from structlog.testing import capture_logs
 
 from daemon.domain.state import STATE_VERSION
 from daemon.eventlog import EventStore, LogReader, codec, replay, save_snapshot
-from daemon.eventlog import store as eventlog_store
 from daemon.eventlog.errors import AppendFailed, BadSnapshot
 from daemon.eventlog.migrate import APPLICATION_ID, latest_version, load_migrations
-from daemon.eventlog.replay import decode_snapshot
+from daemon.eventlog.replay import (
+    SNAPSHOT_ZJSON,
+    compress_snapshot,
+    decode_snapshot,
+    snapshot_json,
+    snapshot_raw_json,
+)
 from daemon.eventlog.store import SNAPSHOTS_KEPT
 from daemon.query.moment import state_at
 from daemon.sim import run as sim_run
@@ -48,7 +54,8 @@ def edit_body(path: Path, seq: int, change: dict[str, object]) -> bytes:
     conn = sqlite3.connect(path)
     conn.execute("DROP TRIGGER snapshots_are_never_updated")
     (body,) = conn.execute("SELECT body FROM snapshots WHERE seq = ?", (seq,)).fetchone()
-    edited = codec.encode_json({**json.loads(body), **change})
+    assert bytes(body).startswith(SNAPSHOT_ZJSON)  # as the writer stores it since migration 0005
+    edited = compress_snapshot(codec.encode_json({**json.loads(snapshot_raw_json(bytes(body))), **change}))
     conn.execute("UPDATE snapshots SET body = ? WHERE seq = ?", (edited, seq))
     conn.commit()
     conn.close()
@@ -224,10 +231,10 @@ async def test_a_kept_snapshot_of_the_current_shape_cannot_be_deleted_one_of_an_
 async def test_a_past_moment_folds_from_the_nearest_kept_snapshot_and_equals_the_full_fold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A small scenario's state is large next to its few events: a lower ratio keeps several snapshots of it.
+    # Compressed (migration 0005), a small scenario's state is small next to its events: the default ratio keeps
+    # several snapshots of it, and prunes others.
     monkeypatch.setattr(sim_run, "SNAPSHOT_EVERY", 5)
     monkeypatch.setattr(stages_recorder, "_CATCH_UP_EVERY", 1)
-    monkeypatch.setattr(eventlog_store, "SNAPSHOT_KEEP_RATIO", 0.1)
     db = tmp_path / "sim.db"
     await sim_run.run_simulation(load_scenario(ROOT / "config" / "samples" / "fair-sharing.yaml"), db_path=db)
     rows = kept_rows(db)
@@ -272,6 +279,95 @@ async def test_a_schema_3_log_migrates_its_snapshots_stay_checked_and_are_not_ke
         assert await store.write_snapshot(more[0], STATE_VERSION, b"{}") is True
     assert kept_rows(path) == [(seq, 0, len(body)), (more[0], 1, 2)]
     with LogReader(path) as reader:
-        assert reader.schema_version == latest_version() == 4
+        assert reader.schema_version == latest_version() == 5
         assert reader.check().snapshots == 2
         assert reader.snapshot_at_or_before(STATE_VERSION, seq) == (seq, body)
+
+
+# --- compressed bodies (migration 0005) and the bodies written before them
+
+
+async def test_a_schema_4_log_with_a_plain_json_snapshot_migrates_and_its_snapshot_is_still_used(
+    tmp_path: Path,
+) -> None:
+    # A log as the previous build left it: schema 4, a snapshot body of plain canonical JSON.
+    path = tmp_path / "v4.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for m in load_migrations()[:4]:
+        conn.executescript(
+            f"BEGIN; PRAGMA application_id = {APPLICATION_ID}; {m.sql}\nPRAGMA user_version = {m.version}; COMMIT;"
+        )
+    conn.close()
+    events = one_of_each()
+    async with await EventStore.open(path) as store:
+        await store.append(events)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA user_version = 4")
+    seq, event_hash = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    with LogReader(path) as reader:
+        state = replay(reader, use_snapshots=False)
+    body = snapshot_json(state)  # the previous build's body: `codec.encode_json(state.to_snapshot())`
+    assert body.startswith(b"{")
+    digest = codec.snapshot_digest(seq, STATE_VERSION, event_hash, body)
+    conn.execute("INSERT INTO snapshots VALUES (?, ?, ?, 0, ?, ?, 1)", (seq, event_hash, STATE_VERSION, body, digest))
+    conn.close()
+    with LogReader(path) as reader:
+        assert reader.schema_version == 4
+        assert reader.snapshot_at_or_before(STATE_VERSION, seq) == (seq, body)
+    async with await EventStore.open(path) as store:  # migrates to 5; the old body stays as it was
+        more = await store.append(events[-2:])
+        with LogReader(path) as reader:
+            assert await save_snapshot(store, replay(reader)) is False  # 2 events do not outweigh it
+    with capture_logs() as logs, LogReader(path) as reader:
+        assert reader.schema_version == 5
+        assert reader.check().snapshots == 2
+        assert reader.snapshot_at_or_before(STATE_VERSION, seq) == (seq, body)
+        assert decode_snapshot(body).to_snapshot() == state.to_snapshot()
+        for at in (seq, more[0]):  # from the old JSON snapshot, with and without a tail
+            assert state_at(reader, at).to_snapshot() == replay(reader, use_snapshots=False, upto=at).to_snapshot()
+        newest = reader.snapshot_at_or_before(STATE_VERSION, more[-1])
+        assert newest is not None and newest[0] == more[-1] and newest[1].startswith(SNAPSHOT_ZJSON)
+        assert replay(reader).to_snapshot() == replay(reader, use_snapshots=False).to_snapshot()
+    assert not [e for e in logs if e["log_level"] == "warning"], logs
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda raw: SNAPSHOT_ZJSON + b"not a zlib stream", "does not inflate"),
+        (lambda raw: compress_snapshot(raw)[:-9], "cut short"),
+        (lambda raw: compress_snapshot(raw[:-1]), "JSON"),
+        (lambda raw: compress_snapshot(raw) + b"x", "bytes follow"),
+    ],
+    ids=["not-zlib", "cut-short", "json-cut", "trailing"],
+)
+async def test_a_compressed_body_that_checks_but_does_not_decode_costs_time_never_correctness(
+    log: Path, damage: object, problem: str
+) -> None:
+    # Written with a valid digest (as a buggy writer would): the digest checks, decoding does not.
+    conn = sqlite3.connect(log)
+    conn.execute("DROP TRIGGER snapshots_are_never_updated")
+    body, event_hash = conn.execute("SELECT body, event_hash FROM snapshots WHERE seq = 10").fetchone()
+    bad = damage(snapshot_raw_json(bytes(body)))  # type: ignore[operator]
+    digest = codec.snapshot_digest(10, STATE_VERSION, bytes(event_hash), bad)
+    conn.execute("UPDATE snapshots SET body = ?, digest = ? WHERE seq = 10", (bad, digest))
+    conn.commit()
+    conn.close()
+    with capture_logs() as logs, LogReader(log) as reader:
+        truth = replay(reader, use_snapshots=False).to_snapshot()
+        assert replay(reader).to_snapshot() == truth
+        assert state_at(reader, 12).to_snapshot() == replay(reader, use_snapshots=False, upto=12).to_snapshot()
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert len(warnings) == 1 and warnings[0]["seq"] == 10, logs
+    if problem != "JSON":
+        assert problem in warnings[0]["problem"], warnings
+
+
+def test_a_body_that_would_inflate_beyond_the_bound_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = b"{" + b" " * 100_000 + b"}"
+    eventlog_replay = sys.modules[decode_snapshot.__module__]  # the package's `replay` name is the function
+    monkeypatch.setattr(eventlog_replay, "SNAPSHOT_MAX_BYTES", 50_000)
+    with pytest.raises(ValueError, match="inflates to more than 50000 bytes"):
+        snapshot_raw_json(compress_snapshot(raw))
+    monkeypatch.setattr(eventlog_replay, "SNAPSHOT_MAX_BYTES", 200_000)
+    assert snapshot_raw_json(compress_snapshot(raw)) == raw
