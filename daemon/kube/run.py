@@ -300,7 +300,9 @@ class Daemon:
     async def _serve_health(self, opts: RunOptions) -> web.AppRunner:
         from daemon.obs.metrics import CONTENT_TYPE, LogMetrics, MetricsNotReady  # noqa: PLC0415
 
-        log_metrics: LogMetrics | None = None
+        log_metrics: LogMetrics | None = LogMetrics(
+            opts.db, local_queue_metrics=opts.local_queue_metrics, follow_every=2.0
+        ).start()  # folds and renders in the background, so that a scrape only joins the text
 
         async def healthz(_: web.Request) -> web.Response:
             return web.Response(text="ok")

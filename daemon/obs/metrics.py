@@ -1016,6 +1016,7 @@ class LogMetrics:
     joins the text; until that thread has caught up with the log once, a scrape is answered "not ready"."""
 
     CHUNK = 5_000  # events folded per hold of the lock while catching up, so a scrape never waits for a whole fold
+    READY_WAIT = 5.0  # seconds a scrape waits for the background fold to catch up before answering "not ready"
 
     def __init__(
         self,
@@ -1091,6 +1092,8 @@ class LogMetrics:
             raise RuntimeError(
                 f"folding {self.path} for the metrics failed: {self.follow_error}"
             ) from self.follow_error
+        if self._follower is not None and self._follower.is_alive() and self.path.exists():
+            self._caught_up.wait(self.READY_WAIT)  # a small log is folded by then; a large one answers 503
         with self._lock:
             reader = self._open()
             if reader is None:
