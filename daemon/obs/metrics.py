@@ -518,7 +518,6 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 """Which families each group renders. An event marks (queue, group) dirty; only those fragments are rendered again."""
 
-_WAIT = b"kueue_admission_wait_time_seconds"
 _QR_WAIT = b"kueue_quota_reserved_wait_time_seconds"
 _LQ_WAIT = b"kueue_local_queue_admission_wait_time_seconds"
 _LQ_QR_WAIT = b"kueue_local_queue_quota_reserved_wait_time_seconds"
@@ -559,6 +558,7 @@ class Renderer:
         self._cohorts = b""
         self._hist_templates: dict[tuple[str, str], bytes] = {}  # (family, labels) -> its lines with %-slots
         self._hist_text: dict[tuple[str, str], tuple[int, bytes]] = {}  # (family, labels) -> (observations, text)
+        self._twin_text: dict[tuple[str, str], tuple[bytes, bytes]] = {}  # (family, labels) -> (text, its twin's)
         self._resource_labels: dict[str, tuple[ClusterQueue, list[tuple[FlavorResource, str, ResourceQuota]]]] = {}
 
     def render(
@@ -601,6 +601,7 @@ class Renderer:
             if self._names - names:  # rare (a queue deleted): start the label and text caches afresh
                 self._labels.clear()
                 self._hist_text.clear()
+                self._twin_text.clear()
                 self._hist_templates.clear()
                 self._resource_labels.clear()
             self._names = names
@@ -652,6 +653,17 @@ class Renderer:
         out = template % (*h.counts, h.n, _num(h.total).encode(), h.n)
         self._hist_text[key] = (h.n, out)
         return out
+
+    def _hist_twins(self, name: str, twin: bytes, labels: str, h: Hist) -> tuple[bytes, bytes]:
+        """`_hist`'s text and the same lines under the family `twin` (same observations), both kept until the
+        histogram has new observations."""
+        text = self._hist(name, labels, h)
+        cached = self._twin_text.get((name, labels))
+        if cached is not None and cached[0] is text:
+            return text, cached[1]
+        renamed = _rename(text, name.encode(), twin)
+        self._twin_text[(name, labels)] = (text, renamed)
+        return text, renamed
 
     def _group(self, ctx: _Context, name: str, group: str) -> dict[str, bytes]:
         fm, role = ctx.fm, self.role
@@ -726,9 +738,10 @@ class Renderer:
                     qr.append(f"kueue_quota_reserved_workloads_total{{{lab}}} {n}\n")
                 h = fm.wait.get(label)
                 if h is not None:
-                    text = self._hist("kueue_admission_wait_time_seconds", lab, h)
+                    # The same observations (admitd reserves quota and admits at once).
+                    text, twin = self._hist_twins("kueue_admission_wait_time_seconds", _QR_WAIT, lab, h)
                     wait.append(text)
-                    qrw.append(_rename(text, _WAIT, _QR_WAIT))  # the same observations (admitd admits at once)
+                    qrw.append(twin)
             f["kueue_admitted_workloads_total"] = "".join(adm).encode()
             f["kueue_quota_reserved_workloads_total"] = "".join(qr).encode()
             f["kueue_admission_wait_time_seconds"] = b"".join(wait)
@@ -875,8 +888,10 @@ class Renderer:
                     by_lq.setdefault(lq, []).append((table_name, key[2:], v))
         role, pieces, pos = self.role, self._lq_pieces, self._lq_pos
         for lq in dirty:
-            ns, _, name = lq.partition("/")
-            lab = f'replica_role="{role}",name="{_esc(name)}",namespace="{_esc(ns)}"'
+            lab = self._labels.get(("\0lq", lq))
+            if lab is None:
+                ns, _, name = lq.partition("/")
+                lab = self._labels[("\0lq", lq)] = f'replica_role="{role}",name="{_esc(name)}",namespace="{_esc(ns)}"'
             at = pos[lq]
             if lq in state.local_queues:
                 active, inadmissible = pending[lq]
@@ -898,6 +913,7 @@ class Renderer:
             finished: list[str] = []
             evicted: list[str] = []
             wait: list[bytes] = []
+            qr_wait: list[bytes] = []
             for table_name, rest, val in sorted(by_lq.get(lq, ()), key=lambda t: (t[0], t[1])):
                 if table_name == "admitted":
                     admitted.append((f'{lab},priority_class="{_esc(rest[0])}"', val))
@@ -912,7 +928,11 @@ class Renderer:
                     )
                 else:
                     assert isinstance(val, Hist)
-                    wait.append(self._hist(_LQ_WAIT.decode(), f'{lab},priority_class="{_esc(rest[0])}"', val))
+                    text, twin = self._hist_twins(
+                        _LQ_WAIT.decode(), _LQ_QR_WAIT, f'{lab},priority_class="{_esc(rest[0])}"', val
+                    )
+                    wait.append(text)
+                    qr_wait.append(twin)
             pieces["kueue_local_queue_admitted_workloads_total"][at] = "".join(
                 f"kueue_local_queue_admitted_workloads_total{{{x}}} {v}\n" for x, v in admitted
             ).encode()
@@ -922,9 +942,7 @@ class Renderer:
             pieces["kueue_local_queue_finished_workloads_total"][at] = "".join(finished).encode()
             pieces["kueue_local_queue_evicted_workloads_total"][at] = "".join(evicted).encode()
             pieces["kueue_local_queue_admission_wait_time_seconds"][at] = b"".join(wait)
-            pieces["kueue_local_queue_quota_reserved_wait_time_seconds"][at] = _rename(
-                b"".join(wait), _LQ_WAIT, _LQ_QR_WAIT
-            )
+            pieces["kueue_local_queue_quota_reserved_wait_time_seconds"][at] = b"".join(qr_wait)
 
     def _global(self, fm: FoldedMetrics) -> str:
         out = [
