@@ -25,7 +25,11 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
    assessed: its queue waits for the next cycle (`_Kind.DEFERRED`; `AdmissionEngine.deferred` asks the caller for
    one), because Kueue chooses victims at a cycle's start, where every workload holding quota is a candidate.
    Meanwhile it holds its room for the rest of the cycle. Fair-sharing victims are chosen on shares that leave
-   out what waiting preemptors reserve (Kueue does not see it), though they must make room with it counted.
+   out what other queues' waiting preemptors reserve (Kueue does not see it), though they must make room with it
+   counted; what the preemptor's own queue reserves counts (Kueue would have admitted that queue's earlier
+   preemptor before assessing this one). A workload stopped at this instant (`PendingWorkload.evicted_now`) is not
+   admitted again at this instant, neither into free room nor by preempting in turn: it is assessed again from the
+   next instant on, so no instant undoes its own decisions (issue 9).
 5. BestEffortFIFO's sticky preemptor: a workload whose last reason is `WaitingForPreemptedWorkloads` is offered
    before the rest of its queue. A workload that needs preemption but has no candidates reserves capacity against
    other queues (Kueue's resourcesToReserve) unless its queue may always reclaim; admitd does this once per queue
@@ -689,6 +693,17 @@ class _Cycle:
                     return None
                 continue
             result = self._evaluate(q, pw)
+            if result.kind not in (_Kind.NO_FIT, _Kind.NO_TARGETS) and pw.evicted_now(self.now):
+                # Stopped at this instant: admitting it again now, into room its preemptor left or by preempting in
+                # turn, would undo a decision of the instant with nothing else changed (issue 9). It is held back
+                # until the next instant, without a new reason (its queue is not memoised, so that instant's cycle
+                # assesses it again); one that cannot be admitted anyway gets its reason as any other.
+                q.acted = q.volatile = True
+                if q.strict:
+                    self._block(q, pw)
+                    return None
+                self._advance(q, pw)
+                continue
             if result.kind is _Kind.DEFERRED:
                 q.acted = q.volatile = q.done = self.deferred = True  # the queue waits for the next cycle
                 if result.assignment is not None:
@@ -932,12 +947,15 @@ class _Cycle:
         return reclaims and bool(admitted - {q.name})
 
     def _fair_targets(self, p: Preemptor, snap: Snapshot) -> list[Target]:
-        """Fair-sharing victims, chosen on the usage of admitted workloads only. What waiting preemptors reserve is
-        not in the shares (Kueue never sees it when it chooses victims): counted, it made a queue whose preemptors
-        wait look like a borrower, so another queue preempted its workloads in the same cycle in which its own
-        preemptors reclaimed from that queue, and the two preempted each other within one instant (issue 9). The
-        victims must still make room with the reservations counted, or there are none."""
-        holds = [h for h in self.reserved.get(p.node.tree, []) if h.active]
+        """Fair-sharing victims, chosen on the usage of admitted workloads only. What other queues' waiting
+        preemptors reserve is not in the shares (Kueue never sees it when it chooses victims): counted, it made a
+        queue whose preemptors wait look like a borrower, so another queue preempted its workloads in the same cycle
+        in which its own preemptors reclaimed from that queue, and the two preempted each other within one instant
+        (issue 9). What the preemptor's own queue reserves stays counted: Kueue serves one head per queue and cycle,
+        so that queue's earlier preemptor would be admitted before this one is assessed; left out, every waiting
+        workload of a queue at its nominal quota was taken for one reclaiming within nominal quota and preempted
+        without a share test. The victims must still make room with the reservations counted, or there are none."""
+        holds = [h for h in self.reserved.get(p.node.tree, []) if h.active and h.node is not p.node]
         for h in holds:
             snap.remove_usage(h.node, h.usage)
         try:

@@ -436,6 +436,7 @@ class State:
             queue_order_at=rec.queue_order_at,
             last_reason=rec.last_reason,
             held=held,
+            evicted_at=rec.evicted_at,
         )
         cq = None if held is not None else self._route(lq_key)
         if cq is None:

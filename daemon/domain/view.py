@@ -36,6 +36,12 @@ class PendingWorkload:
     held: PendingReason | None = None
     """Set when the fold already knows the workload cannot be queued (its priority class does not exist, so Kueue
     would not create its Workload): it is then among `pending_unrouted`, and the cycle reports this reason."""
+    evicted_at: Millis | None = None  # when it last stopped after an admission
+
+    def evicted_now(self, now: Millis) -> bool:
+        """Stopped at `now` (preempted, its pods gone at once, as in the simulator): it is not admitted again at this
+        instant, which would undo a decision of the same instant with nothing else changed."""
+        return self.evicted_at == now
 
     @property
     def key(self) -> str:

@@ -1,5 +1,5 @@
-"""Preemption reaches a fixed point: random hierarchical, weighted, fair-sharing clusters run to their end, and no
-job is preempted twice at one instant.
+"""Preemption reaches a fixed point: random hierarchical, weighted, fair-sharing clusters run to their end, no job
+is preempted twice at one instant, and no job preempted at an instant is admitted again at that instant.
 
 Real: `AdmissionEngine` (fair sharing with every accepted strategy list, or classic), the quota tree and the fold
 (`daemon.domain.state`, through the builders' `World`). Faked: the clock and the cluster, as the simulator fakes
@@ -17,8 +17,20 @@ from hypothesis import strategies as st
 
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.events import Event, WorkloadAdmitted, WorkloadPreempted
-from daemon.domain.fairpreemption import VALID_STRATEGY_SETS
-from tests.unit.builders import JobBuilder, World, cohort, cq, flavor, job, lq, namespace, world
+from daemon.domain.fairpreemption import DEFAULT_STRATEGIES, VALID_STRATEGY_SETS
+from tests.unit.builders import (
+    JobBuilder,
+    World,
+    cohort,
+    cq,
+    flavor,
+    job,
+    lq,
+    namespace,
+    running,
+    settle,
+    world,
+)
 
 POLICIES = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
 RECLAIM = ("Never", "LowerPriority", "Any")
@@ -118,7 +130,13 @@ def run(sim: Sim) -> None:
                     )
                     preempted_now[e.workload] = e.preemptor
                     w.evict(e.workload, now)
-                elif isinstance(e, WorkloadAdmitted) and runtime[e.workload] is not None:
+                elif isinstance(e, WorkloadAdmitted):
+                    # Nothing else happens inside an instant (arrivals and completions come before its cycles): a
+                    # workload preempted and admitted again in it is a decision undone for nothing (issue 9).
+                    assert e.workload not in preempted_now, (
+                        f"{e.workload} preempted (by {preempted_now[e.workload]}) and admitted again at {now} ms"
+                    )
+                if isinstance(e, WorkloadAdmitted) and runtime[e.workload] is not None:
                     epoch[e.workload] = epoch.get(e.workload, 0) + 1
                     order += 1
                     rt = runtime[e.workload]
@@ -130,7 +148,7 @@ def run(sim: Sim) -> None:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(sim=sims())
-def test_every_run_ends_and_no_job_is_preempted_twice_at_one_instant(sim: Sim) -> None:
+def test_every_run_ends_and_no_job_is_preempted_twice_or_readmitted_at_one_instant(sim: Sim) -> None:
     run(sim)
 
 
@@ -161,3 +179,61 @@ def test_the_room_a_preemption_frees_goes_to_its_preemptor_first() -> None:
     sim = Sim(w, jobs, EngineConfig(fair_sharing=True, fair_sharing_strategies=("LessThanInitialShare",)))
     run(sim)
     assert "default/j2" in sim.w.admitted
+
+
+def test_a_victim_does_not_take_its_place_back_by_preempting_at_the_same_instant() -> None:
+    """Found by the property above (seed 309519106931621364729270195104416665969, shrunk by hand). j0 (cq1,
+    priority 1) takes j7 from cq2 by the first strategy (cq0's j1 fails it: a zero-weight queue not borrowing after
+    the preemption has the lowest share). j7, back in its queue with reclaimWithinCohort Any, then took j1 from cq0
+    by the second strategy (cq0 borrows with weight 0: an infinite share) and was admitted again at the same instant:
+    each decision right in its cycle, together a decision undone with nothing else changed. A workload stopped at an
+    instant is now not admitted again at that instant; j1 keeps running and j7 waits."""
+    w = world(
+        flavor("h100"),
+        namespace("default"),
+        cohort("root").weight(0).flavor("h100", gpu=4),
+        cq("cq0").cohort("root").weight(0).flavor("h100", gpu=0),
+        cq("cq1").cohort("root").weight(500).preempt("Never", "LowerPriority").flavor("h100", gpu=0),
+        cq("cq2").cohort("root").weight(500).preempt("Never", "Any").flavor("h100", gpu=0),
+        *(lq("default", f"q{i}", f"cq{i}") for i in range(3)),
+    )
+    jobs = [
+        (1, job("j1").queue("q0").gpus(1), None),
+        (3, job("j3").queue("q2").gpus(1), None),
+        (6, job("j6").queue("q2").gpus(1), None),
+        (7, job("j7").queue("q2").gpus(1), None),
+        (1000, job("j0").queue("q1").priority(1).gpus(1), None),
+    ]
+    for at, jb, _ in jobs:
+        jb.at(at)
+    sim = Sim(w, jobs, EngineConfig(fair_sharing=True, fair_sharing_strategies=DEFAULT_STRATEGIES))
+    run(sim)
+    assert sorted(sim.w.admitted) == ["default/j0", "default/j1", "default/j3", "default/j6"]
+
+
+def test_a_queue_whose_preemptor_took_its_nominal_quota_does_not_reclaim_more_as_within_nominal() -> None:
+    """Found by the property above (seed 1, before the readmission rule). cq0 (nominal 4, weight 0) runs 3 GPUs and
+    three 1-GPU workloads wait; cq1 borrows 3 GPUs. The first reclaims cq0's fourth GPU within nominal quota. The
+    second and third were also treated as reclaiming within nominal quota, because the shares of a victim search
+    leave out what waiting preemptors reserve, the queue's own first preemptor included: they preempted two more of
+    cq1's workloads, which the next cycle gave back to cq1, since cq0 borrowing with weight 0 has an infinite share.
+    A preemptor's own queue's reservations now count (Kueue serves one head per queue per cycle: the queue's earlier
+    preemptor would be admitted before this one is assessed): only one workload is preempted."""
+    w = world(
+        flavor("h100"),
+        namespace("default"),
+        cohort("root"),
+        cq("cq0").cohort("root").weight(0).preempt("Never", "Any").flavor("h100", gpu=4),
+        cq("cq1").cohort("root").flavor("h100", gpu=2),
+        cq("cq2").cohort("root").flavor("h100", gpu=2),
+        lq("default", "q0", "cq0"),
+        lq("default", "q1", "cq1"),
+        *(running(job(f"a{i}").queue("q0").gpus(1).at(i), "cq0", "h100") for i in range(3)),
+        *(running(job(f"b{i}").queue("q1").gpus(1).at(10 + i), "cq1", "h100") for i in range(5)),
+        *(job(f"p{i}").queue("q0").gpus(1).at(100 + i) for i in range(3)),
+    )
+    events = settle(w, 1000, config=EngineConfig(fair_sharing=True))
+    preempted = [(e.cluster_queue, e.preemptor, e.reason) for e in events if isinstance(e, WorkloadPreempted)]
+    assert preempted == [("cq1", "default/p0", "InCohortReclamation")]
+    assert "default/p0" in w.admitted
+    assert "default/p1" not in w.admitted
