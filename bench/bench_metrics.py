@@ -30,7 +30,7 @@ from typing import Any
 
 from daemon.eventlog import LogReader, codec
 from daemon.obs.logging import configure as configure_logging
-from daemon.obs.metrics import FoldedMetrics, LogMetrics, Renderer
+from daemon.obs.metrics import FoldedMetrics, LogMetrics, Renderer, keep_on_heap
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -132,10 +132,11 @@ def main() -> None:
         key = "local_queue_metrics" if lq else "cluster_queue_metrics"
         cold = [timed(Renderer(local_queue_metrics=lq).render, fm) for _ in range(max(3, args.runs // 4))]
         renderer = Renderer(local_queue_metrics=lq)
-        renderer.render(fm)
+        on_heap = keep_on_heap(len(renderer.render(fm)))  # as LogMetrics does after each scrape
         unchanged = [timed(renderer.render, fm) for _ in range(args.runs)]
         before = pickle.dumps((fm, renderer), protocol=pickle.HIGHEST_PROTOCOL)
         out[key] = {
+            "exposition_kept_on_heap": on_heap,
             "cold": summary(cold),
             "nothing_new": summary(unchanged),
             f"after_{args.tail}_events": after_tail(before, tail, args.runs, args.profile and not lq),
