@@ -193,9 +193,9 @@ def verify_phase(path: Path) -> dict[str, object]:
     }
 
 
-def run_phase(args: list[str]) -> dict[str, object]:
+def run_phase(args: list[str], folder: Path) -> dict[str, object]:
     out = subprocess.run(
-        [sys.executable, "-m", "bench.bench_eventlog", "--phase", *args],
+        [sys.executable, "-m", "bench.bench_eventlog", "--dir", str(folder), "--phase", *args],
         capture_output=True,
         text=True,
         check=True,
@@ -233,15 +233,15 @@ def main() -> None:
         print(json.dumps(result))
         return
     results = [
-        run_phase(["append", "1", "2000"]),
-        run_phase(["append", "100", "100000"]),
-        run_phase(["append", "1000", "300000"]),
-        run_phase(["group", "20000"]),
-        run_phase(["build", str(args.events)]),
-        run_phase(["replay"]),
-        run_phase(["snapshot", "10000"]),
-        run_phase(["startup"]),
-        run_phase(["verify"]),
+        run_phase(["append", "1", "2000"], args.dir),
+        run_phase(["append", "100", "100000"], args.dir),
+        run_phase(["append", "1000", "300000"], args.dir),
+        run_phase(["group", "20000"], args.dir),
+        run_phase(["build", str(args.events)], args.dir),
+        run_phase(["replay"], args.dir),
+        run_phase(["snapshot", "10000"], args.dir),
+        run_phase(["startup"], args.dir),
+        run_phase(["verify"], args.dir),
     ]
     print(json.dumps({"benchmark": "eventlog", "python": sys.version.split()[0], "results": results}, indent=2))
 

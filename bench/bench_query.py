@@ -290,7 +290,7 @@ def snapshot_replay_phase(db: Path, seq: int, runs: int) -> dict[str, Any]:
     """What `replay --seq` costs when the nearest snapshot is exactly 20,000 events before the moment (the writer's
     interval; the nearest kept one may be further, see `fold_cost`): decode the snapshot, fold the tail, encode the
     JSON. The snapshot body is prepared untimed."""
-    from daemon.eventlog.replay import decode_snapshot, encode_snapshot  # noqa: PLC0415
+    from daemon.eventlog.replay import decode_snapshot, encode_snapshot, paused_gc  # noqa: PLC0415
 
     with LogReader(db) as reader:
         base = seq - 20_000
@@ -298,11 +298,12 @@ def snapshot_replay_phase(db: Path, seq: int, runs: int) -> dict[str, Any]:
         clock = clock_of(reader)
 
         def go() -> object:
-            state = decode_snapshot(body)
-            for s, type_, version, payload in reader.iter_payloads(base):
-                if s > seq:
-                    break
-                state.apply(codec.decode(type_, version, payload, seq=s), s)
+            with paused_gc(freeze=True):  # as state_at builds a state
+                state = decode_snapshot(body)
+                for s, type_, version, payload in reader.iter_payloads(base):
+                    if s > seq:
+                        break
+                    state.apply(codec.decode(type_, version, payload, seq=s), s)
             return codec.encode_json(replay_json(state, clock, Moment(seq, 0)))
 
         med, all_runs = median_s(go, runs)
