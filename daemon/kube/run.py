@@ -300,7 +300,7 @@ class Daemon:
     async def _serve_health(self, opts: RunOptions) -> web.AppRunner:
         from daemon.obs.metrics import CONTENT_TYPE, LogMetrics, MetricsNotReady  # noqa: PLC0415
 
-        log_metrics: LogMetrics | None = LogMetrics(
+        log_metrics = LogMetrics(
             opts.db, local_queue_metrics=opts.local_queue_metrics, follow_every=2.0
         ).start()  # folds and renders in the background, so that a scrape only joins the text
 
@@ -311,9 +311,6 @@ class Daemon:
             return web.Response(text="ready" if self.ready else "not ready", status=200 if self.ready else 503)
 
         async def scrape(_: web.Request) -> web.Response:
-            nonlocal log_metrics
-            if log_metrics is None:
-                log_metrics = LogMetrics(opts.db, local_queue_metrics=opts.local_queue_metrics)
             try:
                 body = await asyncio.to_thread(log_metrics.render)
             except MetricsNotReady as e:
