@@ -237,3 +237,31 @@ def test_a_queue_whose_preemptor_took_its_nominal_quota_does_not_reclaim_more_as
     assert preempted == [("cq1", "default/p0", "InCohortReclamation")]
     assert "default/p0" in w.admitted
     assert "default/p1" not in w.admitted
+
+
+def test_a_victim_held_back_at_its_instant_is_admitted_at_the_next() -> None:
+    """p reclaims cqb's nominal GPUs of flavor f1 from v, which borrowed them; v would fit at once in cqa's own
+    flavor f2 (free since v was admitted), but not at the instant v was stopped. The engine (with its memo)
+    assesses v again at the next instant and admits it there: held back, not forgotten."""
+    w = world(
+        flavor("f1"),
+        flavor("f2"),
+        namespace("default"),
+        cohort("root"),
+        cq("cqa").cohort("root").flavor("f1", gpu=0).flavor("f2", gpu=2),
+        cq("cqb").cohort("root").preempt("Never", "Any").flavor("f1", gpu=2),
+        lq("default", "qa", "cqa"),
+        lq("default", "qb", "cqb"),
+        running(job("v").queue("qa").gpus(2), "cqa", "f1"),
+        job("p").queue("qb").gpus(2).at(5),
+    )
+    engine = AdmissionEngine(EngineConfig(fair_sharing=True))
+    first = settle(w, 1000, engine=engine)
+    assert [(e.workload, e.preemptor) for e in first if isinstance(e, WorkloadPreempted)] == [
+        ("default/v", "default/p")
+    ]
+    assert "default/p" in w.admitted
+    assert "default/v" not in w.admitted
+    later = settle(w, 1001, engine=engine)
+    assert [e.workload for e in later if isinstance(e, WorkloadAdmitted)] == ["default/v"]
+    assert w.admitted["default/v"].admission.pod_sets[0].flavors == {"gpu": "f2"}
