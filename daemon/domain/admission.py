@@ -162,10 +162,15 @@ class AdmissionEngine:
         self.deferred = False
         """Whether the last cycle left a preemptor for the next one (see `_Kind.DEFERRED`): run another cycle once
         its decisions are in the fold, even if nothing is observed meanwhile."""
+        self.retry_at: Millis | None = None
+        """When the last cycle held back a workload stopped at its instant (`PendingWorkload.evicted_now`): the next
+        instant, at which a cycle must run even if nothing is observed, or the workload would wait for whatever
+        happens next (in a quiet cluster, for good). None otherwise."""
 
     def decide(self, view: ClusterView, now: Millis) -> list[Event]:
         if _nothing_to_decide(view):
             self.deferred = False
+            self.retry_at = None
             return []
         key = (dict(view.cluster_queues), dict(view.cohorts), dict(view.flavors))
         if self._tree is None or self._tree_key != key:
@@ -177,6 +182,7 @@ class AdmissionEngine:
         cycle = _Cycle(view, now, self._config, self._tree, self._usage_cache, self._memo)
         events = cycle.run()
         self.deferred = cycle.deferred
+        self.retry_at = now + 1 if cycle.held_back else None
         return events
 
 
@@ -381,6 +387,7 @@ class _Cycle:
         self.own_victims: dict[str, list[AdmittedWorkload]] = {}
         self.admitted_in: dict[str, set[str]] = {}  # per tree, the ClusterQueues where this cycle admitted
         self.deferred = False  # some queue waits for the next cycle (`_Kind.DEFERRED`)
+        self.held_back = False  # some workload stopped at this instant was held back (`evicted_now`)
         # waitForPodsReady.blockAdmission: while an admitted workload is not ready, nothing is admitted (preemptions
         # go on). After this cycle's first admission, that workload is the one not ready.
         self.pods_blocked = blocking(view, config.wait_for_pods_ready)
@@ -698,7 +705,7 @@ class _Cycle:
                 # turn, would undo a decision of the instant with nothing else changed (issue 9). It is held back
                 # until the next instant, without a new reason (its queue is not memoised, so that instant's cycle
                 # assesses it again); one that cannot be admitted anyway gets its reason as any other.
-                q.acted = q.volatile = True
+                q.acted = q.volatile = self.held_back = True
                 if q.strict:
                     self._block(q, pw)
                     return None

@@ -91,12 +91,20 @@ class Admit:
         return due is not None and due <= self.clock.now()
 
     def next_due(self) -> Millis | None:
-        """When a PodsReady timeout or a backoff ends next (waitForPodsReady), if nothing else happens first: the
-        stage must run a cycle then even though nothing was observed. None without waitForPodsReady."""
-        if self.pods_ready is None or not self.gate() or not self.deadlines_gate():
-            # A standby decides nothing, and it must not wake for deadlines (becoming leader notifies it); while the
-            # deadlines are held, the observations that open them notify it.
-            return None
+        """When the stage must run a cycle even though nothing was observed, if nothing else happens first: the
+        instant after one where the engine held back a workload stopped at it (`AdmissionEngine.retry_at`), or
+        when a PodsReady timeout or a backoff ends next (waitForPodsReady)."""
+        if not self.gate():
+            return None  # a standby decides nothing, and it must not wake (becoming leader notifies it)
+        retry = self.engine.retry_at
+        pods = self._pods_ready_due()
+        if retry is None or (pods is not None and pods < retry):
+            return pods
+        return retry
+
+    def _pods_ready_due(self) -> Millis | None:
+        if self.pods_ready is None or not self.deadlines_gate():
+            return None  # while the deadlines are held, the observations that open them notify the stage
         if self._due[0] != self.state.seq:
             self._due = (self.state.seq, podsready.next_due(self.state.view(), self.pods_ready))
         return self._due[1]

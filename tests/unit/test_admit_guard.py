@@ -31,6 +31,7 @@ def preempted(victim: str, by: str) -> WorkloadPreempted:
 
 class Script:
     deferred = False  # no cycle of the script leaves a preemptor for the next one
+    retry_at = None  # nor holds a workload back
 
     def __init__(self, *cycles: list[Event]) -> None:
         self.cycles = list(cycles)
@@ -78,3 +79,14 @@ def test_the_same_job_preempted_again_at_a_later_instant_is_no_loop() -> None:
     clock.at = 6
     asyncio.run(stage.step())
     assert len(recorder.appended) == 2
+
+
+def test_the_stage_wakes_at_the_instant_after_one_where_the_engine_held_a_workload_back() -> None:
+    """A victim stopped at an instant is held back until the next one (issue 9); without a wake-up then, in a quiet
+    cluster it would wait for whatever happens next."""
+    stage, _, _ = admit([])
+    assert stage.next_due() is None
+    stage.engine.retry_at = 1001  # type: ignore[attr-defined]
+    assert stage.next_due() == 1001
+    stage.gate = lambda: False  # a standby never wakes on its own
+    assert stage.next_due() is None

@@ -262,6 +262,8 @@ def test_a_victim_held_back_at_its_instant_is_admitted_at_the_next() -> None:
     ]
     assert "default/p" in w.admitted
     assert "default/v" not in w.admitted
+    assert engine.retry_at == 1001, "the caller must run a cycle at the next instant, even if nothing happens"
     later = settle(w, 1001, engine=engine)
+    assert engine.retry_at is None
     assert [e.workload for e in later if isinstance(e, WorkloadAdmitted)] == ["default/v"]
     assert w.admitted["default/v"].admission.pod_sets[0].flavors == {"gpu": "f2"}

@@ -372,6 +372,8 @@ class _Recorder:
 
 
 class _Engine:
+    retry_at = None
+
     def decide(self, view: Any, now: int) -> list[ev.Event]:
         return []
 
