@@ -9,6 +9,7 @@ exactly the decisions that had no actuation.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from daemon.domain import events as ev
 from daemon.domain.actuation import Action, Order
 from daemon.domain.admission import AdmissionEngine
+from daemon.domain.model import PriorityClass
 from daemon.domain.state import State
 from daemon.eventlog import EventStore, LogReader, replay
 from daemon.eventlog.codec import decode
@@ -185,3 +187,25 @@ async def test_a_restart_carries_out_exactly_the_decisions_without_an_actuation(
     assert cluster.calls == []
     admitted = [e for _, _, e in _events(db) if isinstance(e, ev.WorkloadAdmitted)]
     assert len(admitted) == 1, "a restart must not decide again what was decided"
+
+
+async def test_snapshots_are_taken_while_stages_append_without_pause(tmp_path: Path) -> None:
+    """Two stages appending one after the other never leave a moment with nothing in flight; a due snapshot must
+    still be taken (the next appends wait for it), or a busy daemon's log grows without snapshots."""
+    db = tmp_path / "log.db"
+    store = await EventStore.open(db)
+    try:
+        recorder = Recorder(store, State(), WallClock(), wait_durable=True, snapshot_every=50)
+
+        async def stage(name: str) -> None:
+            for i in range(200):
+                pc = PriorityClass(name=f"{name}-{i}", value=i)
+                await recorder.append([(ev.PriorityClassObserved(priority_class=pc), None)])
+
+        await asyncio.gather(stage("a"), stage("b"))
+        await recorder.catch_up()
+    finally:
+        await store.close()
+    with sqlite3.connect(db) as con:
+        seqs = [row[0] for row in con.execute("SELECT seq FROM snapshots ORDER BY seq")]
+    assert len(seqs) >= 6, f"snapshots at {seqs} for 400 events, one due every 50"
