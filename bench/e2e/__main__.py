@@ -74,6 +74,9 @@ def main() -> int:
             "--admitd-rev", default="HEAD", help="the commit of admitd to run, from a git archive (default HEAD)"
         )
         sp.add_argument("--admitd-patch", type=Path, help="a patch applied to that snapshot (git apply) before running")
+        sp.add_argument(
+            "--admitd-args", default="", help="more `admitd run` options, space-separated (e.g. --no-workload-objects)"
+        )
     cmp_p = sub.choices["compare"]
     cmp_p.add_argument("--runs", type=int, default=3)
     cmp_p.add_argument("--settings", default="shipped,lifted")
@@ -98,7 +101,7 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, _interrupt)  # the runners stop what they started on SIGTERM as on Ctrl-C
     kueue = Kueue()  # the generator configuration comes from Kueue's module in any case
-    admitd = Admitd(args.admitd_rev, args.admitd_patch)
+    admitd = Admitd(args.admitd_rev, args.admitd_patch, tuple(args.admitd_args.split()))
     systems = systems_named(args.system if args.command == "run" else args.systems, admitd, kueue)
     for s in systems:
         s.prepare()

@@ -158,9 +158,10 @@ class Admitd:
 
     name = "admitd"
 
-    def __init__(self, rev: str = "HEAD", patch: Path | None = None) -> None:
+    def __init__(self, rev: str = "HEAD", patch: Path | None = None, extra_args: tuple[str, ...] = ()) -> None:
         self.rev = rev
         self.patch = patch  # applied to the snapshot (`git apply`), to measure a change before it is committed
+        self.extra_args = extra_args  # more `admitd run` options (e.g. --no-workload-objects)
         self.commit = ""
         self.src: Path | None = None
         self.proc: subprocess.Popen[bytes] | None = None
@@ -169,6 +170,7 @@ class Admitd:
 
     def version(self) -> str:
         extra = f" + {self.patch.name}" if self.patch is not None else ""
+        extra += "".join(f" {a}" for a in self.extra_args)
         return f"admitd {self.commit[:7] or '?'}{extra}"
 
     def prepare(self) -> None:
@@ -217,7 +219,7 @@ class Admitd:
             "--webhook-host", "127.0.0.1", "--webhook-port", str(webhook_port),
             "--webhook-url", f"https://127.0.0.1:{webhook_port}", "--cert-dir", str(workdir / "certs"),
             "--health-host", "127.0.0.1", "--health-port", str(health_port),
-            "--status-qps", f"{qps:g}", "--status-burst", str(burst),
+            "--status-qps", f"{qps:g}", "--status-burst", str(burst), *self.extra_args,
         ]  # fmt: skip
         self.log = workdir / "daemon.log"
         with self.log.open("ab") as err:
