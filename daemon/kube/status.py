@@ -49,6 +49,7 @@ class _Job:
     spec: Obj | None = None  # the Workload spec last written
     status: Obj | None = None  # the Workload status last written (or read back)
     started: bool = False  # its current admission was carried out (the Job unsuspended)
+    pending_kind: str | None = None  # the reason kind of the last Pending Event sent since it last queued
     # Events of a decision not yet carried out on the Job, sent once it is: (reason, message, at, seq)
     held: list[tuple[str, str, int, int]] = field(default_factory=list)
 
@@ -146,8 +147,13 @@ class StatusWriter:
             case ev.WorkloadPending(workload=key, reason=reason, at=at):
                 job = self._jobs.get(key)
                 if job is not None:
-                    self._mark(("wl", key))
-                    self._event(key, job, "Pending", so.pending_message(reason), "Normal", at, seq)
+                    self._mark(("wl", key))  # the Workload's status shows every reason, its figures included
+                    if key in self._pending_event or job.pending_kind != reason.kind:
+                        # An Event for a new kind of reason (or one replacing the unsent Pending): a shortage that
+                        # only changes its figures is not news on the Job, as client-go's correlator aggregates
+                        # events of one reason (the figures stay in the Workload, `admitd explain` and the log).
+                        self._event(key, job, "Pending", so.pending_message(reason), "Normal", at, seq)
+                        job.pending_kind = reason.kind
             case ev.WorkloadAdmitted(workload=key, admission=admission, at=at):
                 job = self._jobs.get(key)
                 if job is not None:
@@ -157,7 +163,7 @@ class StatusWriter:
                     rec = self.state.workloads.get(key)
                     waited = None if rec is None else at - rec.queue_order_at
                     self._drop_unsent_pending(key)
-                    job.started = False
+                    job.started, job.pending_kind = False, None
                     job.held = [("Admitted", so.admitted_message(admission, waited), at, seq)]
             case ev.JobUnsuspended(job=key):
                 job = self._jobs.get(key)

@@ -7,6 +7,7 @@ nothing is sent anywhere; the writer gets no client (its listener never uses one
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 import pytest
@@ -450,3 +451,49 @@ def test_a_preemption_decided_while_its_admission_was_in_flight_is_told_after_it
     assert list(w._events.values()) == []
     feed(w, state, ev.JobUnsuspended(job="research/train-a", at=1_600, decision=admitted_at, placements=()))
     assert [(e.reason, e.at) for e in w._events.values()] == [("Admitted", 1_000), ("Preempted", 1_500)]
+
+
+class _PostedEvents:
+    def __init__(self) -> None:
+        self.posted: list[dict[str, Any]] = []
+
+    async def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Any:
+        assert method == "POST" and path.endswith("/events")
+        self.posted.append(body)
+        return body
+
+
+def test_a_pending_reason_that_only_changes_its_figures_is_one_event_on_the_job() -> None:
+    """WaitingForQuota with new figures after its Event was sent: no second Event (the Workload's status has the
+    figures); a new kind of reason is one; after an admission and an eviction, pending again is one."""
+    client = _PostedEvents()
+    state = State()
+    w = StatusWriter(cast(KubeClient, client), state, clock=cast(Any, None), monotonic=lambda: 0.0)
+
+    def pending(at: int, kind: PendingReasonKind, message: str) -> ev.WorkloadPending:
+        reason = PendingReason(kind=kind, message=message)
+        return ev.WorkloadPending(workload="research/train-a", at=at, cluster_queue="team-research", reason=reason)
+
+    def send_all() -> None:
+        for eid in list(w._events):
+            asyncio.run(w._write_event(eid))
+
+    feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
+    feed(w, state, pending(1_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
+    send_all()
+    feed(w, state, pending(2_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 1 more needed"))
+    send_all()
+    feed(w, state, pending(3_000, PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS, "waiting for 2"))
+    send_all()
+    feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=4_000, admission=admission()))
+    feed(w, state, ev.JobUnsuspended(job="research/train-a", at=4_100, decision=state.seq, placements=()))
+    feed(w, state, _preempted(5_000), ev.WorkloadEvicted(workload="research/train-a", at=5_100, reason="Preempted"))
+    feed(w, state, pending(6_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
+    send_all()
+    assert [(e["reason"], e["message"]) for e in client.posted] == [
+        ("Pending", "WaitingForQuota: cpu: 2 more needed"),
+        ("Pending", "WaitingForPreemptedWorkloads: waiting for 2"),
+        ("Admitted", client.posted[2]["message"]),
+        ("Preempted", client.posted[3]["message"]),
+        ("Pending", "WaitingForQuota: cpu: 2 more needed"),
+    ]
