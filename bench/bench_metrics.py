@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import math
 import pickle
 import pstats
 import statistics
@@ -28,21 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.bench_query import calibration_ms
 from daemon.eventlog import LogReader, codec
 from daemon.obs.logging import configure as configure_logging
 from daemon.obs.metrics import FoldedMetrics, LogMetrics, Renderer, keep_on_heap
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def calibration_ms() -> float:
-    """Best of 5 of `sum(range(10**6))` (~12 ms on an idle core of the development machine)."""
-    best = math.inf
-    for _ in range(5):
-        t0 = time.perf_counter()
-        sum(range(10**6))
-        best = min(best, time.perf_counter() - t0)
-    return round(best * 1000, 1)
 
 
 def timed(fn: Callable[[FoldedMetrics], object], fm: FoldedMetrics) -> tuple[float, float]:

@@ -251,37 +251,11 @@ async def test_a_job_preempted_before_it_ever_ran_is_evicted_from_the_answer_to_
     state = State()
     observer, put, _ = _observer(state)
     job = raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""})
-    observer.job_event("ADDED", job)
-    decided = [
-        *put[0].events,
-        ev.WorkloadAdmitted(workload="research/train-a", at=1_000, admission=admission()),
-        ev.WorkloadPreempted(
-            workload="research/train-a",
-            at=2_000,
-            cluster_queue="team-research",
-            preemptor="research/urgent",
-            preemptor_cluster_queue="team-research",
-            reason="InClusterQueue",
-            policy="withinClusterQueue=LowerPriority",
-        ),
-    ]
-    for seq, event in enumerate(decided, start=1):
-        state.apply(event, seq)
+    order = _preempted_after_admission(state, observer, put, job)
     assert state.workloads["research/train-a"].evicting
-    put.clear()
 
     actuator = JobActuator(PatchingClient(job))  # type: ignore[arg-type]
     actuator.on_suspended = lambda obj: observer.job_event("MODIFIED", obj)
-    order = Order(
-        job="research/train-a",
-        kind="Job",
-        uid="uid-1",
-        decision=3,
-        action=Action.SUSPEND,
-        cluster_queue="team-research",
-        placements=(Placement(pod_set="main", node_selector=(), tolerations=()),),
-        reason="InClusterQueue",
-    )
     assert await actuator.carry_out(order) == Done()
     events = [e for o in put for e in o.events]
     assert [type(e) for e in events] == [ev.WorkloadEvicted]
@@ -291,21 +265,25 @@ async def test_a_job_preempted_before_it_ever_ran_is_evicted_from_the_answer_to_
     assert put == []
 
 
+def _preemption() -> ev.WorkloadPreempted:
+    return ev.WorkloadPreempted(
+        workload="research/train-a",
+        at=2_000,
+        cluster_queue="team-research",
+        preemptor="research/urgent",
+        preemptor_cluster_queue="team-research",
+        reason="InClusterQueue",
+        policy="withinClusterQueue=LowerPriority",
+    )
+
+
 def _preempted_after_admission(state: State, observer: Observer, put: list[Observed], job: dict[str, Any]) -> Order:
     """`job` observed, admitted (decision 2), then preempted (decision 3): the suspend order of decision 3."""
     observer.job_event("ADDED", job)
     decided = [
         *put[0].events,
         ev.WorkloadAdmitted(workload="research/train-a", at=1_000, admission=admission()),
-        ev.WorkloadPreempted(
-            workload="research/train-a",
-            at=2_000,
-            cluster_queue="team-research",
-            preemptor="research/urgent",
-            preemptor_cluster_queue="team-research",
-            reason="InClusterQueue",
-            policy="withinClusterQueue=LowerPriority",
-        ),
+        _preemption(),
     ]
     for seq, event in enumerate(decided, start=1):
         state.apply(event, seq)
@@ -369,18 +347,7 @@ async def test_a_job_this_process_unsuspended_is_patched_even_if_the_watch_lags(
     actuator.listed([created])
     assert await actuator.carry_out(state.outbox["research/train-a"]) == Done()
     assert client.obj["spec"]["suspend"] is False
-    state.apply(
-        ev.WorkloadPreempted(
-            workload="research/train-a",
-            at=2_000,
-            cluster_queue="team-research",
-            preemptor="research/urgent",
-            preemptor_cluster_queue="team-research",
-            reason="InClusterQueue",
-            policy="withinClusterQueue=LowerPriority",
-        ),
-        3,
-    )
+    state.apply(_preemption(), 3)
     sent = len(client.patches)
     assert await actuator.carry_out(state.outbox["research/train-a"]) == Done()
     assert len(client.patches) > sent
