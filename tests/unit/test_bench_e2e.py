@@ -208,6 +208,20 @@ def _run(system: str, makespan: float, cpu: float, load: float) -> dict[str, Any
     }
 
 
+def _result(summary: dict[str, Any]) -> dict[str, Any]:
+    """A saved comparison around `summary`, as `compare` writes it."""
+    return {
+        "date": "2026-12-01 06:00 UTC",
+        "command": "python -m bench.e2e compare",
+        "versions": {"systems": ["admitd x", "kueue v0.17.0"], "kubernetes": "v1.36.3"},
+        "jobs": 1500,
+        "cluster_queues": 30,
+        "scale_pct": 10.0,
+        "cpus": 2,
+        "summary": summary,
+    }
+
+
 def test_medians_ratios_and_the_results_block(tmp_path: Any) -> None:
     a = aggregate([_run("admitd", m, 5.0, 1.0) for m in (40.0, 50.0, 60.0)])
     k = aggregate([_run("kueue", m, 20.0, 2.0) for m in (80.0, 100.0, 90.0)])
@@ -218,16 +232,7 @@ def test_medians_ratios_and_the_results_block(tmp_path: Any) -> None:
     assert r["scheduler_cpu_s"] == 0.25
     path = tmp_path / "RESULTS.md"
     path.write_text("# Results\n\nother text\n")
-    result = {
-        "date": "2026-12-01 06:00 UTC",
-        "command": "python -m bench.e2e compare",
-        "versions": {"systems": ["admitd x", "kueue v0.17.0"], "kubernetes": "v1.36.3"},
-        "jobs": 1500,
-        "cluster_queues": 30,
-        "scale_pct": 10.0,
-        "cpus": 2,
-        "summary": {"lifted": {"admitd": a, "kueue": k, "admitd/kueue": r}},
-    }
+    result = _result({"lifted": {"admitd": a, "kueue": k, "admitd/kueue": r}})
     write_results(result, path)
     write_results(result, path)  # replaced, not appended twice
     text = path.read_text()
@@ -239,18 +244,9 @@ def test_medians_ratios_and_the_results_block(tmp_path: Any) -> None:
 def test_a_failed_run_is_named_in_the_results_block(tmp_path: Any) -> None:
     k = aggregate([_run("kueue", 90.0, 20.0, 2.0)])
     k["failed"] = []
-    result = {
-        "date": "2026-12-01 06:00 UTC",
-        "command": "python -m bench.e2e compare",
-        "versions": {"systems": ["admitd x", "kueue v0.17.0"], "kubernetes": "v1.36.3"},
-        "jobs": 1500,
-        "cluster_queues": 30,
-        "scale_pct": 10.0,
-        "cpus": 2,
-        "summary": {
-            "shipped": {"admitd": {"runs": 0, "failed": ["only 110 of 180 Jobs completed in 180 s"]}, "kueue": k}
-        },
-    }
+    result = _result(
+        {"shipped": {"admitd": {"runs": 0, "failed": ["only 110 of 180 Jobs completed in 180 s"]}, "kueue": k}}
+    )
     path = tmp_path / "RESULTS.md"
     path.write_text("# Results\n")
     write_results(result, path)
@@ -283,16 +279,7 @@ def test_what_a_scheduler_causes_is_its_requests_minus_the_baselines(tmp_path: A
     assert ratios(a, k)["caused_requests_per_job"] == 0.375
     path = tmp_path / "RESULTS.md"
     path.write_text("# Results\n")
-    result = {
-        "date": "2026-12-01 06:00 UTC",
-        "command": "python -m bench.e2e compare",
-        "versions": {"systems": ["admitd x", "kueue v0.17.0"], "kubernetes": "v1.36.3"},
-        "jobs": 1500,
-        "cluster_queues": 30,
-        "scale_pct": 10.0,
-        "cpus": 2,
-        "summary": {"lifted": {"admitd": a, "kueue": k, "none": none, "admitd/kueue": ratios(a, k)}},
-    }
+    result = _result({"lifted": {"admitd": a, "kueue": k, "none": none, "admitd/kueue": ratios(a, k)}})
     write_results(result, path)
     text = path.read_text()
     assert "| API requests per Job caused (minus the no-scheduler baseline) | 6 | 16.0 | 0.375 |" in text
