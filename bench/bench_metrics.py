@@ -27,8 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.bench_query import calibration_ms
-from daemon.eventlog import LogReader, codec
+from bench.bench_query import calibration_ms, fold_but_tail
 from daemon.obs.logging import configure as configure_logging
 from daemon.obs.metrics import FoldedMetrics, LogMetrics, Renderer, keep_on_heap
 
@@ -50,21 +49,6 @@ def summary(pairs: list[tuple[float, float]]) -> dict[str, Any]:
         "wall_min_max_ms": [round(min(wall) * 1000, 1), round(max(wall) * 1000, 1)],
         "runs": len(pairs),
     }
-
-
-def fold(db: Path, tail_events: int) -> tuple[FoldedMetrics, list[tuple[int, Any]], float]:
-    with LogReader(db) as reader:
-        cut = reader.last_seq() - tail_events
-        fm = FoldedMetrics()
-        tail = []
-        t0 = time.perf_counter()
-        for e in reader.iter_events():
-            event = codec.decode(e.type, e.version, e.payload, seq=e.seq)
-            if e.seq <= cut:
-                fm.apply(event, e.seq)
-            else:
-                tail.append((e.seq, event))
-        return fm, tail, time.perf_counter() - t0
 
 
 def after_tail(before: bytes, tail: list[tuple[int, Any]], runs: int, profile: bool) -> dict[str, Any]:
@@ -113,7 +97,7 @@ def main() -> None:
     if not args.db.exists():
         sys.exit(f"{args.db}: no such log; build it with python -m bench.bench_query --build-only")
     out: dict[str, Any] = {"db": str(args.db), "calibration_sum_range_1e6_ms": calibration_ms()}
-    fm, tail, fold_s = fold(args.db, args.tail)
+    fm, tail, fold_s = fold_but_tail(args.db, args.tail)
     out["cluster_queues"] = len(fm.state.cluster_queues)
     out["local_queues"] = len(fm.state.local_queues)
     out["fold_s"] = round(fold_s, 1)

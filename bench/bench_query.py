@@ -311,22 +311,26 @@ def snapshot_replay_phase(db: Path, seq: int, runs: int) -> dict[str, Any]:
             "runs_s": [round(t, 3) for t in all_runs]}  # fmt: skip
 
 
-def metrics_phase(db: Path, runs: int) -> dict[str, Any]:
-    """Fold the whole log into metrics (what a start costs), then time renders: cold (every queue rendered), warm
-    with nothing new, and after the last 20,000 events of the log (the queues they touched re-rendered)."""
+def fold_but_tail(db: Path, tail_events: int) -> tuple[FoldedMetrics, list[tuple[int, Any]], float]:
+    """The log folded into metrics but for its last `tail_events` events, returned decoded; the fold's seconds."""
     with LogReader(db) as reader:
-        last = reader.last_seq()
-        cut = last - 20_000
+        cut = reader.last_seq() - tail_events
         fm = FoldedMetrics()
-        t0 = time.perf_counter()
         tail = []
+        t0 = time.perf_counter()
         for e in reader.iter_events():
             event = codec.decode(e.type, e.version, e.payload, seq=e.seq)
             if e.seq <= cut:
                 fm.apply(event, e.seq)
             else:
                 tail.append((e.seq, event))
-        fold_s = time.perf_counter() - t0
+        return fm, tail, time.perf_counter() - t0
+
+
+def metrics_phase(db: Path, runs: int) -> dict[str, Any]:
+    """Fold the whole log into metrics (what a start costs), then time renders: cold (every queue rendered), warm
+    with nothing new, and after the last 20,000 events of the log (the queues they touched re-rendered)."""
+    fm, tail, fold_s = fold_but_tail(db, 20_000)
     queues = len(fm.state.cluster_queues)
     cold = []
     for _ in range(runs):
