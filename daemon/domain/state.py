@@ -423,6 +423,24 @@ class State:
             elif not pods.ready:
                 self._unready[key] = (rec.admitted_at, pods.timeouts)
             return
+        pw, cq = self._pending_of(rec)
+        if cq is None:
+            self._pending_unrouted[key] = pw
+        else:
+            bucket = self._pending_by_cq.get(cq)
+            if bucket is None:
+                bucket = self._pending_by_cq[cq] = SortedKeyList(key=queue_key)
+            bucket.add(pw)
+            index = self._pending_index.get(cq)
+            if index is None:
+                index = self._pending_index[cq] = PendingIndex()
+            index.add(pw, shape)
+            self._bump_pending_version(cq)
+        self._pending_entry[key] = (cq, pw)
+
+    def _pending_of(self, rec: WorkloadRecord) -> tuple[PendingWorkload, str | None]:
+        """A pending record's view and the ClusterQueue it waits in (None: unrouted or held); notes its backoff."""
+        key = rec.workload.key
         lq_key = f"{rec.workload.namespace}/{rec.workload.queue_name}" if rec.workload.queue_name else ""
         held = self._missing_class(rec.workload)
         if rec.pods is not None and rec.pods.held:
@@ -438,20 +456,7 @@ class State:
             held=held,
             evicted_at=rec.evicted_at,
         )
-        cq = None if held is not None else self._route(lq_key)
-        if cq is None:
-            self._pending_unrouted[key] = pw
-        else:
-            bucket = self._pending_by_cq.get(cq)
-            if bucket is None:
-                bucket = self._pending_by_cq[cq] = SortedKeyList(key=queue_key)
-            bucket.add(pw)
-            index = self._pending_index.get(cq)
-            if index is None:
-                index = self._pending_index[cq] = PendingIndex()
-            index.add(pw, shape)
-            self._bump_pending_version(cq)
-        self._pending_entry[key] = (cq, pw)
+        return pw, None if held is not None else self._route(lq_key)
 
     def _unindex(self, key: str) -> tuple[Workload, Shape] | None:
         """Drop `key` from the indexes; if it was pending in a ClusterQueue, return its workload and shape."""
@@ -599,7 +604,27 @@ class State:
         state._config_generation = [snap.config_generation]
         state._counter = snap.counter
         state.outbox = {o.job: o for o in snap.outbox}
+        # The pending indexes are built with one sort per list rather than one insertion per workload (a state of
+        # 116,400 workloads: about 0.5 s of 1.3 s); the result, versions included, is what `_index` one by one
+        # would make (tests/unit/test_fold.py compares them).
+        waiting: dict[str, list[PendingWorkload]] = {}
         for rec in snap.workloads:
-            state.workloads[rec.workload.key] = rec
-            state._index(rec)
+            key = rec.workload.key
+            state.workloads[key] = rec
+            if rec.phase is Phase.ADMITTED:
+                state._index(rec)
+                continue
+            pw, cq = state._pending_of(rec)
+            if cq is None:
+                state._pending_unrouted[key] = pw
+            else:
+                members = waiting.get(cq)
+                if members is None:
+                    members = waiting[cq] = []
+                members.append(pw)
+                state._bump_pending_version(cq)
+            state._pending_entry[key] = (cq, pw)
+        for cq, members in waiting.items():
+            state._pending_by_cq[cq] = SortedKeyList(members, key=queue_key)
+            state._pending_index[cq] = PendingIndex.build(members)
         return state

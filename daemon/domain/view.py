@@ -170,9 +170,35 @@ class PendingIndex:
 
     @classmethod
     def build(cls, members: Iterable[PendingWorkload]) -> PendingIndex:
+        """The index of `members`, as adding them one by one makes it, with one sort per list."""
         index = cls()
+        sticky: list[PendingWorkload] = []
+        runs_of: dict[GroupKey, dict[Coarse | None, list[PendingWorkload]]] = {}
+        where, local_queues = index._where, index.local_queues
         for pw in members:
-            index.add(pw)
+            key = pw.workload.key
+            if key in where:
+                raise ValueError(f"{key} is already indexed")
+            group: GroupKey = (shape_of(pw.workload), pw.priority)
+            runs: Coarse | None = None
+            if is_sticky(pw):
+                sticky.append(pw)
+            else:
+                runs = None if pw.last_reason is None else coarse(pw.last_reason)
+                by_reason = runs_of.get(group)
+                if by_reason is None:
+                    by_reason = runs_of[group] = {}
+                run = by_reason.get(runs)
+                if run is None:
+                    run = by_reason[runs] = []
+                run.append(pw)
+            where[key] = (pw, group, runs)
+            local_queues[pw.local_queue] = local_queues.get(pw.local_queue, 0) + 1
+        index.sticky = SortedKeyList(sticky, key=queue_key)
+        index.groups = {
+            group: {runs: SortedKeyList(run, key=queue_key) for runs, run in by_reason.items()}
+            for group, by_reason in runs_of.items()
+        }
         return index
 
     def __len__(self) -> int:
