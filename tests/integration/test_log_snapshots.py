@@ -250,14 +250,19 @@ async def test_a_past_moment_folds_from_the_nearest_kept_snapshot_and_equals_the
         assert reader.check().snapshots == len(rows)
 
 
-async def test_a_schema_3_log_migrates_its_snapshots_stay_checked_and_are_not_kept_for_good(tmp_path: Path) -> None:
-    path = tmp_path / "v3.db"
+def _log_at_schema(path: Path, version: int) -> Path:
+    """An empty log as the build whose newest migration was `version` left it."""
     conn = sqlite3.connect(path, isolation_level=None)
-    for m in load_migrations()[:3]:
+    for m in load_migrations()[:version]:
         conn.executescript(
             f"BEGIN; PRAGMA application_id = {APPLICATION_ID}; {m.sql}\nPRAGMA user_version = {m.version}; COMMIT;"
         )
     conn.close()
+    return path
+
+
+async def test_a_schema_3_log_migrates_its_snapshots_stay_checked_and_are_not_kept_for_good(tmp_path: Path) -> None:
+    path = _log_at_schema(tmp_path / "v3.db", 3)
     events = one_of_each()
     async with await EventStore.open(path) as store:  # migrates to the newest version first
         await store.append(events)
@@ -291,13 +296,7 @@ async def test_a_schema_4_log_with_a_plain_json_snapshot_migrates_and_its_snapsh
     tmp_path: Path,
 ) -> None:
     # A log as the previous build left it: schema 4, a snapshot body of plain canonical JSON.
-    path = tmp_path / "v4.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    for m in load_migrations()[:4]:
-        conn.executescript(
-            f"BEGIN; PRAGMA application_id = {APPLICATION_ID}; {m.sql}\nPRAGMA user_version = {m.version}; COMMIT;"
-        )
-    conn.close()
+    path = _log_at_schema(tmp_path / "v4.db", 4)
     events = one_of_each()
     async with await EventStore.open(path) as store:
         await store.append(events)
