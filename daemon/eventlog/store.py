@@ -600,6 +600,19 @@ def _fail(future: asyncio.Future[list[int]], error: AppendFailed) -> None:
         future.exception()
 
 
+async def _connect(path: Path) -> aiosqlite.Connection:
+    """An aiosqlite connection that a cancellation (Ctrl-C) cannot leave half made. Cancelled while connecting,
+    aiosqlite stops its thread without waiting, and the thread, answering after the event loop has closed, dies with
+    "Event loop is closed" on stderr. Here the connection is finished and closed before the cancellation goes on."""
+    connecting = asyncio.ensure_future(aiosqlite.connect(path, isolation_level=None))
+    try:
+        return await asyncio.shield(connecting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await (await connecting).close()
+        raise
+
+
 class EventStore:
     """The single writer. `append` returns only once the batch holding its events is committed and fsynced.
 
@@ -663,7 +676,7 @@ class EventStore:
                 with contextlib.closing(sqlite3.connect(path)) as setup:
                     migrate(setup, path)
                     setup.execute("PRAGMA journal_mode=WAL").fetchone()
-                conn = await aiosqlite.connect(path, isolation_level=None)
+                conn = await _connect(path)
                 await conn.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=OFF")
                 await conn.execute("PRAGMA busy_timeout=5000")
                 await conn.execute("PRAGMA cache_size=-65536")  # 64 MiB: the subject index stays in memory

@@ -321,3 +321,37 @@ async def test_a_second_writer_fails_at_open_instead_of_forking_the_chain(tmp_pa
             await EventStore.open(path)
         await first.append([ev.JobFinished(job="ns/a", at=1)])
     assert LogReader(path).verify() == 1
+
+
+def test_opening_a_log_cancelled_while_connecting_leaves_no_thread_to_answer_a_closed_loop(tmp_path: Path) -> None:
+    """Ctrl-C just after a run began: the open is cancelled while aiosqlite's thread makes the connection. That
+    thread must be done before the event loop closes, or it dies on stderr with "Event loop is closed"."""
+    import threading  # noqa: PLC0415
+
+    errors: list[BaseException | None] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    try:
+        for i in range(5):
+
+            async def cancelled_open(path: Path = tmp_path / f"log-{i}.db") -> None:
+                task = asyncio.create_task(EventStore.open(path))
+                await asyncio.sleep(0)  # it runs up to its first await: the connection
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+
+            before = threading.active_count()
+            asyncio.run(cancelled_open())
+            time.sleep(0.2)  # a thread left behind would answer now, to a closed loop
+            assert threading.active_count() <= before
+        assert errors == []
+        assert asyncio.run(_open_and_close(tmp_path / "log-0.db"))  # the writer lock was released
+    finally:
+        threading.excepthook = previous
+
+
+async def _open_and_close(path: Path) -> bool:
+    store = await EventStore.open(path)
+    await store.close()
+    return True
