@@ -9,8 +9,9 @@ only while it is suspended and not started, so a template change waits until the
 never touched by an order meant for its predecessor.
 
 A preemption that overtakes its own admission (decided before the admission's patch was sent) costs no request:
-the actuator follows the Job watch, and a Job that this process never unsuspended and whose last watched version is
-suspended, idle and without admitd's admission note has nothing to undo; the watched version stands for the answer.
+the actuator follows the Job watch (keeping only uids), and a Job that this process never unsuspended and whose last
+watched version is suspended, idle and without admitd's admission note has nothing to undo; the observer is told to
+record its eviction.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, Resize
-from daemon.kube.client import JSON_PATCH, KubeClient, Obj, pointer_token
+from daemon.kube.client import JSON_PATCH, KubeClient, Obj, pointer_token, resolve_pointer
 from daemon.kube.errors import Conflict, NotFound, Permanent, Temporary
 from daemon.kube.jobkinds import KINDS
-from daemon.kube.observe import job_view
+from daemon.kube.observe import job_key, job_view
 from daemon.kube.status_objects import toleration_object
 from daemon.manifests.jobs import FULL_PARALLELISM_ANNOTATION
 from daemon.obs.logging import get_logger
@@ -71,19 +72,6 @@ def placement_patch(kind: str, placements: Sequence[Placement]) -> list[dict[str
     return ops
 
 
-def _resolve(obj: Any, pointer: str) -> Any:
-    """The value at the JSON pointer `pointer` (RFC 6901) in `obj`, or None where the path does not exist."""
-    for raw in pointer.split("/")[1:]:
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(obj, Mapping):
-            obj = obj.get(token)
-        elif isinstance(obj, list) and token.isdigit() and int(token) < len(obj):
-            obj = obj[int(token)]
-        else:
-            return None
-    return obj
-
-
 def placed_as(obj: Obj, kind: str, placements: Sequence[Placement]) -> bool:
     """Whether every pod template of `obj` (a job as the API server answered) already has exactly the placements'
     nodeSelector and tolerations (absent and empty alike)."""
@@ -92,7 +80,7 @@ def placed_as(obj: Obj, kind: str, placements: Sequence[Placement]) -> bool:
         base = pointers[p.pod_set]
         if base is None:
             continue
-        spec = _resolve(obj, base)
+        spec = resolve_pointer(obj, base)
         if not isinstance(spec, Mapping):
             return False
         if (spec.get("nodeSelector") or {}) != dict(p.node_selector):
@@ -106,9 +94,9 @@ class JobActuator:
     def __init__(self, client: KubeClient) -> None:
         self.client = client
         self.skipped = 0  # suspensions that needed no request (the Job was never unsuspended)
-        # job -> its last watched version, while that version is suspended, has no active pods and carries no
-        # admission note (nothing of an admission is on it)
-        self._idle: dict[str, Obj] = {}
+        # job -> its uid, while its last watched version is suspended, has no active pods and carries no admission
+        # note (nothing of an admission is on it)
+        self._idle: dict[str, str] = {}
         # jobs this process has sent an unsuspend patch for and not suspended since: the watch may lag behind
         # that patch, so for these the watched version is not evidence of anything
         self._unsuspending: set[str] = set()
@@ -117,15 +105,17 @@ class JobActuator:
         watch events). A job preempted before it was ever unsuspended is already suspended with no pods: the patch
         may change nothing, so no watch event would follow and the eviction would never be observed; the answer
         shows it at once."""
+        self.on_suspended_unsent: Callable[[str], None] | None = None
+        """Given the job whose suspension needed no request (see `_never_unsuspended`): its eviction is observed."""
 
     def seen(self, type_: str, obj: Obj) -> None:
         """A watch event (or an item of a list) of a job of any kind admitd acts on."""
         meta = obj.get("metadata") or {}
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        key = job_key(obj)
         view = job_view(obj)
         note = (meta.get("annotations") or {}).get(ADMISSION_ANNOTATION)
         if type_ != "DELETED" and view.suspended and view.active == 0 and not note:
-            self._idle[key] = obj
+            self._idle[key] = str(meta.get("uid", ""))
         else:
             self._idle.pop(key, None)
             if type_ == "DELETED":
@@ -135,14 +125,12 @@ class JobActuator:
         for obj in items:
             self.seen("ADDED", obj)
 
-    def _never_unsuspended(self, order: Order) -> Obj | None:
-        """The watched version of the order's job if nothing of an admission was ever carried out on it."""
+    def _never_unsuspended(self, order: Order) -> bool:
+        """Whether nothing of an admission was ever carried out on the order's job, as the watch shows it."""
         if not order.decision or order.job in self._unsuspending:
-            return None
-        obj = self._idle.get(order.job)
-        if obj is None or (order.uid and (obj.get("metadata") or {}).get("uid") != order.uid):
-            return None
-        return obj
+            return False
+        uid = self._idle.get(order.job)
+        return uid is not None and (not order.uid or uid == order.uid)
 
     async def carry_out(self, order: Order) -> Outcome:
         if order.kind not in KINDS:
@@ -160,10 +148,10 @@ class JobActuator:
                 ops.append({"op": "replace", "path": suspend, "value": False})
                 self._unsuspending.add(order.job)
                 await self._patch_template(path, ops)
-            elif (idle := self._never_unsuspended(order)) is not None:
+            elif self._never_unsuspended(order):
                 self.skipped += 1
-                if self.on_suspended is not None:
-                    self.on_suspended(idle)
+                if self.on_suspended_unsent is not None:
+                    self.on_suspended_unsent(order.job)
             else:
                 # An order without a decision only suspends; one with a decision also empties the admission note
                 # and the full-count note (metadata: allowed in the same patch), then restores the templates.

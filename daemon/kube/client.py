@@ -34,6 +34,19 @@ def pointer_token(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+def resolve_pointer(obj: Any, pointer: str) -> Any:
+    """The value at the JSON pointer `pointer` (RFC 6901) in `obj`, or None where the path does not exist."""
+    for raw in pointer.split("/")[1:]:
+        token = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(obj, Mapping):
+            obj = obj.get(token)
+        elif isinstance(obj, list) and token.isdigit() and int(token) < len(obj):
+            obj = obj[int(token)]
+        else:
+            return None
+    return obj
+
+
 async def load_configuration(kubeconfig: Path | None, context: str | None = None) -> Configuration:
     """From `kubeconfig` if given, else $KUBECONFIG or ~/.kube/config, else the in-cluster service account."""
     cfg = Configuration()

@@ -32,6 +32,12 @@ DISTRIBUTED_KINDS = frozenset(k.kind for k in DISTRIBUTED)
 ALL_PODS = 2**63 - 1  # `JobView.ready` of a job whose kind reports all its pods ready at once
 
 
+def job_key(obj: Mapping[str, Any]) -> str:
+    """A namespaced object's `namespace/name`, the key of its workload."""
+    meta = _meta(obj)
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
@@ -133,8 +139,7 @@ class Observer:
             events: list[ev.Event] = []
             seen: set[str] = set()
             for obj in items:
-                meta = _meta(obj)
-                seen.add(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+                seen.add(job_key(obj))
                 events.extend(self._job(obj, deleted=False))
             now = self.clock.now()
             for key, rec in list(self.state.workloads.items()):
@@ -150,7 +155,7 @@ class Observer:
         if adapter is None:
             return []
         meta = _meta(obj)
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        key = job_key(obj)
         if key not in self.state.workloads and (
             not self._managed(obj, adapter.is_managed(obj)) or managed_owner(obj) is not None
         ):
@@ -194,14 +199,26 @@ class Observer:
             if self._first(key, ("ready",)):
                 out.append(ev.JobReady(job=key, at=now))
         elif view.suspended and view.active == 0:
-            reason = None
             if rec.evicting:
-                reason = rec.eviction_reason or "Preempted"
+                out += self._evicted(key, rec.eviction_reason or "Preempted", now)
             elif not self.is_leader() and key not in self.state.outbox:
-                reason = "SuspendedByAnotherReplica"  # a standby sees the leader stop a job it had adopted
-            if reason is not None and self._first(key, ("evicted",)):
-                out.append(ev.WorkloadEvicted(workload=key, at=now, reason=reason))
+                # a standby sees the leader stop a job it had adopted
+                out += self._evicted(key, "SuspendedByAnotherReplica", now)
         return out
+
+    def suspended_unsent(self, key: str) -> None:
+        """An evicting job whose suspension needed no request (its admission never reached it: it is suspended and
+        idle as created), so no watch event will say so: its eviction now."""
+        rec = self.state.workloads.get(key)
+        if rec is not None and rec.evicting:
+            events = self._evicted(key, rec.eviction_reason or "Preempted", self.clock.now())
+            if events:
+                self.put(Observed(tuple(events)))
+
+    def _evicted(self, key: str, reason: str, now: int) -> list[ev.Event]:
+        if not self._first(key, ("evicted",)):
+            return []
+        return [ev.WorkloadEvicted(workload=key, at=now, reason=reason)]
 
     def _managed(self, obj: Obj, labelled: bool) -> bool:
         """Kueue's rule for a job seen after its creation: in a namespace managedJobsNamespaceSelector selects, one

@@ -293,20 +293,23 @@ def _preempted_after_admission(state: State, observer: Observer, put: list[Obser
 
 async def test_a_preemption_that_overtakes_its_admission_costs_no_request() -> None:
     """The admission was never carried out (its order superseded before it was sent): the watched Job is suspended,
-    idle, without an admission note, so there is nothing to undo. No PATCH is sent, the watched version stands for
-    the answer, and the eviction is appended from it."""
+    idle, without an admission note, so there is nothing to undo. No PATCH is sent, and the observer appends the
+    eviction (once: a late watch event of the same Job appends nothing more)."""
     state = State()
     observer, put, _ = _observer(state)
     job = raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""})
     order = _preempted_after_admission(state, observer, put, job)
     client = PatchingClient(job)
     actuator = JobActuator(client)  # type: ignore[arg-type]
-    actuator.on_suspended = lambda obj: observer.job_event("MODIFIED", obj)
+    actuator.on_suspended_unsent = observer.suspended_unsent
     actuator.listed([job])
     assert await actuator.carry_out(order) == Done()
     assert client.patches == []
     assert actuator.skipped == 1
     assert [type(e) for o in put for e in o.events] == [ev.WorkloadEvicted]
+    put.clear()
+    observer.job_event("MODIFIED", job)
+    assert put == []
 
 
 @pytest.mark.parametrize(
