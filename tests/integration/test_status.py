@@ -184,6 +184,12 @@ def test_a_preempted_jobs_workload_and_events_name_the_preemptor(
         return cond(low, "Evicted").get("status") == "True" and cond(low, "Preempted").get("status") == "True"
 
     wait_for("the victim's Workload to show Evicted and Preempted", shows_preempted, timeout=30)
+    # The status writer writes each Workload on its own (after a second's linger): the preemptor's may come later.
+    wait_for(
+        "the preemptor's Workload to show Admitted",
+        lambda: cond(workloads(crds, ns).get("high"), "Admitted").get("status") == "True",
+        timeout=30,
+    )
     wls = workloads(crds, ns)
     low, high = wls["low"], wls["high"]
     assert cond(low, "Evicted")["reason"] == "Preempted"
