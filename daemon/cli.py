@@ -17,10 +17,10 @@ from pathlib import Path
 
 import msgspec
 
+from daemon.domain.durations import format_seconds
 from daemon.eventlog import EventLogError, LogReader, default_db_path
 from daemon.eventlog.codec import encode_json
 from daemon.eventlog.store import INTEGER_MAX
-from daemon.manifests.durations import format_seconds
 from daemon.obs.logging import configure as configure_logging
 from daemon.obs.logging import get_logger
 from daemon.query.moment import is_virtual
@@ -118,7 +118,24 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+QUERY_COMMANDS = frozenset({"explain", "history", "queues", "pending", "replay"})
+COMMANDS = frozenset({"log", "run", "simulate"} | QUERY_COMMANDS)
+
+
+def command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names, or None (none, or one admitd does not have: then every parser is built, so that
+    argparse's error lists them all)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or (`command`) the top level with only that command's subparsers."""
     parser = argparse.ArgumentParser(prog="admitd", description=__doc__)
     parser.add_argument(
         "--log-level",
@@ -141,14 +158,20 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (verify, export, stats):
         p.add_argument("--db", type=Path, default=default_db_path(), help=_DB_HELP)
 
-    from daemon.query.commands import add_query_parsers  # noqa: PLC0415  (explain, history, queues, pending, replay)
-    from daemon.sim.cli import add_simulate_parser  # noqa: PLC0415  (keeps `admitd log` start-up light)
+    # Each command's parsers load only for that command (or for `admitd --help`): a read command does not import
+    # the simulator or the Kubernetes client.
+    if command is None or command in QUERY_COMMANDS:
+        from daemon.query.commands import add_query_parsers  # noqa: PLC0415
 
-    add_query_parsers(sub, db_default=default_db_path(), db_help=_DB_HELP)
-    from daemon.kube.cli import add_run_parser  # noqa: PLC0415  (the Kubernetes client loads only for `run`)
+        add_query_parsers(sub, db_default=default_db_path(), db_help=_DB_HELP)
+    if command is None or command == "run":
+        from daemon.kube.cli import add_run_parser  # noqa: PLC0415
 
-    add_run_parser(sub, db_default=default_db_path(), db_help=_DB_HELP)
-    add_simulate_parser(sub)
+        add_run_parser(sub, db_default=default_db_path(), db_help=_DB_HELP)
+    if command is None or command == "simulate":
+        from daemon.sim.cli import add_simulate_parser  # noqa: PLC0415
+
+        add_simulate_parser(sub)
     return parser
 
 
@@ -160,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Whatever happens, stderr gets one line and the exit status says what kind of failure it was
     (module docstring); `--log-level debug` adds the traceback of an internal error."""
     try:
-        args = build_parser().parse_args(argv)
+        words = sys.argv[1:] if argv is None else argv
+        args = build_parser(command_in(words)).parse_args(words)
         configure_logging(level=args.log_level)
         code: int = args.func(args)
     except EventLogError as e:

@@ -84,7 +84,6 @@ from daemon.domain.model import (
     Cohort,
     FlavorResource,
     JobManagement,
-    LabelSelector,
     Millis,
     PendingReason,
     PendingReasonKind,
@@ -95,6 +94,7 @@ from daemon.domain.model import (
     Shortage,
     StopPolicy,
     Workload,
+    selects,
 )
 from daemon.domain.ordering import candidate_order, entry_order
 from daemon.domain.podsready import WAITING, WaitForPodsReady, blocking
@@ -1196,30 +1196,6 @@ class _Cycle:
 def _blocks_after_admission(config: EngineConfig) -> bool:
     """Whether an admission blocks the ones after it (blockAdmission: its pods are not ready yet)."""
     return config.wait_for_pods_ready is not None and config.wait_for_pods_ready.block_admission
-
-
-def selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
-    """Kubernetes label selector semantics; None selects nothing, the empty selector everything."""
-    if selector is None:
-        return False
-    for k, v in selector.match_labels.items():
-        if labels.get(k) != v:
-            return False
-    for req in selector.match_expressions:
-        value = labels.get(req.key)
-        if req.operator == "In":
-            ok = value is not None and value in req.values
-        elif req.operator == "NotIn":
-            ok = value is None or value not in req.values
-        elif req.operator == "Exists":
-            ok = value is not None
-        elif req.operator == "DoesNotExist":
-            ok = value is None
-        else:
-            ok = False
-        if not ok:
-            return False
-    return True
 
 
 def _entry_usage(e: _Entry) -> dict[FlavorResource, int]:

@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from daemon.domain.admission import selects
-from daemon.domain.model import NAMESPACE_NAME_LABEL, JobManagement, LocalQueue, Namespace
+from daemon.domain.model import NAMESPACE_NAME_LABEL, JobManagement, LocalQueue, Namespace, selects
 
 DEFAULT_LOCAL_QUEUE = "default"
 

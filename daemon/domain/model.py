@@ -78,6 +78,30 @@ class LabelSelector:
     match_expressions: tuple[LabelRequirement, ...] = ()
 
 
+def selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
+    """Kubernetes label selector semantics; None selects nothing, the empty selector everything."""
+    if selector is None:
+        return False
+    for k, v in selector.match_labels.items():
+        if labels.get(k) != v:
+            return False
+    for req in selector.match_expressions:
+        value = labels.get(req.key)
+        if req.operator == "In":
+            ok = value is not None and value in req.values
+        elif req.operator == "NotIn":
+            ok = value is None or value not in req.values
+        elif req.operator == "Exists":
+            ok = value is not None
+        elif req.operator == "DoesNotExist":
+            ok = value is None
+        else:
+            ok = False
+        if not ok:
+            return False
+    return True
+
+
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """Set by the API server on every namespace, to its name."""
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from daemon.domain.admission import EngineConfig, selects
+from daemon.domain.admission import EngineConfig
 from daemon.domain.fairpreemption import DEFAULT_STRATEGIES, VALID_STRATEGY_SETS
 from daemon.domain.management import namespace_labels
-from daemon.domain.model import JobManagement
+from daemon.domain.model import JobManagement, selects
 from daemon.domain.podsready import RequeueTimestamp, WaitForPodsReady
 from daemon.manifests.core import read_label_selector
 from daemon.manifests.durations import DurationError, parse_duration

@@ -1,4 +1,5 @@
-"""Go duration strings (`90s`, `1m30s`, `1.5h`, `250ms`) as exact integer milliseconds, bounded as Go bounds them.
+"""Go duration strings (`90s`, `1m30s`, `1.5h`, `250ms`) read as exact integer milliseconds, bounded as Go bounds
+them (`daemon.domain.durations` writes them back for people).
 
 Read at the border: the simulator's annotations and the Kueue Configuration's durations (waitForPodsReady).
 """
@@ -62,18 +63,3 @@ def parse_duration(text: str) -> int:
         raise DurationError(f"{text!r}: longer than the longest Go duration, {MAX_DURATION_TEXT} (about 292 years)")
     whole = total.numerator // total.denominator
     return whole if whole == total else whole + 1
-
-
-def format_seconds(ms: int) -> str:
-    """Virtual time for people: `90s` -> `1m30s`, `0.001s`, `29m59.999s`."""
-    whole, frac = divmod(ms, 1000)
-    h, rest = divmod(whole, 3600)
-    m, sec = divmod(rest, 60)
-    parts = [f"{h}h"] if h else []
-    if m:
-        parts.append(f"{m}m")
-    if frac:
-        parts.append(f"{sec}.{frac:03d}".rstrip("0") + "s")
-    elif sec or not parts:
-        parts.append(f"{sec}s")
-    return "".join(parts)

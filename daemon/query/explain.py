@@ -13,8 +13,7 @@ from itertools import islice
 from typing import Any
 
 from daemon.domain import events as ev
-from daemon.domain.admission import selects
-from daemon.domain.model import FlavorResource, Milli, PendingReasonKind
+from daemon.domain.model import FlavorResource, Milli, PendingReasonKind, selects
 from daemon.domain.quota import QuotaTree
 from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.eventlog import LogReader

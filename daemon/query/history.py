@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.domain import events as ev
+from daemon.domain.durations import format_seconds
 from daemon.domain.model import Milli
 from daemon.domain.quantity import format_quantity
 from daemon.eventlog import LogReader, codec
 from daemon.eventlog.codec import StoredEvent
-from daemon.manifests.durations import format_seconds
 from daemon.query.moment import Clock, QueryError
 
 

@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from daemon.domain.durations import format_seconds
 from daemon.domain.state import STATE_VERSION, State
 from daemon.eventlog import LogReader, codec
 from daemon.eventlog.replay import decode_snapshot, paused_gc
-from daemon.manifests.durations import format_seconds
 
 VIRTUAL_BEFORE_MS = 946_684_800_000
 """2000-01-01T00:00:00Z. A log whose first event is recorded before this is taken to be virtual (simulated)."""

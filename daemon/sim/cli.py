@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from daemon.domain.admission import EngineConfig
+from daemon.domain.durations import format_seconds
 from daemon.eventlog.store import create_new_log
 from daemon.manifests import ManifestError
 from daemon.manifests.config import load_config
-from daemon.manifests.durations import DurationError, format_seconds, parse_duration
+from daemon.manifests.durations import DurationError, parse_duration
 from daemon.sim.report import to_json, to_table
 from daemon.sim.run import SimProgress, run_simulation
 from daemon.sim.scenario import load_scenario

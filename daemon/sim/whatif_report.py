@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from daemon.domain.durations import format_seconds
 from daemon.domain.model import Millis
-from daemon.manifests.durations import format_seconds
 from daemon.manifests.fields import printable
 from daemon.sim.whatif import Figures, GroupDiff, JobDiff, Side, WhatIf
 

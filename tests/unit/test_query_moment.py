@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.manifests.durations import format_seconds as format_duration
+from daemon.domain.durations import format_seconds as format_duration
 from daemon.query.moment import Clock, QueryError, is_virtual, parse_duration_ms, parse_time
 
 VIRTUAL = Clock(virtual=True, first_seq=1, first_ms=0, last_seq=40, last_ms=3_000_000)
