@@ -233,6 +233,16 @@ def is_sticky(p: PendingWorkload) -> bool:
     return p.last_reason is not None and p.last_reason.kind is PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS
 
 
+def keyed_members(members: SortedKeyList) -> list[tuple[QueueKey, PendingWorkload]]:
+    """The (queue_key(p), p) pairs of a `SortedKeyList(key=queue_key)`, in its order, read from the keys it keeps
+    (sortedcontainers 2.4: `_keys` and `_lists`, chunk by chunk; see `queue_ordered`) rather than made again."""
+    return [
+        (k, p)
+        for keys, values in zip(members._keys, members._lists, strict=True)
+        for k, p in zip(keys, values, strict=True)
+    ]
+
+
 class PendingIndex:
     """One ClusterQueue's pending workloads, grouped: the sticky ones (`is_sticky`) in queue order, and the others
     by (shape, priority) and then by the coarse form of their last reason (None: no reason yet), each run in queue

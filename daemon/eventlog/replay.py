@@ -76,7 +76,8 @@ def snapshot_raw_json(body: bytes) -> bytes:
 
 def decode_snapshot(body: bytes) -> State:
     """The state a stored body holds (either encoding). Raises SnapshotUndecodable or msgspec's errors.
-    Callers building a large state run this inside `paused_gc()`."""
+    Callers building a large state run this inside `paused_gc()`, and call `State.build_pending_indexes` there too
+    if they will run the cycle (the state builds them when first read otherwise)."""
     return State.from_snapshot(_snapshot_decoder.decode(snapshot_raw_json(body)))
 
 
@@ -107,7 +108,8 @@ def paused_gc(*, freeze: bool = False) -> Iterator[None]:
 
 
 def replay(reader: LogReader, *, use_snapshots: bool = True, upto: int | None = None) -> State:
-    """The state after every event up to `upto` (default: the whole log).
+    """The state after every event up to `upto` (default: the whole log), its pending indexes built (the cycle reads
+    them; a query that reads no index builds its state with `decode_snapshot` and a fold, and never pays for them).
 
     A snapshot is used only if it checks against the hash chain and its digest (`LogReader.snapshot_at_or_before`)
     and decodes; otherwise a warning is logged and the replay starts from the first event.
@@ -133,6 +135,7 @@ def replay(reader: LogReader, *, use_snapshots: bool = True, upto: int | None = 
             if upto is not None and seq > upto:
                 break
             apply(decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=seq), seq)
+        state.build_pending_indexes()
     return state
 
 

@@ -1,29 +1,49 @@
 """The fast paths that load a snapshot's pending workloads: `shape_of` and `coarse` written out for the common case,
-`queue_ordered` (a SortedKeyList filled from presorted keys), `new_pending_workload` (a PendingWorkload without the
-frozen dataclass's __init__) and the shape interning in `PendingIndex.build_keyed`.
+`queue_ordered` and `keyed_members` (a SortedKeyList filled from, and read as, presorted keys), `new_pending_workload`
+(a PendingWorkload without the frozen dataclass's __init__), the shape interning in `PendingIndex.build_keyed`, and
+the pending indexes that `State.from_snapshot` leaves to be built when first read.
 
-Real: the view module and sortedcontainers. Each fast path is compared with its plain definition, written here.
+Real: the view module, the fold, the snapshot codec and sortedcontainers. Each fast path is compared with its plain
+definition, written here; the indexes built on demand with those the fold keeps event by event from the start.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sortedcontainers import SortedKeyList
 
-from daemon.domain.model import PendingReason, PendingReasonKind, PodSet, Shortage, Toleration, Workload
+from daemon.domain import events as ev
+from daemon.domain.model import (
+    ClusterQueue,
+    LabelSelector,
+    LocalQueue,
+    PendingReason,
+    PendingReasonKind,
+    PodSet,
+    Shortage,
+    Toleration,
+    Workload,
+)
+from daemon.domain.state import STATE_VERSION, State
 from daemon.domain.view import (
     PendingIndex,
     PendingWorkload,
     coarse,
+    keyed_members,
     new_pending_workload,
     queue_key,
     queue_ordered,
     shape_of,
 )
+from daemon.eventlog import EventStore, LogReader, replay, save_snapshot
+from daemon.eventlog.replay import decode_snapshot, encode_snapshot
+from tests.samples import workload
+from tests.unit.test_fold import _config_events, _job_events, _reason_events, _shaped_job_events
 
 
 def _plain_shape(wl: Workload) -> tuple[object, ...]:
@@ -179,6 +199,7 @@ def test_queue_ordered_then_random_adds_and_removes(
             plain.remove(pw)
         fast._check()
         assert _skl_state(fast) == _skl_state(plain)
+        assert keyed_members(fast) == [(queue_key(p), p) for p in plain]
         assert [p.key for p in fast.irange_key(min_key=(-2, 0, ""))] == [
             p.key for p in plain.irange_key(min_key=(-2, 0, ""))
         ]
@@ -203,3 +224,69 @@ def test_new_pending_workload_equals_the_dataclass_and_stays_frozen() -> None:
     assert {f.name: getattr(fast, f.name) for f in dataclasses.fields(PendingWorkload)} == fields
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.priority = 4  # type: ignore[misc]
+
+
+_events = st.lists(st.one_of(_config_events(), _job_events(), _reason_events(), _shaped_job_events()), max_size=60)
+
+
+def _indexes_of(state: State) -> dict[str, tuple[object, ...]]:
+    view = state.view()
+    assert view.pending_index is not None
+    assert set(view.pending_index) == set(view.pending_by_cq) and len(view.pending_index) == len(view.pending_by_cq)
+    for cq, seq in view.pending_by_cq.items():
+        index = view.pending_index.get(cq)
+        assert index is not None and len(index) == len(seq)
+        assert all(index.shape(p) == shape_of(p.workload) for p in seq)
+        assert index.canonical() == PendingIndex.build(seq).canonical()
+    return {cq: index.canonical() for cq, index in view.pending_index.items()}
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=_events, data=st.data())
+def test_indexes_left_unbuilt_by_a_snapshot_load_equal_those_the_fold_keeps(
+    events: list[ev.Event], data: st.DataObject
+) -> None:
+    """A state loaded from a snapshot folds a tail with its pending indexes not built, builds them when they are
+    first read, and keeps them up to date from then on: at every point they equal the indexes of a fold from the
+    first event."""
+    cut = data.draw(st.integers(0, len(events)), label="snapshot after")
+    read = data.draw(st.integers(cut, len(events)), label="indexes first read after")
+    full = State()
+    restored: State | None = None
+    for i, e in enumerate(events, start=1):
+        if i - 1 == cut:
+            restored = decode_snapshot(encode_snapshot(full))
+            assert restored._indexes is None  # left for later: what this test is about
+        full.apply(e, i)
+        if restored is not None:
+            restored.apply(e, i)
+            if i >= read:
+                assert _indexes_of(restored) == _indexes_of(full)
+    if restored is None:
+        restored = decode_snapshot(encode_snapshot(full))
+    assert _indexes_of(restored) == _indexes_of(full)
+    assert restored.to_snapshot() == full.to_snapshot()
+
+
+async def test_replay_builds_the_pending_indexes_a_snapshot_load_left_for_later(tmp_path: Path) -> None:
+    """The daemon runs the cycle on `replay`'s state: its indexes are built inside replay, with the collector
+    paused, not later on the first read."""
+    setup: list[ev.Event] = [
+        ev.ClusterQueueObserved(cluster_queue=ClusterQueue(name="cq-a", namespace_selector=LabelSelector())),
+        ev.LocalQueueObserved(local_queue=LocalQueue(namespace="ns", name="q1", cluster_queue="cq-a")),
+        *(ev.JobObserved(workload=workload(f"j{i}", ns="ns", queue="q1", created_at=i)) for i in range(4)),
+    ]
+    path = tmp_path / "log.db"
+    async with await EventStore.open(path) as store:
+        await store.append(setup)
+        with LogReader(path) as reader:
+            await save_snapshot(store, replay(reader))
+        await store.append([ev.JobObserved(workload=workload("late", ns="ns", queue="q1", created_at=9))])
+    with LogReader(path) as reader:
+        found = reader.snapshot_at_or_before(STATE_VERSION, 10**9)
+        assert found is not None and found[0] == len(setup)  # replay below starts from this snapshot
+        assert decode_snapshot(found[1])._indexes is None
+        state = replay(reader)
+        full = replay(reader, use_snapshots=False)
+    assert state._indexes is not None
+    assert _indexes_of(state) == _indexes_of(full) and len(state._indexes["cq-a"]) == 5
