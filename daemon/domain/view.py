@@ -213,7 +213,7 @@ def queue_ordered(items: list[tuple[QueueKey, PendingWorkload]]) -> SortedKeyLis
 
     This fills the list's internals as sortedcontainers 2.4's `SortedKeyList.update` fills an empty list: `_lists`
     the values in chunks of `_load`, `_keys` their keys in the same chunks, `_maxes` each chunk's last key, `_len`.
-    tests/unit/test_pending_runs.py checks that the result equals the ordinary construction, passes the library's
+    tests/unit/test_pending_index_build.py checks that the result equals the ordinary construction, passes the library's
     own `_check()`, and takes later `add` and `remove` calls alike."""
     items = sorted(items, key=_first)  # stable, as the constructor's sort (keys are distinct in practice)
     result = SortedKeyList(key=queue_key)
