@@ -110,7 +110,7 @@ def main() -> None:
         return
     out["calibration_sum_range_1e6_ms"] = calibration_ms()
     for name, (db, _) in logs.items():
-        out[name] = command_phase(db, args.runs, cli_once=name == "steady")
+        out[name] = command_phase(db, args.runs, cli_once=True)
     if "1000cq" in chosen:
         out["metrics"] = metrics_phase(wide, args.runs)
     out["calibration_sum_range_1e6_ms_at_the_end"] = calibration_ms()
@@ -202,6 +202,8 @@ def command_phase(db: Path, runs: int, *, cli_once: bool) -> dict[str, Any]:
             "explain_at_end": ["explain", jobs["history"]],
             "history": ["history", jobs["history"]],
             "queues_at_end": ["queues"],
+            "explain_pending_job_at_middle": ["explain", jobs["pending_at_middle"], "--at", at_text],
+            "queues_at_middle": ["queues", "--at", at_text],
             "replay_at_middle": ["replay", "--at", at_text],
         }.items():
             t0 = time.perf_counter()
