@@ -302,7 +302,10 @@ class Daemon:
         from daemon.obs.metrics import CONTENT_TYPE, LogMetrics, MetricsNotReady  # noqa: PLC0415
 
         log_metrics = LogMetrics(
-            opts.db, local_queue_metrics=opts.local_queue_metrics, follow_every=2.0
+            opts.db,
+            local_queue_metrics=opts.local_queue_metrics,
+            fair_sharing=opts.engine.fair_sharing,
+            follow_every=2.0,
         ).start()  # folds and renders in the background, so that a scrape only joins the text
 
         async def healthz(_: web.Request) -> web.Response:

@@ -34,6 +34,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from daemon.domain import events as ev
+from daemon.domain.fairsharing import dominant_resource_share
 from daemon.domain.model import (
     ClusterQueue,
     FlavorResource,
@@ -43,7 +44,7 @@ from daemon.domain.model import (
     StopPolicy,
     Workload,
 )
-from daemon.domain.quota import UNLIMITED, QuotaTree
+from daemon.domain.quota import UNLIMITED, Node, QuotaTree
 from daemon.domain.state import Phase, State
 from daemon.domain.view import is_sticky
 from daemon.eventlog import LogReader, codec
@@ -380,6 +381,8 @@ def _esc(v: str) -> str:
 def _num(v: float) -> str:
     if v == math.inf:
         return "+Inf"
+    if math.isnan(v):
+        return "NaN"
     if v == int(v) and abs(v) < 1e15:
         return f"{int(v)}.0"
     return repr(float(v))
@@ -437,7 +440,33 @@ COHORT_FAMILIES: tuple[Family, ...] = (
     Family("kueue_cohort_subtree_admitted_active_workloads", "gauge", "Admitted workloads in the Cohort's subtree"),
     Family("kueue_cohort_subtree_admitted_workloads_total", "counter", "Workloads admitted in the Cohort's subtree"),
 )
-"""Kueue's cohort metrics that the fold can answer (kueue_cohort_weighted_share is not among them yet)."""
+"""Kueue's cohort metrics that the fold can answer (the weighted shares are in FAIR_SHARING_FAMILIES)."""
+
+FAIR_SHARING_FAMILIES: tuple[Family, ...] = (
+    Family(
+        "kueue_cluster_queue_weighted_share",
+        "gauge",
+        "The largest ratio, over the resources the ClusterQueue provides, of its usage above nominal quota to what the "
+        "cohort can lend, in thousandths, divided by its weight; 0 below nominal quota, NaN when a queue of weight 0 "
+        "borrows",
+    ),
+    Family(
+        "kueue_cohort_weighted_share",
+        "gauge",
+        "The same ratio for a Cohort within its parent; 0 for a root cohort or below nominal quota, NaN when a cohort "
+        "of weight 0 borrows",
+    ),
+)
+"""Kueue's fair-sharing shares, rendered when fair sharing is on (Kueue reports them only then)."""
+
+
+def weighted_share(node: Node) -> float:
+    """Kueue's PreciseWeightedShare of a ClusterQueue or Cohort node with usage loaded: the dominant resource share
+    (thousandths) over the weight; NaN for a weight of 0 that borrows (Kueue: +Inf, reported as NaN)."""
+    drs = dominant_resource_share(node)
+    infinite, ratio = drs.key
+    return math.nan if infinite else float(ratio)
+
 
 LOCAL_QUEUE: tuple[Family, ...] = (
     Family("kueue_local_queue_pending_workloads", "gauge", "Pending workloads per LocalQueue, by status"),
@@ -547,9 +576,12 @@ class Renderer:
     changed queues' text plus one join. A configuration change, or a queue appearing or going, renders all again.
     Rendering everything from scratch gives the same bytes (tests compare the two after random events)."""
 
-    def __init__(self, replica_role: str = "leader", *, local_queue_metrics: bool = False) -> None:
+    def __init__(
+        self, replica_role: str = "leader", *, local_queue_metrics: bool = False, fair_sharing: bool = False
+    ) -> None:
         self.role = _esc(replica_role)
         self.local_queue_metrics = local_queue_metrics
+        self.fair_sharing = fair_sharing  # Kueue's *_weighted_share families (set before the first render)
         self._names: set[str] = set()
         self._pos: dict[str, int] = {}  # cluster queue -> its index in every family's list (0 is the header)
         self._pieces: dict[str, list[bytes]] = {}  # family -> [header, text of queue 1, text of queue 2, ...]
@@ -828,6 +860,23 @@ class Renderer:
         for fam, lines in zip(COHORT_FAMILIES, (info, quota, reserved, counts, totals), strict=True):
             out.append(fam.head())
             out.append("".join(lines).encode())
+        if self.fair_sharing:  # a share moves with any usage in its tree: rendered with the cohorts, as often
+            cq_shares = []
+            for cq_name in sorted(tree.cqs):
+                cq = self._cq_objects.get(cq_name)
+                cohort = _esc(cq.cohort or "") if cq is not None else ""
+                lab = f'replica_role="{role}",cluster_queue="{_esc(cq_name)}",cohort="{cohort}"'
+                cq_shares.append(
+                    f"kueue_cluster_queue_weighted_share{{{lab}}} {_num(weighted_share(tree.cqs[cq_name]))}\n"
+                )
+            cohort_shares = [
+                f'kueue_cohort_weighted_share{{replica_role="{role}",cohort="{_esc(name)}"}} '
+                f"{_num(weighted_share(tree.cohorts[name]))}\n"
+                for name in sorted(tree.cohorts)
+            ]
+            for fam, lines in zip(FAIR_SHARING_FAMILIES, (cq_shares, cohort_shares), strict=True):
+                out.append(fam.head())
+                out.append("".join(lines).encode())
         return b"".join(out)
 
     def _resources(self, cq: ClusterQueue) -> list[tuple[FlavorResource, str, ResourceQuota]]:
@@ -1078,11 +1127,12 @@ class LogMetrics:
         replica_role: str = "leader",
         *,
         local_queue_metrics: bool = False,
+        fair_sharing: bool = False,
         follow_every: float | None = None,
     ) -> None:
         self.path = path
         self.fm = FoldedMetrics()
-        self.renderer = Renderer(replica_role, local_queue_metrics=local_queue_metrics)
+        self.renderer = Renderer(replica_role, local_queue_metrics=local_queue_metrics, fair_sharing=fair_sharing)
         self._reader: LogReader | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -1095,6 +1145,12 @@ class LogMetrics:
             )
         else:
             self._caught_up.set()
+
+    def set_fair_sharing(self, on: bool) -> None:
+        """Render Kueue's weighted shares (fair sharing on) or not, from the next scrape on."""
+        with self._lock:
+            self.renderer.fair_sharing = on
+            self.fm.config_changed = True  # the cohort text, which holds them, is rendered again
 
     def start(self) -> LogMetrics:
         """Start the background fold (with `follow_every`; until then a scrape is "not ready")."""
@@ -1209,7 +1265,7 @@ LOCAL_QUEUE_FAMILIES = tuple(f.name for f in LOCAL_QUEUE)
 
 def metric_names() -> set[str]:
     """Every metric family name admitd can expose (for checking dashboards and alert rules against)."""
-    names = {f.name for f in (*PER_QUEUE, *COHORT_FAMILIES)} | set(LOCAL_QUEUE_FAMILIES)
+    names = {f.name for f in (*PER_QUEUE, *COHORT_FAMILIES, *FAIR_SHARING_FAMILIES)} | set(LOCAL_QUEUE_FAMILIES)
     names |= {
         "admitd_events_appended_total",
         "admitd_log_last_seq",

@@ -13,6 +13,7 @@ import stat
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,7 @@ def _cmd_simulate_served(args: argparse.Namespace) -> int:
             return 2
         print(f"admitd: serving http://{args.metrics_port[0]}:{args.metrics_port[1]}/metrics", file=sys.stderr)
         try:
-            code = _cmd_simulate(args)
+            code = _cmd_simulate(args, on_config=lambda config: metrics.set_fair_sharing(config.fair_sharing))
             if args.metrics_linger and code == 0:
                 print("admitd: the run is over; still serving /metrics until Ctrl-C", file=sys.stderr)
                 with contextlib.suppress(KeyboardInterrupt):
@@ -140,7 +141,8 @@ def _input_problem(path: Path) -> str | None:
     return None if stat.S_ISREG(mode) else "not a regular file"
 
 
-def _cmd_simulate(args: argparse.Namespace) -> int:
+def _cmd_simulate(args: argparse.Namespace, on_config: Callable[[EngineConfig], None] | None = None) -> int:
+    """`on_config`: told the engine configuration the run uses (the flags applied), before it starts."""
     if args.from_log is not None or args.changes is not None:
         from daemon.sim.whatif_cli import cmd_what_if  # noqa: PLC0415  (only the what-if needs it)
 
@@ -169,6 +171,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         create_new_log(args.db)
     if args.fair_sharing:
         config = dataclasses.replace(config, fair_sharing=True)
+    if on_config is not None:
+        on_config(config)
     for line in (*config_warnings, *scenario.warnings):
         print(f"admitd: warning: {line}", file=sys.stderr)
     for line in scenario.problems:
