@@ -169,7 +169,10 @@ class _IndexesOnDemand(Mapping[str, PendingIndex]):
 class State:
     """The fold's working state. Mutated only by `apply`; read by the cycle through `view()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, pending_indexes: bool = True) -> None:
+        """`pending_indexes=False`: the per-queue `PendingIndex`es (what the admission cycle walks) are neither built
+        nor kept up to date until something reads them (`view().pending_index`, `build_pending_indexes`), so a
+        reader that never runs the cycle (a query, the metrics fold) folds without their upkeep."""
         self.seq = 0
         self.flavors: dict[str, ResourceFlavor] = {}
         self.cluster_queues: dict[str, ClusterQueue] = {}
@@ -184,7 +187,7 @@ class State:
         # Derived indexes, rebuilt from the above by _reindex(); never stored.
         self._pending_by_cq: dict[str, SortedKeyList] = {}
         # The same workloads, grouped for the cycle; None: not built yet (see `from_snapshot`, `_pending_index`).
-        self._indexes: dict[str, PendingIndex] | None = {}
+        self._indexes: dict[str, PendingIndex] | None = {} if pending_indexes else None
         self._pending_entry: dict[str, tuple[str | None, PendingWorkload]] = {}
         self._pending_unrouted: dict[str, PendingWorkload] = {}
         self._admitted: dict[str, AdmittedWorkload] = {}
@@ -631,7 +634,7 @@ class State:
 
     @classmethod
     def from_snapshot(cls, snap: StateSnapshot) -> State:
-        state = cls()
+        state = cls(pending_indexes=False)  # built when first read: a query that never runs the cycle never pays
         state.seq = snap.seq
         state.flavors = {f.name: f for f in snap.flavors}
         state.cluster_queues = {c.name: c for c in snap.cluster_queues}
@@ -672,7 +675,6 @@ class State:
         state._pending_version_counter = counter
         for cq, members in waiting.items():
             state._pending_by_cq[cq] = queue_ordered(members)
-        state._indexes = None  # built when first read: a query that never runs the cycle never pays for them
         return state
 
     def build_pending_indexes(self) -> None:

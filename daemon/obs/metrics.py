@@ -159,7 +159,7 @@ class FoldedMetrics:
     cover the whole log (a start from a snapshot would have the gauges right but the counters from that seq on)."""
 
     def __init__(self) -> None:
-        self.state = State()
+        self.state = State(pending_indexes=False)  # the metrics never read the cycle's pending indexes
         self.last_recorded_at: int | None = None
         self.events_by_type: dict[str, int] = {}
         self.admitted: dict[tuple[str, str], int] = {}  # (cluster_queue, priority_class)

@@ -147,14 +147,14 @@ def state_at(reader: LogReader, seq: int) -> State:
 
     Built with the cyclic collector paused and frozen afterwards (`paused_gc`): a query command builds one state
     and exits, and a state of 100,000 workloads would otherwise be walked by the collector again and again."""
-    state, since = State(), 0
+    state, since = State(pending_indexes=False), 0
     found = reader.snapshot_at_or_before(STATE_VERSION, seq)
     with paused_gc(freeze=True):
         if found is not None:
             try:
                 state, since = decode_snapshot(found[1]), found[0]
             except (msgspec.MsgspecError, ValueError, TypeError, KeyError):
-                state, since = State(), 0  # an unreadable snapshot costs time, never correctness
+                state, since = State(pending_indexes=False), 0  # an unreadable snapshot costs time, not correctness
         decode, apply = codec.decode, state.apply
         if since < seq:
             for s, type_, version, payload in reader.iter_payloads(since, chunk=min(20_000, seq - since)):

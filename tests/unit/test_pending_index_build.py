@@ -252,12 +252,18 @@ def test_indexes_left_unbuilt_by_a_snapshot_load_equal_those_the_fold_keeps(
     cut = data.draw(st.integers(0, len(events)), label="snapshot after")
     read = data.draw(st.integers(cut, len(events)), label="indexes first read after")
     full = State()
+    lazy = State(pending_indexes=False)  # the same from the first event: a query or the metrics fold without snapshot
     restored: State | None = None
     for i, e in enumerate(events, start=1):
         if i - 1 == cut:
             restored = decode_snapshot(encode_snapshot(full))
             assert restored._indexes is None  # left for later: what this test is about
         full.apply(e, i)
+        lazy.apply(e, i)
+        if i < read:
+            assert lazy._indexes is None
+        else:
+            assert _indexes_of(lazy) == _indexes_of(full)
         if restored is not None:
             restored.apply(e, i)
             if i >= read:
@@ -265,7 +271,8 @@ def test_indexes_left_unbuilt_by_a_snapshot_load_equal_those_the_fold_keeps(
     if restored is None:
         restored = decode_snapshot(encode_snapshot(full))
     assert _indexes_of(restored) == _indexes_of(full)
-    assert restored.to_snapshot() == full.to_snapshot()
+    assert _indexes_of(lazy) == _indexes_of(full)
+    assert restored.to_snapshot() == full.to_snapshot() == lazy.to_snapshot()
 
 
 async def test_replay_builds_the_pending_indexes_a_snapshot_load_left_for_later(tmp_path: Path) -> None:
