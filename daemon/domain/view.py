@@ -168,18 +168,21 @@ def shape_of(wl: Workload) -> Shape:
                 ps.min_count,
             ),
         )
+    return plain_shape_of(wl)
+
+
+def plain_shape_of(wl: Workload) -> Shape:
+    """`shape_of` as defined, without its shortcut for the common case (which must equal it)."""
     return tuple(
-        [
-            (
-                ps.name,
-                ps.count,
-                tuple(sorted(ps.requests.items())),
-                tuple(sorted(ps.node_selector.items())),
-                ps.tolerations,
-                ps.min_count,
-            )
-            for ps in pod_sets
-        ]
+        (
+            ps.name,
+            ps.count,
+            tuple(sorted(ps.requests.items())),
+            tuple(sorted(ps.node_selector.items())),
+            ps.tolerations,
+            ps.min_count,
+        )
+        for ps in wl.pod_sets
     )
 
 

@@ -36,6 +36,7 @@ from daemon.domain.view import (
     coarse,
     keyed_members,
     new_pending_workload,
+    plain_shape_of,
     queue_key,
     queue_ordered,
     shape_of,
@@ -44,20 +45,6 @@ from daemon.eventlog import EventStore, LogReader, replay, save_snapshot
 from daemon.eventlog.replay import decode_snapshot, encode_snapshot
 from tests.samples import workload
 from tests.unit.test_fold import _config_events, _job_events, _reason_events, _shaped_job_events
-
-
-def _plain_shape(wl: Workload) -> tuple[object, ...]:
-    return tuple(
-        (
-            ps.name,
-            ps.count,
-            tuple(sorted(ps.requests.items())),
-            tuple(sorted(ps.node_selector.items())),
-            ps.tolerations,
-            ps.min_count,
-        )
-        for ps in wl.pod_sets
-    )
 
 
 def _plain_coarse(reason: PendingReason) -> tuple[object, ...]:
@@ -90,7 +77,7 @@ def _pending(wl: Workload, priority: int = 0, reason: PendingReason | None = Non
 @given(pod_sets=st.lists(_pod_sets, min_size=1, max_size=3).map(tuple))
 def test_shape_of_equals_its_plain_definition(pod_sets: tuple[PodSet, ...]) -> None:
     wl = _wl("a", pod_sets)
-    assert shape_of(wl) == _plain_shape(wl)
+    assert shape_of(wl) == plain_shape_of(wl)
     # the same mappings built in the reverse order give the same shape
     reversed_sets = tuple(
         dataclasses.replace(
@@ -134,7 +121,7 @@ def test_equal_requests_with_different_node_selectors_or_tolerations_are_differe
     index = PendingIndex.build(members)
     assert len(index.groups) == len(variants)
     for pw in members:
-        assert index.shape(pw) == _plain_shape(pw.workload)
+        assert index.shape(pw) == plain_shape_of(pw.workload)
     # equal shapes are one group: each group holds exactly the two workloads of one variant
     for group, runs in index.groups.items():
         keys = sorted(p.key for run in runs.values() for p in run)
