@@ -30,7 +30,7 @@ from daemon.obs.logging import configure as configure_logging
 from daemon.obs.metrics import FoldedMetrics, Renderer
 from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
-from daemon.query.listing import queues_json, replay_json
+from daemon.query.listing import queues_at, queues_json, replay_json
 from daemon.query.moment import Moment, clock_of, resolve, state_at
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,6 +128,12 @@ def calibration_ms() -> float:
     return round(best * 1000, 1)
 
 
+def queues_answer(reader: LogReader, m: Moment) -> dict[str, Any]:
+    """What `admitd queues --json` computes: from a partial state when it can (`queues_at`)."""
+    state, pending_counts = queues_at(reader, m.seq)
+    return queues_json(state, clock_of(reader), m, pending_counts)
+
+
 def command_phase(db: Path, runs: int, *, cli_once: bool) -> dict[str, Any]:
     with LogReader(db) as reader:
         clock = clock_of(reader)
@@ -168,13 +174,13 @@ def command_phase(db: Path, runs: int, *, cli_once: bool) -> dict[str, Any]:
         "history": with_reader(
             lambda r: history_mod.to_json(history_mod.history(r, jobs["history"], clock_of(r)), clock_of(r))
         ),
-        "queues_at_end": with_reader(lambda r: queues_json(state_at(r, end(r).seq), clock_of(r), end(r))),
+        "queues_at_end": with_reader(lambda r: queues_answer(r, end(r))),
         "explain_pending_job_at_middle": with_reader(
             lambda r: explain_mod.to_json(
                 explain_mod.explain(r, clock_of(r), jobs["pending_at_middle"], moment(r)), clock_of(r)
             )
         ),
-        "queues_at_middle": with_reader(lambda r: queues_json(state_at(r, moment(r).seq), clock_of(r), moment(r))),
+        "queues_at_middle": with_reader(lambda r: queues_answer(r, moment(r))),
         "replay_at_middle_json": with_reader(
             lambda r: codec.encode_json(replay_json(state_at(r, moment(r).seq), clock_of(r), moment(r)))
         ),

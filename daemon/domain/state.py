@@ -120,6 +120,22 @@ class StateSnapshot:
     config_generation: int
     counter: int
     outbox: tuple[Order, ...] = ()
+    index: SnapshotIndex | None = None  # written into snapshot bodies (`to_snapshot(index=True)`); never loaded
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotIndex:
+    """Where things are in a snapshot's `workloads`, so that a reader can decode only the records it needs (a query at
+    a past moment: `daemon.query.moment`). Derived from the state, deterministic, and never read by `from_snapshot`.
+
+    An optional field of `StateSnapshot` (default None), so STATE_VERSION stays: a body written before has none and
+    is read as before (a query then builds the whole state), and an older build ignores the field.
+    """
+
+    keys: tuple[str, ...]  # the workloads' keys, aligned with `StateSnapshot.workloads` (sorted)
+    admitted: tuple[int, ...]  # positions of the admitted workloads (evicting ones included)
+    pending: tuple[tuple[str, tuple[int, ...]], ...]  # per ClusterQueue (sorted): positions of the workloads pending
+    # in it (routed to it and not held), so its length is the queue's pending count
 
 
 class _Generations(Mapping[str, int]):
@@ -615,7 +631,9 @@ class State:
             backoff=self._backoff,
         )
 
-    def to_snapshot(self) -> StateSnapshot:
+    def to_snapshot(self, *, index: bool = False) -> StateSnapshot:
+        """The state as a plain value; `index=True` adds its `SnapshotIndex` (what a stored snapshot body holds)."""
+        keys = sorted(self.workloads)
         return StateSnapshot(
             seq=self.seq,
             flavors=tuple(self.flavors[k] for k in sorted(self.flavors)),
@@ -624,12 +642,30 @@ class State:
             local_queues=tuple(self.local_queues[k] for k in sorted(self.local_queues)),
             namespaces=tuple(self.namespaces[k] for k in sorted(self.namespaces)),
             priority_classes=tuple(self.priority_classes[k] for k in sorted(self.priority_classes)),
-            workloads=tuple(self.workloads[k] for k in sorted(self.workloads)),
+            workloads=tuple(self.workloads[k] for k in keys),
             finished=tuple(sorted(self.finished.items())),
             generations=tuple(sorted(self._tree_generation.items())),
             config_generation=self._config_generation[0],
             counter=self._counter,
             outbox=tuple(self.outbox[k] for k in sorted(self.outbox)),
+            index=self._snapshot_index(keys) if index else None,
+        )
+
+    def _snapshot_index(self, keys: list[str]) -> SnapshotIndex:
+        admitted: list[int] = []
+        pending: dict[str, list[int]] = {}
+        workloads, entries = self.workloads, self._pending_entry
+        for i, key in enumerate(keys):
+            if workloads[key].phase is Phase.ADMITTED:
+                admitted.append(i)
+                continue
+            cq = entries[key][0]  # every pending record has an entry (`_index`), cq None when unrouted or held
+            if cq is not None:
+                pending.setdefault(cq, []).append(i)
+        return SnapshotIndex(
+            keys=tuple(keys),
+            admitted=tuple(admitted),
+            pending=tuple((cq, tuple(pending[cq])) for cq in sorted(pending)),
         )
 
     @classmethod

@@ -9,6 +9,11 @@ covers, so the encoding cannot be changed without the snapshot being refused):
   very repetitive (the same keys and specs for every workload) and compresses about 35x at zlib level 1, so the
   log can keep a snapshot every few tens of thousands of events within the same room (`SNAPSHOT_KEEP_RATIO`).
 - canonical JSON of `StateSnapshot` (starts with `{`): written before; still read.
+
+Bodies written now also hold the state's `SnapshotIndex` (`StateSnapshot.index`: the workloads' keys, which are
+admitted, which wait in which ClusterQueue), so that a query at a past moment can decode only the workload records its
+answer reads (`UnreadSnapshot`, `daemon.query.moment.partial_state_at`). A body without it (written before) is read
+as before; `decode_snapshot` ignores it.
 """
 
 from __future__ import annotations
@@ -17,11 +22,14 @@ import asyncio
 import contextlib
 import gc
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import msgspec
 
-from daemon.domain.state import STATE_VERSION, State, StateSnapshot
+from daemon.domain.actuation import Order
+from daemon.domain.model import ClusterQueue, Cohort, LocalQueue, Millis, Namespace, PriorityClass, ResourceFlavor
+from daemon.domain.state import STATE_VERSION, SnapshotIndex, State, StateSnapshot, WorkloadRecord
 from daemon.eventlog import codec
 from daemon.eventlog.store import INTEGER_MAX, EventStore, LogReader
 from daemon.obs.logging import get_logger
@@ -44,7 +52,7 @@ class SnapshotUndecodable(ValueError):
 
 def snapshot_json(state: State) -> bytes:
     """The canonical JSON of the state's snapshot value (what a snapshot body holds, compressed)."""
-    return codec.encode_json(state.to_snapshot())
+    return codec.encode_json(state.to_snapshot(index=True))
 
 
 def compress_snapshot(raw_json: bytes) -> bytes:
@@ -79,6 +87,59 @@ def decode_snapshot(body: bytes) -> State:
     Callers building a large state run this inside `paused_gc()`, and call `State.build_pending_indexes` there too
     if they will run the cycle (the state builds them when first read otherwise)."""
     return State.from_snapshot(_snapshot_decoder.decode(snapshot_raw_json(body)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnreadSnapshot:
+    """A snapshot body read without its workloads: `StateSnapshot`'s fields (the same names, in the same order, which
+    tests/unit/test_partial_snapshot.py checks) with each workload record left as its raw JSON, so that reading one
+    costs a scan of its bytes, not an object. `select` builds a state from the records a caller names."""
+
+    seq: int
+    flavors: tuple[ResourceFlavor, ...]
+    cluster_queues: tuple[ClusterQueue, ...]
+    cohorts: tuple[Cohort, ...]
+    local_queues: tuple[LocalQueue, ...]
+    namespaces: tuple[Namespace, ...]
+    priority_classes: tuple[PriorityClass, ...]
+    workloads: tuple[msgspec.Raw, ...]
+    finished: tuple[tuple[str, Millis], ...]
+    generations: tuple[tuple[str, int], ...]
+    config_generation: int
+    counter: int
+    outbox: tuple[Order, ...] = ()
+    index: SnapshotIndex | None = None
+
+    def select(self, positions: Iterable[int]) -> State:
+        """The state this snapshot holds with only the workloads at `positions` (in `workloads`); the rest of the
+        value (configuration, finished jobs, generations, outbox) whole. Built by `State.from_snapshot` itself."""
+        decode = _record_decoder.decode
+        return State.from_snapshot(
+            StateSnapshot(
+                seq=self.seq,
+                flavors=self.flavors,
+                cluster_queues=self.cluster_queues,
+                cohorts=self.cohorts,
+                local_queues=self.local_queues,
+                namespaces=self.namespaces,
+                priority_classes=self.priority_classes,
+                workloads=tuple(decode(self.workloads[i]) for i in sorted(set(positions))),
+                finished=self.finished,
+                generations=self.generations,
+                config_generation=self.config_generation,
+                counter=self.counter,
+                outbox=self.outbox,
+            )
+        )
+
+
+_unread_decoder = msgspec.json.Decoder(UnreadSnapshot)
+_record_decoder = msgspec.json.Decoder(WorkloadRecord)
+
+
+def decode_unread(body: bytes) -> UnreadSnapshot:
+    """A stored body (either encoding) with its workloads left unread. Raises as `decode_snapshot` does."""
+    return _unread_decoder.decode(snapshot_raw_json(body))
 
 
 @contextlib.contextmanager

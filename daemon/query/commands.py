@@ -18,7 +18,15 @@ from daemon.eventlog import LogReader
 from daemon.eventlog.codec import encode_json
 from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
-from daemon.query.listing import pending_json, pending_seqs, pending_text, queues_json, queues_text, replay_json
+from daemon.query.listing import (
+    pending_json,
+    pending_seqs,
+    pending_text,
+    queues_at,
+    queues_json,
+    queues_text,
+    replay_json,
+)
 from daemon.query.moment import Clock, Moment, QueryError, clock_of, resolve, state_at
 
 
@@ -81,11 +89,11 @@ def _cmd_history(args: argparse.Namespace) -> int:
 def _cmd_queues(args: argparse.Namespace) -> int:
     def answer(reader: LogReader, clock: Clock) -> int:
         m = _moment(args, reader, clock)
-        state = state_at(reader, m.seq)
+        state, pending_counts = queues_at(reader, m.seq)
         if args.json:
-            _emit(queues_json(state, clock, m))
+            _emit(queues_json(state, clock, m, pending_counts))
         else:
-            print(queues_text(state, clock, m))
+            print(queues_text(state, clock, m, pending_counts))
         return 0
 
     return _run(args, answer)

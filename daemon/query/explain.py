@@ -19,7 +19,7 @@ from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import StoredEvent
 from daemon.query.history import amounts, job_events, q, timed_out_detail, timed_out_text
-from daemon.query.moment import Clock, Moment, QueryError, state_at
+from daemon.query.moment import Clock, Moment, QueryError, partial_state_at, state_at
 from daemon.query.quota import FlavorFit, flavor_analysis, in_tree, loaded_tree, requests_of
 
 AHEAD_SHOWN = 10
@@ -72,7 +72,7 @@ def explain(reader: LogReader, clock: Clock, key: str, moment: Moment) -> Explan
             f"{key} had not been seen yet at {clock.show(moment.recorded_at)} (seq {moment.seq}); "
             f"it first appears at seq {first.seq}, {clock.show(first.recorded_at)}"
         )
-    state = state_at(reader, moment.seq)
+    state = _state_for(reader, key, rows, moment.seq)
     x = Explanation(job=key, moment=moment, status="pending")
     observed = next(((r, e) for r, e in rows if isinstance(e, ev.JobObserved)), None)
     if observed is not None:
@@ -92,6 +92,28 @@ def explain(reader: LogReader, clock: Clock, key: str, moment: Moment) -> Explan
     else:
         _pending(x, reader, rows, state, rec, clock)
     return x
+
+
+def _state_for(reader: LogReader, key: str, rows: list[tuple[StoredEvent, ev.Event]], seq: int) -> State:
+    """The state `explain` reads at `seq`: a partial one (`partial_state_at`) holding the job, every admitted
+    workload (the quota figures, the holders) and every workload pending in the ClusterQueues the job's LocalQueues
+    point at (its position and what is ahead: exact there); the whole state when that cannot be built
+    (`partial_state_at` gives it then).
+
+    The job's record holds the workload of one of its `job.observed` events (`rows`), so its LocalQueue is one of
+    theirs; checked after the fold all the same (the whole state if its queue's pending list was not loaded)."""
+    local_queues = {f"{e.workload.namespace}/{e.workload.queue_name}" for _, e in rows if isinstance(e, ev.JobObserved)}
+    partial = partial_state_at(reader, seq, keys=(key,), local_queues=local_queues)
+    state = partial.state
+    if partial.partial:
+        rec = state.workloads.get(key)
+        if rec is None or rec.phase is not Phase.PENDING:
+            return state
+        lq = state.local_queues.get(f"{rec.workload.namespace}/{rec.workload.queue_name}")
+        if lq is None or lq.cluster_queue not in state.cluster_queues or lq.cluster_queue in partial.whole_queues:
+            return state
+        return state_at(reader, seq)
+    return state
 
 
 def _preemptions(x: Explanation, rows: list[tuple[StoredEvent, ev.Event]], clock: Clock) -> None:

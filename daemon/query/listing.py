@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from daemon.domain import events as ev
@@ -10,7 +10,7 @@ from daemon.domain.model import Milli
 from daemon.domain.state import State
 from daemon.eventlog import LogReader
 from daemon.query.history import q
-from daemon.query.moment import Clock, Moment, QueryError
+from daemon.query.moment import Clock, Moment, QueryError, partial_state_at
 from daemon.query.quota import QueueRow, queues, requests_of
 
 
@@ -18,11 +18,14 @@ def _q(v: Milli | None, res: str) -> str | None:
     return None if v is None else q(v, res)
 
 
-def queues_json(state: State, clock: Clock, moment: Moment) -> dict[str, Any]:
+def queues_json(
+    state: State, clock: Clock, moment: Moment, pending_counts: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """`pending_counts`: see `quota.queues` (a `PartialState`'s)."""
     return {
         "clock": clock.kind,
         "at": {"seq": moment.seq, "time": clock.show(moment.recorded_at)},
-        "cluster_queues": [_queue_json(r) for r in queues(state)],
+        "cluster_queues": [_queue_json(r) for r in queues(state, pending_counts=pending_counts)],
     }
 
 
@@ -55,7 +58,7 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
-def queues_text(state: State, clock: Clock, moment: Moment) -> str:
+def queues_text(state: State, clock: Clock, moment: Moment, pending_counts: Mapping[str, int] | None = None) -> str:
     rows: list[tuple[str, ...]] = [
         (
             "CLUSTERQUEUE",
@@ -71,7 +74,7 @@ def queues_text(state: State, clock: Clock, moment: Moment) -> str:
             "LENT",
         )
     ]
-    for r in queues(state):
+    for r in queues(state, pending_counts=pending_counts):
         lead = (r.name, r.cohort or "-", r.status, str(r.pending), str(r.admitted))
         if not r.resources:
             rows.append((*lead, "-", "-", "-", "-", "-", "-"))
@@ -251,3 +254,11 @@ def replay_json(state: State, clock: Clock, moment: Moment) -> dict[str, Any]:
         "at": {"seq": moment.seq, "time": clock.show(moment.recorded_at)},
         "state": state.to_snapshot(),
     }
+
+
+def queues_at(reader: LogReader, seq: int) -> tuple[State, Mapping[str, int] | None]:
+    """What `queues_json`/`queues_text` read at `seq`: a partial state (the admitted workloads and those the tail
+    touched; `moment.partial_state_at`) with every queue's pending count, or, when that cannot be built, the whole
+    state (counts None: counted in it)."""
+    got = partial_state_at(reader, seq)
+    return got.state, got.pending_counts

@@ -8,15 +8,25 @@ near 0); a daemon's log has milliseconds since the epoch. Virtual logs are shown
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import msgspec
 
+from daemon.domain import events as ev
 from daemon.domain.durations import format_seconds
-from daemon.domain.state import STATE_VERSION, State
+from daemon.domain.state import STATE_VERSION, SnapshotIndex, State
 from daemon.eventlog import LogReader, codec
-from daemon.eventlog.replay import decode_snapshot, paused_gc
+from daemon.eventlog.replay import (
+    SnapshotUndecodable,
+    UnreadSnapshot,
+    decode_snapshot,
+    decode_unread,
+    paused_gc,
+    snapshot_raw_json,
+)
 
 VIRTUAL_BEFORE_MS = 946_684_800_000
 """2000-01-01T00:00:00Z. A log whose first event is recorded before this is taken to be virtual (simulated)."""
@@ -137,8 +147,8 @@ def _recorded_at(reader: LogReader, seq: int, clock: Clock) -> int:
         return clock.last_ms
     if seq == clock.first_seq:
         return clock.first_ms
-    for ev in reader.iter_events(seq - 1, chunk=1):
-        return ev.recorded_at
+    for row in reader.iter_events(seq - 1, chunk=1):
+        return row.recorded_at
     return clock.last_ms
 
 
@@ -147,8 +157,12 @@ def state_at(reader: LogReader, seq: int) -> State:
 
     Built with the cyclic collector paused and frozen afterwards (`paused_gc`): a query command builds one state
     and exits, and a state of 100,000 workloads would otherwise be walked by the collector again and again."""
+    return _whole_state(reader, seq, reader.snapshot_at_or_before(STATE_VERSION, seq))
+
+
+def _whole_state(reader: LogReader, seq: int, found: tuple[int, bytes] | None) -> State:
+    """`state_at` from `found` (a snapshot's seq and body, the body as stored or as its JSON), None: no snapshot."""
     state, since = State(pending_indexes=False), 0
-    found = reader.snapshot_at_or_before(STATE_VERSION, seq)
     with paused_gc(freeze=True):
         if found is not None:
             try:
@@ -163,3 +177,154 @@ def state_at(reader: LogReader, seq: int) -> State:
                 apply(decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=s), s)
     state.seq = seq
     return state
+
+
+# --- a partial state: only the workloads an answer reads ---------------------------------------------------------
+
+_JOB_KEYED = (
+    ev.JobFinished,
+    ev.JobDeleted,
+    ev.JobReady,
+    ev.JobUnsuspended,
+    ev.JobSuspended,
+    ev.ActuationFailed,
+)
+_WORKLOAD_KEYED = (
+    ev.WorkloadAdmitted,
+    ev.WorkloadAdopted,
+    ev.WorkloadPreempted,
+    ev.WorkloadEvicted,
+    ev.WorkloadTimedOut,
+    ev.WorkloadRequeued,
+    ev.WorkloadPending,
+)
+
+
+def _touched(event: ev.Event) -> str | None:
+    """The one workload record `State.apply` reads or writes for `event` (its key), "" for an event that changes
+    nothing (`object.rejected`), None for any other event (configuration: it may re-route or re-prioritise any
+    workload, so a partial state cannot fold it).
+
+    From an audit of `State.apply`: each job or workload event reads and writes only its own record (`job`,
+    `workload`, or the observed workload's key) and, besides, the outbox and the generation counters, which no
+    answer built on a partial state reads; it reads the configuration and `finished`, which a partial state holds
+    whole. `WorkloadPreempted.preemptor` only goes into the victim's suspend order."""
+    if isinstance(event, ev.JobObserved):
+        return event.workload.key
+    if isinstance(event, _JOB_KEYED):
+        return event.job
+    if isinstance(event, _WORKLOAD_KEYED):
+        return event.workload
+    if isinstance(event, ev.ObjectRejected):
+        return ""
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class PartialState:
+    """The fold's state at a seq for an answer about the queues or one job (`partial_state_at`): either the whole
+    state (`pending_counts` None), or one holding only some workloads, with what it cannot count itself.
+
+    A partial one is exact at `seq` in: the configuration, `finished`, every admitted workload, every workload some
+    event in the tail touched, and every workload pending in a ClusterQueue of `whole_queues` (in the pending lists of
+    those queues, nothing is missing). `pending_counts` is then every ClusterQueue's pending count at `seq`."""
+
+    state: State
+    pending_counts: dict[str, int] | None = None
+    whole_queues: frozenset[str] = frozenset()
+
+    @property
+    def partial(self) -> bool:
+        return self.pending_counts is not None
+
+
+def partial_state_at(
+    reader: LogReader, seq: int, *, keys: Iterable[str] = (), local_queues: Iterable[str] = ()
+) -> PartialState:
+    """The state after event `seq` with only the workloads an answer about the queues or about one job reads, built
+    from the nearest snapshot F at or before `seq` and the tail (F, seq] by the fold itself (`State.from_snapshot`,
+    `State.apply`); the whole state (`state_at`) when it cannot be built so.
+
+    Loaded from the snapshot: every workload admitted at F (so the quota usage is exact), every workload an event
+    of the tail touches (see `_touched`), the workloads `keys`, and every workload pending at F in the ClusterQueues
+    the `local_queues` (`namespace/name`) point at. Any other workload is not touched by the tail and, without a
+    configuration event there, stays where it was at F, so each ClusterQueue's pending count is its count at F (in
+    the snapshot's `SnapshotIndex`), less the loaded ones pending there at F, plus the loaded ones pending there now.
+
+    The whole state instead when: no snapshot at or before `seq`, a snapshot without an index (written before it
+    existed), one that does not decode or whose index does not match it, or a tail with a configuration event
+    (queues, cohorts, flavors, namespaces, priority classes) or an event type not audited here. The snapshot's JSON,
+    once inflated, is not inflated again for it.
+
+    A query command builds one state and exits: built with the collector paused and frozen (`paused_gc`)."""
+    found = reader.snapshot_at_or_before(STATE_VERSION, seq)
+    if found is None:
+        return PartialState(_whole_state(reader, seq, None))
+    since, body = found
+    try:
+        raw = snapshot_raw_json(body)
+    except SnapshotUndecodable:
+        return PartialState(_whole_state(reader, seq, found))
+    with paused_gc(freeze=True):
+        built = _partial(reader, seq, since, raw, keys, local_queues)
+    return built if built is not None else PartialState(_whole_state(reader, seq, (since, raw)))
+
+
+def _partial(
+    reader: LogReader, seq: int, since: int, raw: bytes, keys: Iterable[str], local_queues: Iterable[str]
+) -> PartialState | None:
+    try:
+        unread = decode_unread(raw)
+    except (msgspec.MsgspecError, SnapshotUndecodable, ValueError, TypeError, KeyError):
+        return None
+    index = unread.index
+    if index is None or unread.seq != since or len(index.keys) != len(unread.workloads):
+        return None
+    tail: list[tuple[int, ev.Event]] = []
+    touched: set[str] = set()
+    decode = codec.decode
+    if since < seq:
+        for s, type_, version, payload in reader.iter_payloads(since, chunk=min(20_000, seq - since)):
+            if s > seq:
+                break
+            event = decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=s)
+            key = _touched(event)
+            if key is None:
+                return None
+            if key:
+                touched.add(key)
+            tail.append((s, event))
+    routes = {lq.key: lq.cluster_queue for lq in unread.local_queues}
+    whole = frozenset(cq for lq in local_queues if (cq := routes.get(lq)) is not None)
+    pending_at_f = dict(index.pending)
+    chosen = set(index.admitted)
+    chosen.update(_positions(index, touched))
+    chosen.update(_positions(index, keys))
+    for cq in whole:
+        chosen.update(pending_at_f.get(cq, ()))
+    state = unread.select(chosen)
+    apply = state.apply
+    for s, event in tail:
+        apply(event, s)
+    state.seq = seq
+    return PartialState(state, _pending_counts(unread, chosen, state), whole)
+
+
+def _positions(index: SnapshotIndex, keys: Iterable[str]) -> list[int]:
+    """Where `keys` are in the snapshot's (sorted) workloads; keys it does not hold are skipped."""
+    out = []
+    all_keys = index.keys
+    for key in keys:
+        i = bisect_left(all_keys, key)
+        if i < len(all_keys) and all_keys[i] == key:
+            out.append(i)
+    return out
+
+
+def _pending_counts(unread: UnreadSnapshot, chosen: set[int], state: State) -> dict[str, int]:
+    assert unread.index is not None
+    now = state.view().pending_by_cq
+    counts = {cq: len(members) - len(chosen.intersection(members)) for cq, members in unread.index.pending}
+    for cq, bucket in now.items():
+        counts[cq] = counts.get(cq, 0) + len(bucket)
+    return counts

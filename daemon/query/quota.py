@@ -6,7 +6,7 @@ use, what is free, what could be borrowed and what stops it (`admitd explain`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from daemon.domain.flavors import incompatibility
@@ -70,7 +70,11 @@ def _cap(v: Milli | None) -> Milli | None:
     return None if v is None or v >= UNLIMITED else v
 
 
-def queues(state: State, names: Iterable[str] | None = None) -> list[QueueRow]:
+def queues(
+    state: State, names: Iterable[str] | None = None, pending_counts: Mapping[str, int] | None = None
+) -> list[QueueRow]:
+    """One row per ClusterQueue (`names`, default all). `pending_counts`: each queue's pending count, for a state
+    that does not hold every pending workload (`daemon.query.moment.PartialState`); default: counted in `state`."""
     view = state.view()
     tree = loaded_tree(state)
     lent = _lent(tree)
@@ -90,7 +94,7 @@ def queues(state: State, names: Iterable[str] | None = None) -> list[QueueRow]:
             cohort=cq.cohort,
             status=status,
             status_message=message,
-            pending=len(view.pending_by_cq.get(name, ())),
+            pending=len(view.pending_by_cq.get(name, ())) if pending_counts is None else pending_counts.get(name, 0),
             admitted=len(view.admitted_by_cq.get(name, {})),
         )
         for fr in flavor_resources(state, name):
