@@ -92,8 +92,8 @@ def decode_snapshot(body: bytes) -> State:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UnreadSnapshot:
     """A snapshot body read without its workloads: `StateSnapshot`'s fields (the same names, in the same order, which
-    tests/unit/test_partial_snapshot.py checks) with each workload record left as its raw JSON, so that reading one
-    costs a scan of its bytes, not an object. `select` builds a state from the records a caller names."""
+    tests/integration/test_partial_moments.py checks) with each workload record left as its raw JSON, so that
+    reading one costs a scan of its bytes, not an object. `select` builds a state from the records a caller names."""
 
     seq: int
     flavors: tuple[ResourceFlavor, ...]
