@@ -232,7 +232,7 @@ def _indexes(s: State) -> tuple[object, ...]:
         [(cq, [p.key for p in seq]) for cq, seq in s._pending_by_cq.items()],
         [
             (cq, [p.key for p in i.sticky], [(g, list(r)) for g, r in i.groups.items()], list(i.local_queues.items()))
-            for cq, i in s._pending_index.items()
+            for cq, i in s.build_pending_indexes().items()
         ],
         list(s._pending_version.items()),
         s._pending_version_counter,
@@ -249,7 +249,7 @@ def _bulk_build_equals_one_by_one(state: State) -> None:
     bulk = State.from_snapshot(snap)
     one_by_one = State.from_snapshot(snap)
     one_by_one._pending_by_cq.clear()
-    one_by_one._pending_index.clear()
+    one_by_one.build_pending_indexes().clear()
     one_by_one._pending_unrouted.clear()
     one_by_one._pending_entry.clear()
     one_by_one._pending_version.clear()
