@@ -701,12 +701,19 @@ class EventStore:
         return store
 
     async def close(self) -> None:
-        """Stop the writer and release the log. Appends not yet written fail (AppendFailed); none is left waiting."""
+        """Stop the writer and release the log. Appends not yet written fail (AppendFailed); none is left waiting.
+
+        A cancellation of the caller that arrives meanwhile (Ctrl-C at the end of a run) is not lost: the log is
+        closed all the same, then the cancellation goes on."""
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        cancelled = False
+        while self._tasks:
+            try:
+                await asyncio.wait(self._tasks)  # never raises the writer tasks' own CancelledError
+                break
+            except asyncio.CancelledError:
+                cancelled = True  # ours: finish closing first
         self._tasks = []
         self._fail_all("the log was closed before this batch was written")
         try:
@@ -716,6 +723,8 @@ class EventStore:
                 raise _classify(self.path, e) from e
         finally:
             self._lock.release()
+        if cancelled:
+            raise asyncio.CancelledError
 
     async def __aenter__(self) -> EventStore:
         return self

@@ -121,6 +121,25 @@ def _file_size_limit(limit: int) -> None:
 
 
 @pytest.mark.timeout(180)
+async def test_a_cancellation_while_the_log_closes_is_not_lost(tmp_path: Path) -> None:
+    """Ctrl-C that lands while the writer is being stopped: the log is closed and released, and the cancellation
+    still reaches the caller (before, `close` swallowed it and a simulation went on to print its result)."""
+    path = tmp_path / "closing.db"
+    store = await EventStore.open(path)
+    assert await store.append([job(1)]) == [1]
+    closing = asyncio.create_task(store.close())
+    await asyncio.sleep(0)  # `close` has cancelled the writer tasks and waits for them to end
+    assert not closing.done()
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(closing, HANG)
+    assert closing.cancelled()
+    async with await EventStore.open(path) as again:  # released: a new writer gets the log
+        assert await again.append([job(2)]) == [2]
+    with LogReader(path) as reader:
+        assert reader.verify() == 2
+
+
 def test_simulate_on_a_file_that_cannot_grow_is_one_line_and_exit_1(tmp_path: Path) -> None:
     # The disk-full class: with a 1 MiB file size limit, the log's writes fail partway through the run.
     db = tmp_path / "full.db"
