@@ -32,6 +32,21 @@ def admitd(*args: str, timeout: float = 120, **kw: Any) -> subprocess.CompletedP
     )
 
 
+_SIGINT_DEFAULT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
+def interruptible(*args: str) -> list[str]:
+    """The argv of `python ARGS` with SIGINT at its default disposition, for a child a test interrupts with SIGINT.
+    A non-interactive shell starts its background jobs with SIGINT ignored (`cmd &`, nohup, many CI runners), the
+    children inherit that, and a Python started with SIGINT ignored keeps ignoring it (no KeyboardInterrupt, no
+    asyncio handler), so the test's Ctrl-C would never arrive. A tiny Python resets it and execs the real one (same
+    pid); `preexec_fn` would do it too, but is unsafe in a process with threads."""
+    return [sys.executable, "-c", _SIGINT_DEFAULT, *args]
+
+
 def assert_one_clean_line(result: subprocess.CompletedProcess[str], status: int, *needles: str) -> None:
     """Exactly the expected status, one line on stderr naming what went wrong, none of Python's or asyncio's noise."""
     assert result.returncode == status, (result.returncode, result.stderr[-3000:])

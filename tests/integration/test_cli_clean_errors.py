@@ -21,7 +21,7 @@ import pytest
 
 from daemon.domain import events as ev
 from daemon.eventlog import EventStore
-from tests.integration.logtools import ROOT, admitd, assert_one_clean_line, scenario
+from tests.integration.logtools import ROOT, admitd, assert_one_clean_line, interruptible, scenario
 
 EXIT_BAD_INPUT, EXIT_LOG_FAILED, EXIT_INTERRUPTED = 2, 1, 130
 
@@ -83,7 +83,7 @@ def test_ctrl_c_during_a_run_is_one_line_and_exit_130(tmp_path: Path) -> None:
     db = tmp_path / "interrupted.db"
     spec = scenario(tmp_path / "s.yaml", 20000)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "simulate", str(spec), "--db", str(db), "--json"],
+        interruptible("-m", "daemon.cli", "simulate", str(spec), "--db", str(db), "--json"),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -26,6 +26,7 @@ from daemon.domain.model import Admission
 from daemon.eventlog import LogReader, codec
 from daemon.obs.metrics import FoldedMetrics, LogMetrics, Renderer, metric_names
 from daemon.query.moment import state_at
+from tests.integration.logtools import interruptible
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "query_scenarios"
@@ -214,8 +215,8 @@ def _free_port() -> int:
 def test_simulate_serves_metrics_over_http_until_interrupted(tmp_path: Path) -> None:
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "simulate", str(SCENARIOS / "preempted-and-readmitted.yaml"),
-         "--metrics-port", str(port), "--metrics-linger", "--db", str(tmp_path / "sim.db")],
+        interruptible("-m", "daemon.cli", "simulate", str(SCENARIOS / "preempted-and-readmitted.yaml"),
+                      "--metrics-port", str(port), "--metrics-linger", "--db", str(tmp_path / "sim.db")),
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -239,7 +240,12 @@ def test_simulate_serves_metrics_over_http_until_interrupted(tmp_path: Path) -> 
         assert proc.poll() is None  # still serving after the run, as --metrics-linger says
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # fail here, without leaving a server running into the tests that follow
+            proc.communicate()
+            raise
     assert proc.returncode == 0, err
     assert "still serving /metrics until Ctrl-C" in err
 
