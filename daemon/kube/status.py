@@ -49,7 +49,7 @@ class _Job:
     spec: Obj | None = None  # the Workload spec last written
     status: Obj | None = None  # the Workload status last written (or read back)
     started: bool = False  # its current admission was carried out (the Job unsuspended)
-    pending_kind: str | None = None  # the reason kind of the last Pending Event sent since it last queued
+    pending_kind: str | None = None  # the reason kind of the last Pending Event sent since it last ran
     # Events of a decision not yet carried out on the Job, sent once it is: (reason, message, at, seq)
     held: list[tuple[str, str, int, int]] = field(default_factory=list)
 
@@ -162,13 +162,16 @@ class StatusWriter:
                     self._mark_job_queues(key)
                     rec = self.state.workloads.get(key)
                     waited = None if rec is None else at - rec.queue_order_at
-                    self._drop_unsent_pending(key)
-                    job.started, job.pending_kind = False, None
+                    if self._drop_unsent_pending(key):
+                        job.pending_kind = None  # the Job was never told this reason: the next one is news
+                    # Otherwise the Job keeps the reason it was told until the admission reaches it: one undone
+                    # before that (preempted first) leaves it waiting as it was, with no second Pending Event.
+                    job.started = False
                     job.held = [("Admitted", so.admitted_message(admission, waited), at, seq)]
             case ev.JobUnsuspended(job=key):
                 job = self._jobs.get(key)
                 if job is not None:  # the admission carried out: its Events (and a preemption's that came since)
-                    job.started = True
+                    job.started, job.pending_kind = True, None  # it ran: a later wait is news
                     for why, message, held_at, held_seq in job.held:
                         self._event(key, job, why, message, "Normal", held_at, held_seq)
                     job.held = []
@@ -253,11 +256,13 @@ class StatusWriter:
         else:
             job.held.append((reason, message, at, seq))
 
-    def _drop_unsent_pending(self, key: str) -> None:
+    def _drop_unsent_pending(self, key: str) -> bool:
         stale = self._pending_event.pop(key, None)
-        if stale is not None:  # an unsent Pending is superseded by what came after it
-            self._events.pop(stale, None)
-            self._dirty.pop(("ev", stale), None)
+        if stale is None:
+            return False
+        self._events.pop(stale, None)  # an unsent Pending is superseded by what came after it
+        self._dirty.pop(("ev", stale), None)
+        return True
 
     def _event(self, key: str, job: _Job, reason: str, message: str, type_: str, at: int, seq: int) -> None:
         namespace, _, name = key.partition("/")

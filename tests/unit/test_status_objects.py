@@ -497,3 +497,42 @@ def test_a_pending_reason_that_only_changes_its_figures_is_one_event_on_the_job(
         ("Preempted", client.posted[3]["message"]),
         ("Pending", "WaitingForQuota: cpu: 2 more needed"),
     ]
+
+
+def test_an_admission_undone_before_it_reached_the_job_does_not_repeat_its_pending_event() -> None:
+    """Pending (told), admitted, preempted before the unsuspend, pending again for the same kind of reason: from the
+    Job's side nothing happened, so no second Pending Event. Had the Pending not been sent yet when the admission
+    came, it was dropped unsent, and the same reason afterwards is told."""
+    client = _PostedEvents()
+    state = State()
+    w = StatusWriter(cast(KubeClient, client), state, clock=cast(Any, None), monotonic=lambda: 0.0)
+
+    def pending(at: int, kind: PendingReasonKind, message: str) -> ev.WorkloadPending:
+        reason = PendingReason(kind=kind, message=message)
+        return ev.WorkloadPending(workload="research/train-a", at=at, cluster_queue="team-research", reason=reason)
+
+    def send_all() -> None:
+        for eid in list(w._events):
+            asyncio.run(w._write_event(eid))
+
+    def undone_admission(at: int) -> None:
+        feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=at, admission=admission()))
+        evicted = ev.WorkloadEvicted(workload="research/train-a", at=at + 200, reason="Preempted")
+        feed(w, state, _preempted(at + 100), evicted)
+
+    waiting, blocked = PendingReasonKind.WAITING_FOR_QUOTA, PendingReasonKind.BLOCKED_BY_HEAD
+    feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
+    feed(w, state, pending(1_000, waiting, "cpu: 2 more needed"))
+    send_all()
+    undone_admission(2_000)
+    feed(w, state, pending(3_000, waiting, "cpu: 1 more needed"))
+    send_all()
+    assert [e["message"] for e in client.posted] == ["WaitingForQuota: cpu: 2 more needed"]
+    feed(w, state, pending(4_000, blocked, "blocked by research/x"))  # queued, not sent yet
+    undone_admission(5_000)  # drops it unsent: the Job was never told
+    feed(w, state, pending(6_000, blocked, "blocked by research/y"))
+    send_all()
+    assert [e["message"] for e in client.posted] == [
+        "WaitingForQuota: cpu: 2 more needed",
+        "BlockedByHead: blocked by research/y",
+    ]
