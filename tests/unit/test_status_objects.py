@@ -463,6 +463,16 @@ class _PostedEvents:
         return body
 
 
+def _pending(at: int, kind: PendingReasonKind, message: str) -> ev.WorkloadPending:
+    reason = PendingReason(kind=kind, message=message)
+    return ev.WorkloadPending(workload="research/train-a", at=at, cluster_queue="team-research", reason=reason)
+
+
+def _send_all(w: StatusWriter) -> None:
+    for eid in list(w._events):
+        asyncio.run(w._write_event(eid))
+
+
 def test_a_pending_reason_that_only_changes_its_figures_is_one_event_on_the_job() -> None:
     """WaitingForQuota with new figures after its Event was sent: no second Event (the Workload's status has the
     figures); a new kind of reason is one; after an admission and an eviction, pending again is one."""
@@ -470,26 +480,18 @@ def test_a_pending_reason_that_only_changes_its_figures_is_one_event_on_the_job(
     state = State()
     w = StatusWriter(cast(KubeClient, client), state, clock=cast(Any, None), monotonic=lambda: 0.0)
 
-    def pending(at: int, kind: PendingReasonKind, message: str) -> ev.WorkloadPending:
-        reason = PendingReason(kind=kind, message=message)
-        return ev.WorkloadPending(workload="research/train-a", at=at, cluster_queue="team-research", reason=reason)
-
-    def send_all() -> None:
-        for eid in list(w._events):
-            asyncio.run(w._write_event(eid))
-
     feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
-    feed(w, state, pending(1_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
-    send_all()
-    feed(w, state, pending(2_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 1 more needed"))
-    send_all()
-    feed(w, state, pending(3_000, PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS, "waiting for 2"))
-    send_all()
+    feed(w, state, _pending(1_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
+    _send_all(w)
+    feed(w, state, _pending(2_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 1 more needed"))
+    _send_all(w)
+    feed(w, state, _pending(3_000, PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS, "waiting for 2"))
+    _send_all(w)
     feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=4_000, admission=admission()))
     feed(w, state, ev.JobUnsuspended(job="research/train-a", at=4_100, decision=state.seq, placements=()))
     feed(w, state, _preempted(5_000), ev.WorkloadEvicted(workload="research/train-a", at=5_100, reason="Preempted"))
-    feed(w, state, pending(6_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
-    send_all()
+    feed(w, state, _pending(6_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
+    _send_all(w)
     assert [(e["reason"], e["message"]) for e in client.posted] == [
         ("Pending", "WaitingForQuota: cpu: 2 more needed"),
         ("Pending", "WaitingForPreemptedWorkloads: waiting for 2"),
@@ -507,14 +509,6 @@ def test_an_admission_undone_before_it_reached_the_job_does_not_repeat_its_pendi
     state = State()
     w = StatusWriter(cast(KubeClient, client), state, clock=cast(Any, None), monotonic=lambda: 0.0)
 
-    def pending(at: int, kind: PendingReasonKind, message: str) -> ev.WorkloadPending:
-        reason = PendingReason(kind=kind, message=message)
-        return ev.WorkloadPending(workload="research/train-a", at=at, cluster_queue="team-research", reason=reason)
-
-    def send_all() -> None:
-        for eid in list(w._events):
-            asyncio.run(w._write_event(eid))
-
     def undone_admission(at: int) -> None:
         feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=at, admission=admission()))
         evicted = ev.WorkloadEvicted(workload="research/train-a", at=at + 200, reason="Preempted")
@@ -522,16 +516,16 @@ def test_an_admission_undone_before_it_reached_the_job_does_not_repeat_its_pendi
 
     waiting, blocked = PendingReasonKind.WAITING_FOR_QUOTA, PendingReasonKind.BLOCKED_BY_HEAD
     feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
-    feed(w, state, pending(1_000, waiting, "cpu: 2 more needed"))
-    send_all()
+    feed(w, state, _pending(1_000, waiting, "cpu: 2 more needed"))
+    _send_all(w)
     undone_admission(2_000)
-    feed(w, state, pending(3_000, waiting, "cpu: 1 more needed"))
-    send_all()
+    feed(w, state, _pending(3_000, waiting, "cpu: 1 more needed"))
+    _send_all(w)
     assert [e["message"] for e in client.posted] == ["WaitingForQuota: cpu: 2 more needed"]
-    feed(w, state, pending(4_000, blocked, "blocked by research/x"))  # queued, not sent yet
+    feed(w, state, _pending(4_000, blocked, "blocked by research/x"))  # queued, not sent yet
     undone_admission(5_000)  # drops it unsent: the Job was never told
-    feed(w, state, pending(6_000, blocked, "blocked by research/y"))
-    send_all()
+    feed(w, state, _pending(6_000, blocked, "blocked by research/y"))
+    _send_all(w)
     assert [e["message"] for e in client.posted] == [
         "WaitingForQuota: cpu: 2 more needed",
         "BlockedByHead: blocked by research/y",
