@@ -162,10 +162,9 @@ class StatusWriter:
                     self._mark_job_queues(key)
                     rec = self.state.workloads.get(key)
                     waited = None if rec is None else at - rec.queue_order_at
-                    if self._drop_unsent_pending(key):
-                        job.pending_kind = None  # the Job was never told this reason: the next one is news
-                    # Otherwise the Job keeps the reason it was told until the admission reaches it: one undone
-                    # before that (preempted first) leaves it waiting as it was, with no second Pending Event.
+                    # The Job keeps the reason it was told until the admission reaches it: one undone before that
+                    # (preempted first) leaves it waiting as it was, with no second Pending Event.
+                    self._drop_unsent_pending(key)
                     job.started = False
                     job.held = [("Admitted", so.admitted_message(admission, waited), at, seq)]
             case ev.JobUnsuspended(job=key):
@@ -256,13 +255,14 @@ class StatusWriter:
         else:
             job.held.append((reason, message, at, seq))
 
-    def _drop_unsent_pending(self, key: str) -> bool:
+    def _drop_unsent_pending(self, key: str) -> None:
         stale = self._pending_event.pop(key, None)
-        if stale is None:
-            return False
-        self._events.pop(stale, None)  # an unsent Pending is superseded by what came after it
-        self._dirty.pop(("ev", stale), None)
-        return True
+        if stale is not None:  # an unsent Pending is superseded by what came after it
+            self._events.pop(stale, None)
+            self._dirty.pop(("ev", stale), None)
+            job = self._jobs.get(key)
+            if job is not None:
+                job.pending_kind = None  # the Job was never told that reason: the next one is news
 
     def _event(self, key: str, job: _Job, reason: str, message: str, type_: str, at: int, seq: int) -> None:
         namespace, _, name = key.partition("/")
