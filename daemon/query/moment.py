@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -169,14 +169,22 @@ def _whole_state(reader: LogReader, seq: int, found: tuple[int, bytes] | None) -
                 state, since = decode_snapshot(found[1]), found[0]
             except (msgspec.MsgspecError, ValueError, TypeError, KeyError):
                 state, since = State(pending_indexes=False), 0  # an unreadable snapshot costs time, not correctness
-        decode, apply = codec.decode, state.apply
-        if since < seq:
-            for s, type_, version, payload in reader.iter_payloads(since, chunk=min(20_000, seq - since)):
-                if s > seq:
-                    break
-                apply(decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=s), s)
+        apply = state.apply
+        for s, event in _tail(reader, since, seq):
+            apply(event, s)
     state.seq = seq
     return state
+
+
+def _tail(reader: LogReader, since: int, seq: int) -> Iterator[tuple[int, ev.Event]]:
+    """The events (since, seq], decoded, with their seqs."""
+    if since >= seq:
+        return
+    decode = codec.decode
+    for s, type_, version, payload in reader.iter_payloads(since, chunk=min(20_000, seq - since)):
+        if s > seq:
+            return
+        yield s, decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=s)
 
 
 # --- a partial state: only the workloads an answer reads ---------------------------------------------------------
@@ -282,18 +290,13 @@ def _partial(
         return None
     tail: list[tuple[int, ev.Event]] = []
     touched: set[str] = set()
-    decode = codec.decode
-    if since < seq:
-        for s, type_, version, payload in reader.iter_payloads(since, chunk=min(20_000, seq - since)):
-            if s > seq:
-                break
-            event = decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=s)
-            key = _touched(event)
-            if key is None:
-                return None
-            if key:
-                touched.add(key)
-            tail.append((s, event))
+    for s, event in _tail(reader, since, seq):
+        key = _touched(event)
+        if key is None:
+            return None
+        if key:
+            touched.add(key)
+        tail.append((s, event))
     routes = {lq.key: lq.cluster_queue for lq in unread.local_queues}
     whole = frozenset(cq for lq in local_queues if (cq := routes.get(lq)) is not None)
     pending_at_f = dict(index.pending)
