@@ -110,6 +110,13 @@ def admitted_counts(daemon: Daemon, key: str) -> list[int]:
 
 def test_the_default_queue_and_partial_admission_with_restore(daemon: Daemon, crds: KubeCluster, ns: str) -> None:
     apply(crds, *queues(ns, 4))
+    # The default queue is chosen when the Job is created, from the LocalQueues admitd has seen (as Kueue's webhook,
+    # from its cache): a Job created before the LocalQueue reached admitd's watch is never defaulted.
+    subject = f"localqueue/{ns}/default"
+    wait_for(
+        "admitd to see the default LocalQueue",
+        lambda: any(e["type"] == "localqueue.observed" and e["subject"] == subject for e in daemon.events()),
+    )
     # No queue-name label: the webhook labels it `default` (the namespace has that LocalQueue) and suspends it.
     apply(crds, job(ns, "whole", queue=None, gpus=1, pods=2))
     wait_for("the unlabelled job to run", lambda: spec(crds, ns, "whole")["spec"].get("suspend") is False)
