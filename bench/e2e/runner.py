@@ -145,6 +145,12 @@ def run_once(
         pids = {**({"scheduler": sched_pid} if sched_pid else {}), **lc.pids()}
         log(f"{system.name} / {setting.name}: {len(p.jobs)} Jobs")
         figures = asyncio.run(drive(c, p, pids, timeout_s, managed=getattr(system, "manages_jobs", True)))
+        report = getattr(system, "report", None)
+        if report is not None:
+            try:
+                figures.update(report())
+            except (OSError, ValueError) as e:
+                log(f"{system.name} / {setting.name}: no report from the scheduler: {e}")
         code = system.stop()
         figures["scheduler_exit"] = code
         log(

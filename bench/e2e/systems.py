@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import REPO, KubeCluster
 from tests.integration.daemon_harness import free_port, kubectl
@@ -167,6 +168,7 @@ class Admitd:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log: Path | None = None
         self.cluster: KubeCluster | None = None
+        self.metrics_url = ""
 
     def version(self) -> str:
         extra = f" + {self.patch.name}" if self.patch is not None else ""
@@ -212,6 +214,7 @@ class Admitd:
         kubectl(c, "apply", "--server-side", *(a for p in crds for a in ("-f", str(p))))
         kubectl(c, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         webhook_port, health_port = free_port(), free_port()
+        self.metrics_url = f"http://127.0.0.1:{health_port}/metrics"
         qps, burst = setting.admitd_status
         argv = [
             sys.executable, "-m", "daemon.cli", "--log-level", "info", "run",
@@ -235,6 +238,13 @@ class Admitd:
         _wait_ready(self.proc, f"http://127.0.0.1:{health_port}/readyz", "admitd", self.log, self.stop)
         return self.proc.pid
 
+    def report(self) -> dict[str, Any]:
+        """What the status writer took from a change to the cluster showing it, per kind of object (from admitd's
+        metrics, before it stops): the count, and the bucket bounds holding the median and the 90th percentile."""
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as r:
+            text = r.read().decode()
+        return {"status_sync_delay_s": sync_delays(text)}
+
     def stop(self) -> int | None:
         if self.proc is None:
             return None
@@ -245,6 +255,34 @@ class Admitd:
 
     def log_path(self) -> Path | None:
         return self.log
+
+
+def sync_delays(metrics_text: str) -> dict[str, dict[str, float | int | None]]:
+    """admitd_status_sync_delay_seconds per kind: count, and the upper bounds of the buckets holding the median and
+    the 90th percentile (None past the last finite bound)."""
+    buckets: dict[str, list[tuple[float, float]]] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != "admitd_status_sync_delay_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                bound = float(sample.labels["le"])
+                buckets.setdefault(sample.labels["kind"], []).append((bound, sample.value))
+    out: dict[str, dict[str, float | int | None]] = {}
+    for kind, cumulative in sorted(buckets.items()):
+        cumulative.sort()
+        total = cumulative[-1][1]
+        if total:
+            out[kind] = {"count": int(total), "p50_le": _bound(cumulative, 0.5), "p90_le": _bound(cumulative, 0.9)}
+    return out
+
+
+def _bound(cumulative: list[tuple[float, float]], q: float) -> float | None:
+    """The upper bound of the first bucket holding the q-quantile of a cumulative histogram."""
+    for bound, count in cumulative:
+        if count >= q * cumulative[-1][1]:
+            return None if bound == float("inf") else bound
+    return None
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], url: str, what: str, log: Path, stop: Any, timeout: float = 120) -> None:

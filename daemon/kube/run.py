@@ -180,7 +180,9 @@ class Daemon:
                 workload_objects=opts.workload_objects,
                 qps=opts.status_qps,
                 burst=opts.status_burst,
+                synced=metrics.status_synced,
             )
+            metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
             cluster = KubeCluster(client)
             actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_parallelism)

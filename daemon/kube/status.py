@@ -31,6 +31,7 @@ log = get_logger("admitd.status")
 Key = tuple[str, str]  # ("wl", ns/job) | ("cq", name) | ("lq", ns/name) | ("ev", id)
 
 _BASE = f"/apis/{so.GROUP}/{so.VERSION}"
+_KINDS = {"wl": "workload", "ev": "event", "cq": "clusterqueue", "lq": "localqueue"}
 _RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 MAX_QUEUED_EVENTS = 10_000  # beyond this, the oldest unsent Pending events are dropped (Kubernetes Events are lossy)
 
@@ -80,6 +81,7 @@ class StatusWriter:
         queue_linger_s: float = 1.0,
         parallelism: int = 4,
         monotonic: Callable[[], float] = time.monotonic,
+        synced: Callable[[str, float], None] | None = None,
     ) -> None:
         self.client = client
         self.state = state
@@ -91,6 +93,7 @@ class StatusWriter:
         self.monotonic = monotonic
         self.bucket = so.TokenBucket(qps, burst, monotonic())
         self.stats = WriterStats()
+        self.synced = synced  # (kind, seconds from a change being marked to the cluster showing it), per drained key
         self.instance = socket.gethostname()
         # key -> monotonic time first marked; insertion order is drain order. Two lanes: Workloads and Events
         # after `linger_s`; queue status (which every admission and finish in the queue changes) after
@@ -113,10 +116,11 @@ class StatusWriter:
 
     # --- marking (the Recorder listener: cheap) ---------------------------------------------------------------
 
-    def _mark(self, key: Key) -> None:
+    def _mark(self, key: Key, since: float | None = None) -> None:
+        """`since`: when the change was first marked, for a key marked again to retry a failed write."""
         lane = self._queues_dirty if key[0] in ("cq", "lq") else self._dirty
         if key not in lane:
-            lane[key] = self.monotonic()
+            lane[key] = self.monotonic() if since is None else since
             self._wake.set()
 
     def _mark_job_queues(self, key: str) -> None:
@@ -376,19 +380,24 @@ class StatusWriter:
         """What is waiting to be written."""
         return {*self._dirty, *self._queues_dirty}
 
-    def _take(self, lane: dict[Key, float], linger: float, now: float) -> Key | float | None:
-        """The first key of `lane` that is due and not being written; else how long until the first is due."""
+    def backlog(self) -> int:
+        """Keys marked and not yet written (lingering, waiting for a worker, or being retried later)."""
+        return len(self._dirty) + len(self._queues_dirty)
+
+    def _take(self, lane: dict[Key, float], linger: float, now: float) -> tuple[Key, float] | float | None:
+        """The first key of `lane` that is due and not being written, with when it was first marked; else how long
+        until the first is due."""
         for key, marked in lane.items():
             if key in self._inflight:
                 continue
             due = marked + linger
             if due <= now:
                 del lane[key]
-                return key
+                return key, marked
             return due - now
         return None
 
-    async def _next(self) -> Key:
+    async def _next(self) -> tuple[Key, float]:
         while True:
             now = self.monotonic()
             waits: list[float] = []
@@ -405,18 +414,20 @@ class StatusWriter:
 
     async def _worker(self) -> None:
         while True:
-            key = await self._next()
+            key, marked = await self._next()
             self._inflight.add(key)
             try:
                 await self._write(key)
                 self._attempts.pop(key, None)
+                if self.synced is not None:
+                    self.synced(_KINDS[key[0]], self.monotonic() - marked)
             except (Temporary, Conflict) as e:
                 self.stats.failed += 1
                 attempt = self._attempts.get(key, 0)
                 self._attempts[key] = attempt + 1
                 delay = _RETRY_S[min(attempt, len(_RETRY_S) - 1)]
                 log.info("status write failed; retrying", key="/".join(key), error=str(e), retry_in_s=delay)
-                asyncio.get_running_loop().call_later(delay, self._mark, key)
+                asyncio.get_running_loop().call_later(delay, self._mark, key, marked)
             except Permanent as e:
                 self.stats.failed += 1
                 self._attempts.pop(key, None)

@@ -94,6 +94,17 @@ LEADER = Gauge("admitd_leader", "1 while this process holds the leader lease, el
 REPLAY_DURATION = Gauge(
     "admitd_replay_duration_seconds", "How long the last replay of the log into state took at start-up", registry=LIVE
 )
+STATUS_SYNC_DELAY = Histogram(
+    "admitd_status_sync_delay_seconds",
+    "From a change being marked for the cluster (a Workload, a queue's status, an Event) to its write done, by kind; "
+    "the writer's linger included",
+    ["kind"],
+    buckets=(0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0),
+    registry=LIVE,
+)
+STATUS_BACKLOG = Gauge(
+    "admitd_status_backlog", "Objects and Events marked for the cluster and not yet written", registry=LIVE
+)
 _STARTUP_REPLAY = threading.Event()  # set once the process reported its own start-up replay
 
 
@@ -124,6 +135,15 @@ def watch_restarted(resource: str) -> None:
 def leader_is(is_leader: Callable[[], bool]) -> None:
     """`admitd_leader` reads `is_leader()` at every scrape."""
     LEADER.set_function(lambda: 1.0 if is_leader() else 0.0)
+
+
+def status_synced(kind: str, seconds: float) -> None:
+    STATUS_SYNC_DELAY.labels(kind=kind).observe(seconds)
+
+
+def status_backlog_is(backlog: Callable[[], int]) -> None:
+    """`admitd_status_backlog` reads `backlog()` at every scrape."""
+    STATUS_BACKLOG.set_function(lambda: float(backlog()))
 
 
 def replayed(seconds: float) -> None:

@@ -12,6 +12,7 @@ from bench.e2e.recorder import Timeline, percentile, summarize
 from bench.e2e.results import markers, write_results
 from bench.e2e.runner import aggregate, caused, ratios
 from bench.e2e.shape import CLASS_LABEL, ShapeError, job_object, plan, queue_objects, scaled
+from bench.e2e.systems import sync_delays
 
 # The baseline generator configuration as Kueue v0.17.0 ships it (test/performance/scheduler/configs/baseline).
 BASELINE: dict[str, Any] = {
@@ -284,3 +285,16 @@ def test_what_a_scheduler_causes_is_its_requests_minus_the_baselines(tmp_path: A
     text = path.read_text()
     assert "| API requests per Job caused (minus the no-scheduler baseline) | 6 | 16.0 | 0.375 |" in text
     assert "| no-scheduler baseline, API requests per Job (median of 1) | 4 | 4 | — |" in text
+
+
+def test_admitds_sync_delays_are_read_from_its_histogram_per_kind() -> None:
+    text = "".join(
+        f'admitd_status_sync_delay_seconds_bucket{{kind="{kind}",le="{le}"}} {n}\n'
+        for kind, counts in (("event", (0, 6, 9, 10, 10)), ("workload", (0, 0, 0, 1, 4)))
+        for le, n in zip(("0.5", "1.0", "2.0", "5.0", "+Inf"), counts, strict=True)
+    )
+    text = "# TYPE admitd_status_sync_delay_seconds histogram\n" + text
+    assert sync_delays(text) == {
+        "event": {"count": 10, "p50_le": 1.0, "p90_le": 2.0},
+        "workload": {"count": 4, "p50_le": None, "p90_le": None},  # past the last finite bound
+    }

@@ -8,6 +8,7 @@ nothing is sent anywhere; the writer gets no client (its listener never uses one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, cast
 
 import pytest
@@ -31,6 +32,7 @@ from daemon.domain.model import (
 from daemon.domain.state import State
 from daemon.kube import status_objects as so
 from daemon.kube.client import KubeClient
+from daemon.kube.errors import Temporary
 from daemon.kube.status import StatusWriter
 
 GPU = "nvidia.com/gpu"
@@ -530,3 +532,61 @@ def test_an_admission_undone_before_it_reached_the_job_does_not_repeat_its_pendi
         "WaitingForQuota: cpu: 2 more needed",
         "BlockedByHead: blocked by research/y",
     ]
+
+
+# --- the writer's own figures: how long the cluster lags the log, and how much is waiting -----------------------
+
+
+class _FlakyEvents(_PostedEvents):
+    """Refuses the first POST as the API server does when it is overloaded (a temporary failure)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+
+    async def request(self, method: str, path: str, *, body: Any = None, **kw: Any) -> Any:
+        if not self.refused:
+            self.refused += 1
+            raise Temporary(method, path, 429, "Too Many Requests")
+        return await super().request(method, path, body=body, **kw)
+
+
+def test_the_writer_reports_each_sync_delay_from_the_first_mark_and_its_backlog() -> None:
+    """Two Events, the first refused once: each is reported as an `event` sync with its delay counted from when it
+    was first marked (the linger, and for the refused one the retry's wait too); the backlog counts what is marked
+    and not yet written, and is empty at the end."""
+    client = _FlakyEvents()
+    state = State()
+    synced: list[tuple[str, float]] = []
+    w = StatusWriter(
+        cast(KubeClient, client),
+        state,
+        clock=cast(Any, None),
+        linger_s=0.05,
+        parallelism=1,
+    )
+    feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
+    feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=1_000, admission=admission()))
+    feed(w, state, ev.JobUnsuspended(job="research/train-a", at=1_100, decision=state.seq, placements=()))
+    feed(w, state, _preempted(1_500))
+    assert w.backlog() == 5, "the Workload, its two queues and two Events"
+    w._dirty = {k: v for k, v in w._dirty.items() if k[0] == "ev"}  # only the Events are this test's business
+    w._queues_dirty.clear()
+    assert w.backlog() == 2
+
+    async def drain() -> None:
+        both = asyncio.Event()
+        w.synced = lambda kind, seconds: (synced.append((kind, seconds)), len(synced) == 2 and both.set())
+        task = asyncio.create_task(w._worker())
+        await both.wait()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(asyncio.wait_for(drain(), 10))
+    assert [e["reason"] for e in client.posted] == ["Preempted", "Admitted"], "the refused one was retried after"
+    assert [kind for kind, _ in synced] == ["event", "event"]
+    preempted_delay, admitted_delay = (seconds for _, seconds in synced)
+    assert 0.05 <= preempted_delay < 0.5
+    assert admitted_delay >= 0.5, "the first retry waits 0.5 s; the delay counts from the first mark"
+    assert w.backlog() == 0
