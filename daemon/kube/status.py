@@ -33,6 +33,8 @@ Key = tuple[str, str]  # ("wl", ns/job) | ("cq", name) | ("lq", ns/name) | ("ev"
 _BASE = f"/apis/{so.GROUP}/{so.VERSION}"
 _KINDS = {"wl": "workload", "ev": "event", "cq": "clusterqueue", "lq": "localqueue"}
 _RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+ROUTINE_SLACK_S = 10.0  # how much older a pending-reason update may be than an admission written before it
+QUEUE_SLACK_S = 5.0  # the same for a queue's status
 MAX_QUEUED_EVENTS = 10_000  # beyond this, the oldest unsent Pending events are dropped (Kubernetes Events are lossy)
 
 
@@ -95,13 +97,20 @@ class StatusWriter:
         self.stats = WriterStats()
         self.synced = synced  # (kind, seconds from a change being marked to the cluster showing it), per drained key
         self.instance = socket.gethostname()
-        # key -> monotonic time first marked; insertion order is drain order. Two lanes: Workloads and Events
-        # after `linger_s`; queue status (which every admission and finish in the queue changes) after
-        # `queue_linger_s`. A second of lingering folds what a job goes through within it into one write (pending
-        # then admitted, admitted then preempted: about a quarter of the Workload writes of Kueue's baseline shape
-        # end to end) and a busy queue's counts into one write a second, not one per change.
-        self._dirty: dict[Key, float] = {}
-        self._queues_dirty: dict[Key, float] = {}
+        # key -> monotonic time first marked; insertion order is drain order. Three lanes. `_urgent`: what users act
+        # on (a new Job's Workload, an admission, a preemption or eviction, a finish; the Admitted and Preempted
+        # Events); `_routine`: a waiting workload's pending reason (its Workload status and its Pending Event);
+        # `_queues`: ClusterQueue and LocalQueue status (which every admission and finish in the queue changes). A key
+        # is due `linger_s` after its first mark (`queue_linger_s` for queues): a second of lingering folds what a
+        # job goes through within it into one write (pending then admitted, admitted then preempted: about a quarter
+        # of the Workload writes of Kueue's baseline shape end to end) and a busy queue's counts into one write, not
+        # one per change. While the API server keeps up, everything is written when due. When it does not, a key's
+        # deadline is its due time plus its lane's slack (0 / ROUTINE_SLACK_S / QUEUE_SLACK_S) and the earliest
+        # deadline goes first: an admission overtakes pending-reason updates up to 10 s older than it, and nothing
+        # waits forever behind a stream of admissions.
+        self._urgent: dict[Key, float] = {}
+        self._routine: dict[Key, float] = {}
+        self._queues: dict[Key, float] = {}
         self._inflight: set[Key] = set()
         self._wake = asyncio.Event()
         self._jobs: dict[str, _Job] = {}
@@ -116,12 +125,29 @@ class StatusWriter:
 
     # --- marking (the Recorder listener: cheap) ---------------------------------------------------------------
 
-    def _mark(self, key: Key, since: float | None = None) -> None:
-        """`since`: when the change was first marked, for a key marked again to retry a failed write."""
-        lane = self._queues_dirty if key[0] in ("cq", "lq") else self._dirty
+    def _mark(self, key: Key, since: float | None = None, *, urgent: bool = True) -> None:
+        """Mark `key` to be written. `urgent=False`: a change of a waiting workload's pending reason, which may
+        wait behind what users act on. `since`: when the change was first marked, for a key marked again to retry a
+        failed write."""
+        at = self.monotonic() if since is None else since
+        if key[0] in ("cq", "lq"):
+            lane = self._queues
+        elif urgent:
+            lane = self._urgent
+            routine = self._routine.pop(key, None)  # moves ahead, keeping its first mark
+            if routine is not None and key not in lane:
+                at = min(at, routine)
+        elif key in self._urgent:
+            return
+        else:
+            lane = self._routine
         if key not in lane:
-            lane[key] = self.monotonic() if since is None else since
+            lane[key] = at
             self._wake.set()
+
+    def _unmark(self, key: Key) -> None:
+        self._urgent.pop(key, None)
+        self._routine.pop(key, None)
 
     def _mark_job_queues(self, key: str) -> None:
         job = self._jobs.get(key)
@@ -141,17 +167,17 @@ class StatusWriter:
                 job = self._jobs.get(wl.key)
                 lq = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else ""
                 if job is None:
-                    self._jobs[wl.key] = _Job(uid=wl.uid, kind=wl.kind, local_queue=lq)
+                    job = self._jobs[wl.key] = _Job(uid=wl.uid, kind=wl.kind, local_queue=lq)
                 else:
                     if job.local_queue != lq:
                         self._mark_job_queues(wl.key)  # the old queues lose a pending workload
                     job.uid, job.local_queue = wl.uid, lq
-                self._mark(("wl", wl.key))
+                self._mark(("wl", wl.key), urgent=not job.name)  # a Job without its Workload yet: urgent
                 self._mark_job_queues(wl.key)
             case ev.WorkloadPending(workload=key, reason=reason, at=at):
                 job = self._jobs.get(key)
                 if job is not None:
-                    self._mark(("wl", key))  # the Workload's status shows every reason, its figures included
+                    self._mark(("wl", key), urgent=False)  # its status shows every reason, figures included
                     if key in self._pending_event or job.pending_kind != reason.kind:
                         # An Event for a new kind of reason (or one replacing the unsent Pending): a shortage that
                         # only changes its figures is not news on the Job, as client-go's correlator aggregates
@@ -263,7 +289,7 @@ class StatusWriter:
         stale = self._pending_event.pop(key, None)
         if stale is not None:  # an unsent Pending is superseded by what came after it
             self._events.pop(stale, None)
-            self._dirty.pop(("ev", stale), None)
+            self._unmark(("ev", stale))
             job = self._jobs.get(key)
             if job is not None:
                 job.pending_kind = None  # the Job was never told that reason: the next one is news
@@ -274,7 +300,7 @@ class StatusWriter:
         if len(self._events) >= MAX_QUEUED_EVENTS:
             oldest = next(iter(self._events))
             self._events.pop(oldest)
-            self._dirty.pop(("ev", oldest), None)
+            self._unmark(("ev", oldest))
         self._event_ids += 1
         eid = str(self._event_ids)
         self._events[eid] = so.JobEvent(
@@ -290,7 +316,7 @@ class StatusWriter:
         )
         if reason == "Pending":
             self._pending_event[key] = eid
-        self._mark(("ev", eid))
+        self._mark(("ev", eid), urgent=reason != "Pending")
 
     # --- the writer ---------------------------------------------------------------------------------------------
 
@@ -378,39 +404,52 @@ class StatusWriter:
 
     def marked(self) -> set[Key]:
         """What is waiting to be written."""
-        return {*self._dirty, *self._queues_dirty}
+        return {*self._urgent, *self._routine, *self._queues}
 
     def backlog(self) -> int:
         """Keys marked and not yet written (lingering, waiting for a worker, or being retried later)."""
-        return len(self._dirty) + len(self._queues_dirty)
+        return len(self._urgent) + len(self._routine) + len(self._queues)
 
-    def _take(self, lane: dict[Key, float], linger: float, now: float) -> tuple[Key, float] | float | None:
-        """The first key of `lane` that is due and not being written, with when it was first marked; else how long
-        until the first is due."""
+    def _head(self, lane: dict[Key, float]) -> tuple[Key, float] | None:
+        """The first key of `lane` not being written, with when it was first marked."""
         for key, marked in lane.items():
-            if key in self._inflight:
-                continue
-            due = marked + linger
-            if due <= now:
-                del lane[key]
+            if key not in self._inflight:
                 return key, marked
-            return due - now
         return None
+
+    def _take(self, now: float) -> tuple[Key, float] | float | None:
+        """Of the lanes' first keys that are due, the one with the earliest deadline (taken off its lane), with when
+        it was first marked; else how long until the first is due; None when nothing is marked."""
+        best: tuple[float, dict[Key, float], Key, float] | None = None
+        wait: float | None = None
+        for lane, linger, slack in (
+            (self._urgent, self.linger_s, 0.0),
+            (self._routine, self.linger_s, ROUTINE_SLACK_S),
+            (self._queues, self.queue_linger_s, QUEUE_SLACK_S),
+        ):
+            head = self._head(lane)
+            if head is None:
+                continue
+            key, marked = head
+            due = marked + linger
+            if due > now:
+                wait = due - now if wait is None else min(wait, due - now)
+            elif best is None or due + slack < best[0]:
+                best = (due + slack, lane, key, marked)
+        if best is None:
+            return wait
+        _, lane, key, marked = best
+        del lane[key]
+        return key, marked
 
     async def _next(self) -> tuple[Key, float]:
         while True:
-            now = self.monotonic()
-            waits: list[float] = []
-            for lane, linger in ((self._dirty, self.linger_s), (self._queues_dirty, self.queue_linger_s)):
-                got = self._take(lane, linger, now)
-                if isinstance(got, tuple):
-                    return got
-                if got is not None:
-                    waits.append(got)
-            wait = min(waits) if waits else None
+            got = self._take(self.monotonic())
+            if isinstance(got, tuple):
+                return got
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                await asyncio.wait_for(self._wake.wait(), got)
 
     async def _worker(self) -> None:
         while True:
@@ -434,7 +473,7 @@ class StatusWriter:
                 log.warning("status write refused; not retried", key="/".join(key), error=str(e))
             finally:
                 self._inflight.discard(key)
-                if key in self._dirty or key in self._queues_dirty:  # marked again while it was being written
+                if key in self._urgent or key in self._routine or key in self._queues:  # marked again meanwhile
                     self._wake.set()
 
     async def _write(self, key: Key) -> None:

@@ -407,7 +407,7 @@ def test_repeated_changes_to_one_object_mark_it_once() -> None:
     for i in range(5):
         reason = PendingReason(kind=PendingReasonKind.WAITING_FOR_QUOTA, message=f"short {i}")
         feed(w, state, ev.WorkloadPending(workload="research/train-a", at=i, cluster_queue=None, reason=reason))
-    assert [k for k in w._dirty if k[0] == "wl"] == [("wl", "research/train-a")]
+    assert [k for k in w._urgent if k[0] == "wl"] == [("wl", "research/train-a")]
     marked = w.marked()
     assert {k for k in marked if k[0] != "ev"} == {("wl", "research/train-a"), ("lq", "research/q")}
     assert len([k for k in marked if k[0] == "ev"]) == 1, "each Pending Event replaced the unsent one before it"
@@ -570,8 +570,9 @@ def test_the_writer_reports_each_sync_delay_from_the_first_mark_and_its_backlog(
     feed(w, state, ev.JobUnsuspended(job="research/train-a", at=1_100, decision=state.seq, placements=()))
     feed(w, state, _preempted(1_500))
     assert w.backlog() == 5, "the Workload, its two queues and two Events"
-    w._dirty = {k: v for k, v in w._dirty.items() if k[0] == "ev"}  # only the Events are this test's business
-    w._queues_dirty.clear()
+    w._urgent = {k: v for k, v in w._urgent.items() if k[0] == "ev"}  # only the Events are this test's business
+    w._routine.clear()
+    w._queues.clear()
     assert w.backlog() == 2
 
     async def drain() -> None:
@@ -590,3 +591,69 @@ def test_the_writer_reports_each_sync_delay_from_the_first_mark_and_its_backlog(
     assert 0.05 <= preempted_delay < 0.5
     assert admitted_delay >= 0.5, "the first retry waits 0.5 s; the delay counts from the first mark"
     assert w.backlog() == 0
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_what_users_act_on_goes_ahead_of_pending_reasons_but_nothing_waits_forever() -> None:
+    """Marked: a new Job's Workload (urgent), a Pending Event and a pending-reason change (routine), queue status.
+    When several are due at once, the earliest deadline goes first: due time plus 0 s for urgent, 10 s for routine,
+    5 s for queues; a routine key marked urgent later moves ahead and keeps its first mark."""
+    clock = _Clock()
+    state = State()
+    w = StatusWriter(cast(KubeClient, None), state, clock=cast(Any, None), monotonic=clock)
+    feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()))
+    w._queues.clear()
+    feed(w, state, ev.JobObserved(workload=wl()))  # at 0: a Workload to create (urgent), its LocalQueue's count
+    assert list(w._urgent) == [("wl", "research/train-a")] and list(w._queues) == [("lq", "research/q")]
+    assert w._take(0.5) == pytest.approx(0.5), "nothing is due before its linger"
+    assert w._take(1.0) == (("wl", "research/train-a"), 0.0)
+    w._jobs["research/train-a"].name = "job-train-a-12345"  # as if written
+    clock.now = 1.0
+    w.listener(ev.JobObserved(workload=wl()), state.seq)  # seen again, its Workload there: not urgent
+    assert list(w._routine) == [("wl", "research/train-a")] and not w._urgent
+    w._routine.clear()
+
+    clock.now = 2.0
+    feed(w, state, _pending(2_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
+    pending_event = next(k for k in w._routine if k[0] == "ev")
+    assert list(w._routine) == [("wl", "research/train-a"), pending_event]
+    clock.now = 7.0
+    feed(w, state, ev.JobObserved(workload=wl("train-b", uid="b")))
+    assert [w._take(8.5) for _ in range(5)] == [
+        (("lq", "research/q"), 0.0),  # due 1, deadline 6
+        (("wl", "research/train-b"), 7.0),  # urgent: due 8, deadline 8
+        (("wl", "research/train-a"), 2.0),  # routine: due 3, deadline 13
+        (pending_event, 2.0),  # the same deadline, after it in its lane
+        None,
+    ]
+
+    # A routine change marked urgent later moves ahead with its first mark: admitted after a pending change.
+    clock.now = 20.0
+    feed(w, state, _pending(20_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 1 more needed"))
+    clock.now = 25.0
+    feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=25_000, admission=admission()))
+    assert w._urgent == {("wl", "research/train-a"): 20.0} and not w._routine, "its unsent Pending Event dropped"
+    # ... and routine work older than an admission by more than the slack goes first.
+    clock.now = 30.0
+    reason = PendingReason(kind=PendingReasonKind.WAITING_FOR_QUOTA, message="cpu: 3 more needed")
+    feed(w, state, ev.WorkloadPending(workload="research/train-b", at=30_000, cluster_queue=None, reason=reason))
+    feed(w, state, ev.JobObserved(workload=wl("train-c", uid="c")))
+    b_event = next(k for k in w._routine if k[0] == "ev")
+    clock.now = 45.0
+    feed(w, state, ev.JobObserved(workload=wl("train-d", uid="d")))
+    w._queues.clear()
+    assert [w._take(46.0) for _ in range(6)] == [
+        (("wl", "research/train-a"), 20.0),  # urgent: deadline 21
+        (("wl", "research/train-c"), 30.0),  # urgent: deadline 31
+        (("wl", "research/train-b"), 30.0),  # routine: deadline 41, ahead of ...
+        (b_event, 30.0),
+        (("wl", "research/train-d"), 45.0),  # ... urgent: deadline 46
+        None,
+    ]
