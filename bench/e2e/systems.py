@@ -258,8 +258,8 @@ class Admitd:
 
 
 def sync_delays(metrics_text: str) -> dict[str, dict[str, float | int | None]]:
-    """admitd_status_sync_delay_seconds per kind: count, and the upper bounds of the buckets holding the median and
-    the 90th percentile (None past the last finite bound)."""
+    """admitd_status_sync_delay_seconds per kind and lane ("workload/urgent"): count, and the upper bounds of the
+    buckets holding the median and the 90th percentile (None past the last finite bound)."""
     buckets: dict[str, list[tuple[float, float]]] = {}
     for family in text_string_to_metric_families(metrics_text):
         if family.name != "admitd_status_sync_delay_seconds":
@@ -267,7 +267,8 @@ def sync_delays(metrics_text: str) -> dict[str, dict[str, float | int | None]]:
         for sample in family.samples:
             if sample.name.endswith("_bucket"):
                 bound = float(sample.labels["le"])
-                buckets.setdefault(sample.labels["kind"], []).append((bound, sample.value))
+                name = f"{sample.labels['kind']}/{sample.labels.get('lane', '')}".rstrip("/")
+                buckets.setdefault(name, []).append((bound, sample.value))
     out: dict[str, dict[str, float | int | None]] = {}
     for kind, cumulative in sorted(buckets.items()):
         cumulative.sort()

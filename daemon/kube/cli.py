@@ -29,6 +29,16 @@ def _lease(text: str) -> tuple[str, str]:
     return namespace, name
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
 def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     p = sub.add_parser(
         "run",
@@ -76,6 +86,12 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     )
     p.add_argument("--status-qps", type=float, default=50.0, help="status writes per second, sustained (default 50)")
     p.add_argument("--status-burst", type=int, default=100, help="status writes in a burst (default 100)")
+    p.add_argument(
+        "--status-parallelism",
+        type=_positive_int,
+        default=4,
+        help="status writes in flight at once (default 4); what the writer can do when the API server is slow",
+    )
     p.add_argument(
         "--leader-elect",
         action="store_true",
@@ -125,6 +141,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         workload_objects=not args.no_workload_objects,
         status_qps=args.status_qps,
         status_burst=args.status_burst,
+        status_parallelism=args.status_parallelism,
     )
     try:
         return asyncio.run(run_daemon(options))

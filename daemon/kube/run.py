@@ -92,6 +92,7 @@ class RunOptions:
     workload_objects: bool = True  # a kueue.x-k8s.io Workload per managed Job (off for the largest clusters)
     status_qps: float = 50.0  # status writes (Workloads, queue status, Events): sustained rate ...
     status_burst: int = 100  # ... and burst, one token bucket
+    status_parallelism: int = 4  # status writes in flight at once
 
 
 def job_callbacks(
@@ -180,6 +181,7 @@ class Daemon:
                 workload_objects=opts.workload_objects,
                 qps=opts.status_qps,
                 burst=opts.status_burst,
+                parallelism=opts.status_parallelism,
                 synced=metrics.status_synced,
             )
             metrics.status_backlog_is(status.backlog)

@@ -83,7 +83,7 @@ class StatusWriter:
         queue_linger_s: float = 1.0,
         parallelism: int = 4,
         monotonic: Callable[[], float] = time.monotonic,
-        synced: Callable[[str, float], None] | None = None,
+        synced: Callable[[str, str, float], None] | None = None,
     ) -> None:
         self.client = client
         self.state = state
@@ -95,7 +95,8 @@ class StatusWriter:
         self.monotonic = monotonic
         self.bucket = so.TokenBucket(qps, burst, monotonic())
         self.stats = WriterStats()
-        self.synced = synced  # (kind, seconds from a change being marked to the cluster showing it), per drained key
+        # (kind, lane, seconds from a change being marked to the cluster showing it), per key drained
+        self.synced = synced
         self.instance = socket.gethostname()
         # key -> monotonic time first marked; insertion order is drain order. Three lanes. `_urgent`: what users act
         # on (a new Job's Workload, an admission, a preemption or eviction, a finish; the Admitted and Preempted
@@ -417,15 +418,16 @@ class StatusWriter:
                 return key, marked
         return None
 
-    def _take(self, now: float) -> tuple[Key, float] | float | None:
+    def _take(self, now: float) -> tuple[Key, float, str] | float | None:
         """Of the lanes' first keys that are due, the one with the earliest deadline (taken off its lane), with when
-        it was first marked; else how long until the first is due; None when nothing is marked."""
-        best: tuple[float, dict[Key, float], Key, float] | None = None
+        it was first marked and its lane's name; else how long until the first is due; None when nothing is
+        marked."""
+        best: tuple[float, str, dict[Key, float], Key, float] | None = None
         wait: float | None = None
-        for lane, linger, slack in (
-            (self._urgent, self.linger_s, 0.0),
-            (self._routine, self.linger_s, ROUTINE_SLACK_S),
-            (self._queues, self.queue_linger_s, QUEUE_SLACK_S),
+        for name, lane, linger, slack in (
+            ("urgent", self._urgent, self.linger_s, 0.0),
+            ("routine", self._routine, self.linger_s, ROUTINE_SLACK_S),
+            ("queues", self._queues, self.queue_linger_s, QUEUE_SLACK_S),
         ):
             head = self._head(lane)
             if head is None:
@@ -435,14 +437,14 @@ class StatusWriter:
             if due > now:
                 wait = due - now if wait is None else min(wait, due - now)
             elif best is None or due + slack < best[0]:
-                best = (due + slack, lane, key, marked)
+                best = (due + slack, name, lane, key, marked)
         if best is None:
             return wait
-        _, lane, key, marked = best
+        _, name, lane, key, marked = best
         del lane[key]
-        return key, marked
+        return key, marked, name
 
-    async def _next(self) -> tuple[Key, float]:
+    async def _next(self) -> tuple[Key, float, str]:
         while True:
             got = self._take(self.monotonic())
             if isinstance(got, tuple):
@@ -453,13 +455,13 @@ class StatusWriter:
 
     async def _worker(self) -> None:
         while True:
-            key, marked = await self._next()
+            key, marked, lane = await self._next()
             self._inflight.add(key)
             try:
                 await self._write(key)
                 self._attempts.pop(key, None)
                 if self.synced is not None:
-                    self.synced(_KINDS[key[0]], self.monotonic() - marked)
+                    self.synced(_KINDS[key[0]], lane, self.monotonic() - marked)
             except (Temporary, Conflict) as e:
                 self.stats.failed += 1
                 attempt = self._attempts.get(key, 0)

@@ -96,9 +96,9 @@ REPLAY_DURATION = Gauge(
 )
 STATUS_SYNC_DELAY = Histogram(
     "admitd_status_sync_delay_seconds",
-    "From a change being marked for the cluster (a Workload, a queue's status, an Event) to its write done, by kind; "
-    "the writer's linger included",
-    ["kind"],
+    "From a change being marked for the cluster (a Workload, a queue's status, an Event) to its write done, by kind "
+    "and by the writer's lane (urgent, routine, queues); the linger and retries included",
+    ["kind", "lane"],
     buckets=(0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0),
     registry=LIVE,
 )
@@ -137,8 +137,8 @@ def leader_is(is_leader: Callable[[], bool]) -> None:
     LEADER.set_function(lambda: 1.0 if is_leader() else 0.0)
 
 
-def status_synced(kind: str, seconds: float) -> None:
-    STATUS_SYNC_DELAY.labels(kind=kind).observe(seconds)
+def status_synced(kind: str, lane: str, seconds: float) -> None:
+    STATUS_SYNC_DELAY.labels(kind=kind, lane=lane).observe(seconds)
 
 
 def status_backlog_is(backlog: Callable[[], int]) -> None:

@@ -289,12 +289,12 @@ def test_what_a_scheduler_causes_is_its_requests_minus_the_baselines(tmp_path: A
 
 def test_admitds_sync_delays_are_read_from_its_histogram_per_kind() -> None:
     text = "".join(
-        f'admitd_status_sync_delay_seconds_bucket{{kind="{kind}",le="{le}"}} {n}\n'
+        f'admitd_status_sync_delay_seconds_bucket{{kind="{kind}",lane="urgent",le="{le}"}} {n}\n'
         for kind, counts in (("event", (0, 6, 9, 10, 10)), ("workload", (0, 0, 0, 1, 4)))
         for le, n in zip(("0.5", "1.0", "2.0", "5.0", "+Inf"), counts, strict=True)
     )
     text = "# TYPE admitd_status_sync_delay_seconds histogram\n" + text
     assert sync_delays(text) == {
-        "event": {"count": 10, "p50_le": 1.0, "p90_le": 2.0},
-        "workload": {"count": 4, "p50_le": None, "p90_le": None},  # past the last finite bound
+        "event/urgent": {"count": 10, "p50_le": 1.0, "p90_le": 2.0},
+        "workload/urgent": {"count": 4, "p50_le": None, "p90_le": None},  # past the last finite bound
     }

@@ -388,3 +388,15 @@ async def test_a_preempted_running_job_is_restored_only_where_its_admission_chan
     assert client.obj["spec"]["suspend"] is True
     assert client.obj["metadata"]["annotations"][ADMISSION_ANNOTATION] == ""  # emptied in the suspending patch
     assert not client.obj["spec"]["template"]["spec"].get("nodeSelector")
+
+
+def test_the_status_writers_parallelism_is_a_whole_number_of_at_least_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from daemon.cli import build_parser  # noqa: PLC0415
+
+    parser = build_parser("run")
+    assert parser.parse_args(["run", "--status-parallelism", "2"]).status_parallelism == 2
+    assert parser.parse_args(["run"]).status_parallelism == 4
+    for bad, said in (("0", "expected at least 1, got 0"), ("two", "expected a whole number, got 'two'")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["run", "--status-parallelism", bad])
+        assert said in capsys.readouterr().err

@@ -577,7 +577,13 @@ def test_the_writer_reports_each_sync_delay_from_the_first_mark_and_its_backlog(
 
     async def drain() -> None:
         both = asyncio.Event()
-        w.synced = lambda kind, seconds: (synced.append((kind, seconds)), len(synced) == 2 and both.set())
+
+        def synced_(kind: str, lane: str, seconds: float) -> None:
+            synced.append((f"{kind}/{lane}", seconds))
+            if len(synced) == 2:
+                both.set()
+
+        w.synced = synced_
         task = asyncio.create_task(w._worker())
         await both.wait()
         task.cancel()
@@ -586,7 +592,7 @@ def test_the_writer_reports_each_sync_delay_from_the_first_mark_and_its_backlog(
 
     asyncio.run(asyncio.wait_for(drain(), 10))
     assert [e["reason"] for e in client.posted] == ["Preempted", "Admitted"], "the refused one was retried after"
-    assert [kind for kind, _ in synced] == ["event", "event"]
+    assert [kind for kind, _ in synced] == ["event/urgent", "event/urgent"]
     preempted_delay, admitted_delay = (seconds for _, seconds in synced)
     assert 0.05 <= preempted_delay < 0.5
     assert admitted_delay >= 0.5, "the first retry waits 0.5 s; the delay counts from the first mark"
@@ -613,7 +619,7 @@ def test_what_users_act_on_goes_ahead_of_pending_reasons_but_nothing_waits_forev
     feed(w, state, ev.JobObserved(workload=wl()))  # at 0: a Workload to create (urgent), its LocalQueue's count
     assert list(w._urgent) == [("wl", "research/train-a")] and list(w._queues) == [("lq", "research/q")]
     assert w._take(0.5) == pytest.approx(0.5), "nothing is due before its linger"
-    assert w._take(1.0) == (("wl", "research/train-a"), 0.0)
+    assert w._take(1.0) == (("wl", "research/train-a"), 0.0, "urgent")
     w._jobs["research/train-a"].name = "job-train-a-12345"  # as if written
     clock.now = 1.0
     w.listener(ev.JobObserved(workload=wl()), state.seq)  # seen again, its Workload there: not urgent
@@ -627,10 +633,10 @@ def test_what_users_act_on_goes_ahead_of_pending_reasons_but_nothing_waits_forev
     clock.now = 7.0
     feed(w, state, ev.JobObserved(workload=wl("train-b", uid="b")))
     assert [w._take(8.5) for _ in range(5)] == [
-        (("lq", "research/q"), 0.0),  # due 1, deadline 6
-        (("wl", "research/train-b"), 7.0),  # urgent: due 8, deadline 8
-        (("wl", "research/train-a"), 2.0),  # routine: due 3, deadline 13
-        (pending_event, 2.0),  # the same deadline, after it in its lane
+        (("lq", "research/q"), 0.0, "queues"),  # due 1, deadline 6
+        (("wl", "research/train-b"), 7.0, "urgent"),  # due 8, deadline 8
+        (("wl", "research/train-a"), 2.0, "routine"),  # due 3, deadline 13
+        (pending_event, 2.0, "routine"),  # the same deadline, after it in its lane
         None,
     ]
 
@@ -650,10 +656,10 @@ def test_what_users_act_on_goes_ahead_of_pending_reasons_but_nothing_waits_forev
     feed(w, state, ev.JobObserved(workload=wl("train-d", uid="d")))
     w._queues.clear()
     assert [w._take(46.0) for _ in range(6)] == [
-        (("wl", "research/train-a"), 20.0),  # urgent: deadline 21
-        (("wl", "research/train-c"), 30.0),  # urgent: deadline 31
-        (("wl", "research/train-b"), 30.0),  # routine: deadline 41, ahead of ...
-        (b_event, 30.0),
-        (("wl", "research/train-d"), 45.0),  # ... urgent: deadline 46
+        (("wl", "research/train-a"), 20.0, "urgent"),  # deadline 21
+        (("wl", "research/train-c"), 30.0, "urgent"),  # deadline 31
+        (("wl", "research/train-b"), 30.0, "routine"),  # deadline 41, ahead of ...
+        (b_event, 30.0, "routine"),
+        (("wl", "research/train-d"), 45.0, "urgent"),  # ... deadline 46
         None,
     ]
