@@ -10,7 +10,7 @@ import pytest
 from bench.e2e.procs import request_counts
 from bench.e2e.recorder import Timeline, percentile, summarize
 from bench.e2e.results import markers, write_results
-from bench.e2e.runner import aggregate, caused, ratios
+from bench.e2e.runner import aggregate, caused, ratios, writes
 from bench.e2e.shape import CLASS_LABEL, ShapeError, job_object, plan, queue_objects, scaled
 from bench.e2e.systems import sync_delays
 
@@ -298,3 +298,18 @@ def test_admitds_sync_delays_are_read_from_its_histogram_per_kind() -> None:
         "event/urgent": {"count": 10, "p50_le": 1.0, "p90_le": 2.0},
         "workload/urgent": {"count": 4, "p50_le": None, "p90_le": None},  # past the last finite bound
     }
+
+
+def test_settling_counts_writes_but_not_reads_watches_or_lease_renewals() -> None:
+    counts = Counter(
+        {
+            "PATCH kueue.x-k8s.io/workloads/status": 3,
+            "POST events": 2,
+            "APPLY kueue.x-k8s.io/workloads/status": 1,
+            "PUT coordination.k8s.io/leases": 50,
+            "GET batch/jobs": 7,
+            "WATCH batch/jobs": 1,
+            "LIST limitranges": 4,
+        }
+    )
+    assert writes(counts) == 6
