@@ -78,6 +78,10 @@ def table(result: dict[str, Any], setting: str) -> str:
         ("kube-apiserver CPU, s", [_fmt(per[s]["apiserver_cpu_s"]) for s in systems]),
         ("makespans of the runs, s", [", ".join(_fmt(x) for x in per[s]["makespan_s_all"]) for s in systems]),
         (
+            "still writing after the last Job completed, s (each run; counted in the requests)",
+            [", ".join(_fmt(x) for x in per[s].get("settle_s_all") or ()) for s in systems],
+        ),
+        (
             "load average (1 min) at start/end of each run",
             [", ".join(f"{a:.1f}/{b:.1f}" for a, b in per[s]["loadavg_1m"]) for s in systems],
         ),

@@ -218,6 +218,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "runs": len(runs),
         "makespan_s": median([r["makespan_s"] for r in runs]),
         "makespan_s_all": [r["makespan_s"] for r in runs],
+        "settle_s_all": [r.get("settle_s") for r in runs],  # None: a run from before the settle phase
         "admissions_per_s": median([r["admissions_per_s"] for r in runs]),
         "evictions": median([r["evictions"] for r in runs]),
         "mean_tta_s": {k: median([r["time_to_admission_s"][k]["mean"] for r in runs]) for k in classes},
