@@ -9,12 +9,14 @@ Usage (from the repository root, with the project's venv):
 (every run, medians per system and setting, admitd/Kueue ratios) and, unless --no-results, writes the table between
 the e2e markers of bench/RESULTS.md. Before the rounds of each setting it runs the same Jobs once with no scheduler
 (`none`: created running and unlabelled; --baseline-runs), and reports what each scheduler causes: its API requests
-per Job minus the baseline's. Settings (client qps / burst): `shipped` (each scheduler's own shipped limit: Kueue's
-clientConnection 50 / 100, admitd's --status-qps 50 / --status-burst 100; kube-controller-manager lifted to
-1000 / 2000 so that the Job controller does not bind both), `lifted` (1000 / 2000 for all three) and `stock` (as
-shipped, kube-controller-manager's default 20 / 30 included). Work and cluster state go under --work (default
-/tmp/admitd/e2e-work). Kueue is built on first use by tests/cluster/kueue/build-kueue.sh (about 2 minutes); the
-Jobs are the baseline shape of Kueue's scheduler performance test read from its module (bench/e2e/shape.py).
+per Job minus the baseline's. A run's requests and CPU are counted until the last Job completed and nothing has been
+written for 3 s more (leases aside): what a scheduler still owes the cluster then is its cost too. Settings (client
+qps / burst): `shipped` (each scheduler's own shipped limit: Kueue's clientConnection 50 / 100, admitd's
+--status-qps 50 / --status-burst 100; kube-controller-manager lifted to 1000 / 2000 so that the Job controller does
+not bind both), `lifted` (1000 / 2000 for all three) and `stock` (as shipped, kube-controller-manager's default 20 /
+30 included). Work and cluster state go under --work (default /tmp/admitd/e2e-work). Kueue is built on first use by
+tests/cluster/kueue/build-kueue.sh (about 2 minutes); the Jobs are the baseline shape of Kueue's scheduler
+performance test read from its module (bench/e2e/shape.py).
 """
 
 from __future__ import annotations

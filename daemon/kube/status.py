@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 import time
 from collections.abc import Callable
@@ -35,7 +36,7 @@ _KINDS = {"wl": "workload", "ev": "event", "cq": "clusterqueue", "lq": "localque
 _RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 ROUTINE_SLACK_S = 10.0  # how much older a pending-reason update may be than an admission written before it
 QUEUE_SLACK_S = 5.0  # the same for a queue's status
-MAX_QUEUED_EVENTS = 10_000  # beyond this, the oldest unsent Pending events are dropped (Kubernetes Events are lossy)
+MAX_QUEUED_EVENTS = 10_000  # beyond this, the oldest unsent Events are dropped (Kubernetes Events are lossy)
 
 
 @dataclass(slots=True)
@@ -468,7 +469,8 @@ class StatusWriter:
                 self._attempts[key] = attempt + 1
                 delay = _RETRY_S[min(attempt, len(_RETRY_S) - 1)]
                 log.info("status write failed; retrying", key="/".join(key), error=str(e), retry_in_s=delay)
-                asyncio.get_running_loop().call_later(delay, self._mark, key, marked)
+                retry = functools.partial(self._mark, key, marked, urgent=lane != "routine")
+                asyncio.get_running_loop().call_later(delay, retry)
             except Permanent as e:
                 self.stats.failed += 1
                 self._attempts.pop(key, None)

@@ -663,3 +663,38 @@ def test_what_users_act_on_goes_ahead_of_pending_reasons_but_nothing_waits_forev
         (("wl", "research/train-d"), 45.0, "urgent"),  # ... deadline 46
         None,
     ]
+
+
+def test_a_refused_write_is_retried_in_its_own_lane_with_its_first_mark() -> None:
+    """A Pending Event (routine) refused once comes back to the routine lane, marked when it first was, so it neither
+    jumps ahead of admissions nor loses its place to newer pending reasons."""
+    client = _FlakyEvents()
+    state = State()
+    w = StatusWriter(cast(KubeClient, client), state, clock=cast(Any, None), linger_s=0.01, parallelism=1)
+    feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
+    feed(w, state, _pending(1_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
+    w._urgent.clear()
+    w._queues.clear()
+    w._routine = {k: v for k, v in w._routine.items() if k[0] == "ev"}
+    ((key, first_mark),) = w._routine.items()
+
+    async def refuse_once() -> None:
+        marked_again = asyncio.Event()
+        mark = w._mark
+
+        def spy(*args: Any, **kwargs: Any) -> None:
+            mark(*args, **kwargs)
+            lanes.append((dict(w._routine), dict(w._urgent)))
+            marked_again.set()
+
+        w._mark = spy  # type: ignore[method-assign]
+        task = asyncio.create_task(w._worker())
+        await marked_again.wait()  # taken, refused, then marked again after the first retry delay (0.5 s)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    lanes: list[tuple[dict[Any, float], dict[Any, float]]] = []
+    asyncio.run(asyncio.wait_for(refuse_once(), 10))
+    assert client.refused == 1
+    assert lanes[0] == ({key: first_mark}, {}), "back in the routine lane, with its first mark"
