@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 
+from daemon.cliargs import whole_number
 from daemon.domain.durations import format_seconds
 from daemon.eventlog import EventLogError, LogReader, default_db_path
 from daemon.eventlog.codec import encode_json
@@ -106,16 +107,9 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    if value > INTEGER_MAX:  # a seq is a SQLite INTEGER
-        raise argparse.ArgumentTypeError(f"must be at most {INTEGER_MAX} (2^63 - 1), got {value}")
-    return value
+_non_negative = whole_number(  # a seq is a SQLite INTEGER
+    0, "must not be negative, got {value}", INTEGER_MAX, f"must be at most {INTEGER_MAX} (2^63 - 1), got {{value}}"
+)
 
 
 QUERY_COMMANDS = frozenset({"explain", "history", "queues", "pending", "replay"})

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from daemon.cliargs import whole_number
 from daemon.domain.admission import EngineConfig
 from daemon.kube.errors import KubeError
 from daemon.manifests import ManifestError
@@ -29,14 +30,7 @@ def _lease(text: str) -> tuple[str, str]:
     return namespace, name
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
-    return value
+_positive_int = whole_number(1, "expected at least 1, got {value}")
 
 
 def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:

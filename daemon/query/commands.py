@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from daemon.cliargs import whole_number
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import encode_json
 from daemon.query import explain as explain_mod
@@ -34,14 +35,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"a seq starts at 1, got {value}")
-    return value
+_positive = whole_number(1, "a seq starts at 1, got {value}")
 
 
 def _emit(body: dict[str, Any]) -> None:
