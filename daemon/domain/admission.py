@@ -15,7 +15,11 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
    `BlockedByHead`. The pass's entries are ordered as Kueue's classic iterator does (lower borrowing level first,
    then priority, then FIFO, then key) and processed one by one against the snapshot, each admission's usage added
    at once. An entry that no longer fits after an earlier one is offered again in the next pass. Passes repeat
-   until no queue offers anything, so one cycle admits everything that fits, in Kueue's order.
+   until no queue offers anything, so one cycle admits everything that fits, in Kueue's order. That order's first
+   key holds across passes, per quota tree: an entry that borrows waits (its queue stands at it, and offers it
+   again) while its tree's pass has entries that borrow less. Otherwise the pass after would find the room
+   lent that a queue's own next workload needs, and that workload would reclaim it at once (or, without reclaim,
+   wait behind a borrower); in Kueue, one head per queue per cycle, the same happens across cycles.
 4. Preemption (classic, or fair sharing when `EngineConfig.fair_sharing`, which also replaces the classic order of
    a pass by Kueue's DRS tournament per quota tree, re-run after every processed entry): a preemptor claims its
    victims (emitting `WorkloadPreempted` for those not already evicting) and reserves its usage; it stays pending
@@ -30,10 +34,12 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
    preemptor before assessing this one). A workload stopped at this instant (`PendingWorkload.evicted_now`) is not
    admitted again at this instant, neither into free room nor by preempting in turn: it is assessed again from the
    next instant on, so no instant undoes its own decisions (issue 9).
-5. BestEffortFIFO's sticky preemptor: a workload whose last reason is `WaitingForPreemptedWorkloads` is offered
-   before the rest of its queue. A workload that needs preemption but has no candidates reserves capacity against
-   other queues (Kueue's resourcesToReserve) unless its queue may always reclaim; admitd does this once per queue
-   per cycle, for the first such workload, and lifts it while serving that workload's own queue.
+5. BestEffortFIFO's sticky preemptor: a workload whose last reason is `WaitingForPreemptedWorkloads` naming victims
+   (its own, or already leaving ones it waits for) is offered before the rest of its queue; one that names none
+   (it waits only for room this cycle's victims free) keeps its place in queue order. A workload that needs
+   preemption but has no candidates reserves capacity against other queues (Kueue's resourcesToReserve) unless its
+   queue may always reclaim; admitd does this once per queue per cycle, for the first such workload, and lifts it
+   while serving that workload's own queue.
 
 Pending reasons are written only when they differ from `last_reason`. To keep deep queues from flooding the log,
 only the first unfitting workload of each queue per cycle is compared in full; for the others a change of the
@@ -344,9 +350,12 @@ class _Entry:
     pw: PendingWorkload
     result: _Result
 
+    def level(self) -> int:
+        """How high in the tree it borrows (0: it does not)."""
+        return self.result.assignment.borrowing if self.result.assignment is not None else 0
+
     def order(self) -> tuple[int, int, int, str, str]:
-        borrowing = self.result.assignment.borrowing if self.result.assignment is not None else 0
-        return entry_order(borrowing, self.pw, self.queue.name)
+        return entry_order(self.level(), self.pw, self.queue.name)
 
 
 class _Cycle:
@@ -413,7 +422,12 @@ class _Cycle:
                 self._process_fairly(entries)
                 continue
             entries.sort(key=_Entry.order)
+            lowest: dict[str, int] = {}
             for e in entries:
+                lowest.setdefault(e.queue.node.tree, e.level())
+            for e in entries:
+                if e.level() > lowest[e.queue.node.tree]:
+                    continue  # borrows while its tree still offers entries that borrow less: offered again later
                 self._process(e)
         self._remember(queues)
         return self.events
@@ -456,7 +470,7 @@ class _Cycle:
             candidates = q.seq[:1] if q.strict else q.seq
             for pw in candidates:
                 reason = pw.last_reason
-                if reason is None or reason.kind is not PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS:
+                if reason is None or not is_sticky(pw):
                     break  # sticky members come first in a BestEffortFIFO walk
                 live = [
                     aw
@@ -1216,11 +1230,10 @@ def _fair_tie_break(e: _Entry) -> tuple[object, ...]:
 def _sticky_first(seq: Sequence[PendingWorkload]) -> Sequence[PendingWorkload]:
     """BestEffortFIFO's sticky preemptor (Kueue #6929): a workload waiting for its victims is offered first, so the
     room its preemptions free is not taken by its own queue's or a sibling's next workload."""
-    waiting = PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS
-    sticky = [pw for pw in seq if pw.last_reason is not None and pw.last_reason.kind is waiting]
+    sticky = [pw for pw in seq if is_sticky(pw)]
     if not sticky:
         return seq
-    return [*sticky, *(pw for pw in seq if pw.last_reason is None or pw.last_reason.kind is not waiting)]
+    return [*sticky, *(pw for pw in seq if not is_sticky(pw))]
 
 
 def _no_fit_reason(a: Assignment) -> PendingReason:

@@ -232,8 +232,12 @@ def queue_ordered(items: list[tuple[QueueKey, PendingWorkload]]) -> SortedKeyLis
 
 
 def is_sticky(p: PendingWorkload) -> bool:
-    """BestEffortFIFO's sticky preemptor: its last reason says it waits for the workloads it preempted."""
-    return p.last_reason is not None and p.last_reason.kind is PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS
+    """BestEffortFIFO's sticky preemptor: its last reason says it waits for workloads it preempted (or found already
+    leaving), as Kueue makes sticky a workload that issued preemptions. One that waits only for the room some other
+    preemptor's victims free ("waiting for workloads preempted in this cycle", no victims named) is not: it is
+    offered in its queue's order, so it never goes ahead of a higher-priority workload of its own queue."""
+    last = p.last_reason
+    return last is not None and last.kind is PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS and bool(last.victims)
 
 
 def keyed_members(members: SortedKeyList) -> list[tuple[QueueKey, PendingWorkload]]:
@@ -285,7 +289,7 @@ class PendingIndex:
             group: GroupKey = (shape, pw.priority)
             runs: Coarse | None = None
             last = pw.last_reason
-            if last is not None and last.kind is waiting:  # is_sticky(pw)
+            if last is not None and last.kind is waiting and last.victims:  # is_sticky(pw)
                 sticky.append(item)
             else:
                 runs = None if last is None else coarse(last)

@@ -46,7 +46,6 @@ from daemon.domain.model import (
 )
 from daemon.domain.quota import UNLIMITED, Node, QuotaTree
 from daemon.domain.state import Phase, State
-from daemon.domain.view import is_sticky
 from daemon.eventlog import LogReader, codec
 from daemon.eventlog.errors import NotAnEventLog
 from daemon.eventlog.store import WriteObserver
@@ -105,6 +104,7 @@ STATUS_SYNC_DELAY = Histogram(
 STATUS_BACKLOG = Gauge(
     "admitd_status_backlog", "Objects and Events marked for the cluster and not yet written", registry=LIVE
 )
+_WAITING = PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS  # a preemptor waiting: active, as in Kueue
 _STARTUP_REPLAY = threading.Event()  # set once the process reported its own start-up replay
 
 
@@ -949,7 +949,7 @@ class Renderer:
             for p in ctx.view.pending_by_cq.get(cq, ()):
                 counts = pending.get(p.local_queue)
                 if counts is not None:
-                    counts[0 if p.last_reason is None or is_sticky(p) else 1] += 1
+                    counts[0 if p.last_reason is None or p.last_reason.kind is _WAITING else 1] += 1
         by_lq: dict[str, list[tuple[str, tuple[Any, ...], object]]] = {}
         for table_name, table in (
             ("admitted", fm.lq_admitted),

@@ -149,6 +149,27 @@ def test_non_borrowing_entries_go_first_in_a_pass() -> None:
     assert list(admitted(events)) == ["default/b-small"]
 
 
+@pytest.mark.parametrize("reclaim", ["Any", "Never"])
+def test_borrowing_waits_for_later_passes_that_do_not_borrow(reclaim: str) -> None:
+    """a has 2 GPUs of its own free and two 1-GPU jobs; b is at its nominal quota with one more job, which would
+    borrow. One pass offers a0 and b0: if b0 were admitted after a0, a1 (next pass) would find no room and reclaim
+    one of b's running jobs (or, without reclaim, wait behind a borrower). The whole cycle serves what does not
+    borrow first: a0 and a1 are admitted, b0 waits, nothing is preempted."""
+    w = base(
+        cq("a").cohort("c").flavor("h100", gpu=2).preempt(reclaim=reclaim),
+        cq("b").cohort("c").flavor("h100", gpu=2).preempt(reclaim=reclaim),
+        running(job("b-old0").queue("qb").gpus(1), "b", "h100"),
+        running(job("b-old1").queue("qb").gpus(1), "b", "h100"),
+        job("a0").gpus(1).at(0),
+        job("a1").gpus(1).at(1),
+        job("b0").queue("qb").gpus(1).at(0),
+    )
+    events = cycle(w)
+    assert sorted(admitted(events)) == ["default/a0", "default/a1"]
+    assert preempted(events) == {}
+    assert pending(events)["default/b0"].reason.kind is K.WAITING_FOR_QUOTA
+
+
 def test_several_admissions_per_queue_per_cycle() -> None:
     w = base(cq("a").flavor("h100", gpu=8), *(job(f"j{i}").gpus(2).at(i) for i in range(5)))
     events = cycle(w)

@@ -176,7 +176,7 @@ def test_an_evicted_workload_returns_to_its_queue_at_its_original_position() -> 
 
 def _reason_events() -> st.SearchStrategy[ev.Event]:
     """Pending reasons that land a workload in different runs of the pending index: none yet, a shortage (two
-    `available` figures, one coarse form), a sticky wait for preempted workloads, another kind."""
+    `available` figures, one coarse form), a sticky wait for preempted workloads, a wait for room, another kind."""
     shortage = st.integers(0, 3).map(
         lambda a: PendingReason(
             kind=PendingReasonKind.WAITING_FOR_QUOTA,
@@ -185,10 +185,14 @@ def _reason_events() -> st.SearchStrategy[ev.Event]:
         )
     )
     sticky = st.sampled_from(["ns/j0", "ns/j1"]).map(
-        lambda k: PendingReason(kind=PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS, message="w", blocked_by=k)
+        lambda k: PendingReason(
+            kind=PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS, message="w", blocked_by=k, victims=(k,)
+        )
     )
+    # Waiting for room that other preemptors' victims free: the same kind, but not sticky.
+    waiting = st.just(PendingReason(kind=PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS, message="room"))
     other = st.just(PendingReason(kind=PendingReasonKind.NO_MATCHING_FLAVOR, message="none"))
-    return st.tuples(st.sampled_from(JOBS), st.one_of(shortage, sticky, other)).map(
+    return st.tuples(st.sampled_from(JOBS), st.one_of(shortage, sticky, waiting, other)).map(
         lambda t: ev.WorkloadPending(workload=f"ns/{t[0]}", at=0, cluster_queue="cq-a", reason=t[1])
     )
 
@@ -273,6 +277,16 @@ def test_the_pending_index_groups_alike_workloads_and_sets_sticky_waiters_apart(
                 workload="ns/b",
                 at=5,
                 cluster_queue="cq-a",
+                reason=PendingReason(
+                    kind=PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS, message="w", victims=("ns/v",)
+                ),
+            ),
+            # Waiting for room other preemptors' victims free, naming none of its own: not sticky (Kueue makes
+            # sticky only a workload that issued preemptions), so it keeps its place in the queue's order.
+            ev.WorkloadPending(
+                workload="ns/c",
+                at=5,
+                cluster_queue="cq-a",
                 reason=PendingReason(kind=PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS, message="w"),
             ),
         ]
@@ -281,7 +295,8 @@ def test_the_pending_index_groups_alike_workloads_and_sets_sticky_waiters_apart(
     assert indexes is not None
     index = indexes["cq-a"]
     assert [p.key for p in index.sticky] == ["ns/b"]
-    assert sorted(len(runs) for runs in index.groups.values()) == [1, 1]  # two shapes, each one run (no reason)
+    # two shapes: a's run (no reason) and c's (its reason)
+    assert sorted(len(runs) for runs in index.groups.values()) == [1, 1]
     assert index.local_queues == {"ns/q1": 3}
     state.apply(ev.JobFinished(job="ns/b", at=6))
     assert list(index.sticky) == []  # the fold updates the same index in place

@@ -13,6 +13,7 @@ import pytest
 
 from daemon.domain.admission import decide
 from daemon.domain.events import Event, Freed, WorkloadAdmitted, WorkloadPending, WorkloadPreempted
+from daemon.domain.model import PendingReason
 from daemon.domain.model import PendingReasonKind as K
 from tests.unit.builders import M, World, cq, flavor, job, lq, namespace, running, settle, world
 
@@ -207,6 +208,27 @@ def test_nothing_is_admitted_into_capacity_still_held_by_evicting_workloads() ->
     events = cycle(w)
     assert not admitted(events)
     assert pending(events)["default/j"].reason.kind is K.WAITING_FOR_PREEMPTED_WORKLOADS
+
+
+def test_a_workload_waiting_only_for_room_keeps_its_place_in_its_queue() -> None:
+    """`low` waited last cycle for room that another preemptor's victims were freeing, naming no victims of its own.
+    It is no sticky preemptor (Kueue makes sticky only a workload that issued preemptions), so `high`, ahead of it
+    in priority order, takes the room. Were `low` offered first, it would take the room and `high` would preempt
+    `other` for it (and, in the cluster, `low` itself as soon as it could)."""
+    w = base(
+        cq("a").preempt(within="LowerPriority").flavor("h100", gpu=4),
+        running(job("other").gpus(2), "a", "h100"),
+        job("low").gpus(2).at(0),
+        job("high").gpus(2).priority(10).at(1),
+    )
+    waiting = PendingReason(
+        kind=K.WAITING_FOR_PREEMPTED_WORKLOADS, message="waiting for workloads preempted in this cycle"
+    )
+    w.apply([WorkloadPending(workload="default/low", at=NOW - 1, cluster_queue="a", reason=waiting)])
+    events = cycle(w)
+    assert admitted(events) == ["default/high"]
+    assert not preempted(events)
+    assert pending(events)["default/low"].reason.kind is K.WAITING_FOR_QUOTA
 
 
 def test_two_preemptors_never_claim_the_same_victim() -> None:
