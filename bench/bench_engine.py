@@ -1,9 +1,12 @@
 """Engine benchmarks on Kueue's performance-test shapes, and cycle cost against unfit pending workloads.
 
-Usage: python -m bench.bench_engine [baseline|fair-sharing|fair-sharing-flat|fair-sharing-deep|large-scale|unfit|all]
+Usage: python -m bench.bench_engine
+[baseline|fair-sharing|fair-sharing-flat|fair-sharing-deep|large-scale|unfit|borrowers|all]
 (default: all: every one but the fair-sharing ones). Prints one JSON object. `fair-sharing-flat` runs the baseline
 shape with fair sharing on; `fair-sharing-deep` the same queues and jobs joined into a tree three Cohort levels deep
-with Cohort fair-sharing weights (`kueue_shapes.hierarchical`); `fair-sharing` runs both.
+with Cohort fair-sharing weights (`kueue_shapes.hierarchical`); `fair-sharing` runs both. `borrowers` times one cycle
+in which a queue within its nominal quota has many workloads to admit while many others would borrow, which wait
+for it (the cycle's borrowing order).
 """
 
 from __future__ import annotations
@@ -132,6 +135,40 @@ def unfit_cycle(n_unfit: int, rounds: int = 60, *, same_tree: bool = False) -> d
     }
 
 
+def borrowers_cycle(n_lender: int, n_borrowers: int, per_borrower: int = 10, rounds: int = 5) -> dict[str, object]:
+    """One cohort: `lender` (nominal 2 x `n_lender` CPU) with `n_lender` waiting 1-CPU workloads, and `n_borrowers`
+    queues of nominal 0 with `per_borrower` waiting 1-CPU workloads each. Everything fits; one cycle admits it all,
+    the lender's workloads first (they do not borrow). The median of `rounds` cycles over the same state."""
+    state = State()
+    setup: list[ev.Event] = [
+        ev.ResourceFlavorObserved(flavor=ResourceFlavor(name="rf")),
+        ev.ClusterQueueObserved(cluster_queue=cpu_queue("lender", "shared", 2 * n_lender)),
+        ev.LocalQueueObserved(local_queue=LocalQueue(namespace="lender", name="q", cluster_queue="lender")),
+    ]
+    for b in range(n_borrowers):
+        setup.append(ev.ClusterQueueObserved(cluster_queue=cpu_queue(f"b{b}", "shared", 0)))
+        setup.append(ev.LocalQueueObserved(local_queue=LocalQueue(namespace=f"b{b}", name="q", cluster_queue=f"b{b}")))
+    setup += [ev.JobObserved(workload=_wl("lender", f"w{i}", 1, i)) for i in range(n_lender)]
+    for b in range(n_borrowers):
+        setup += [ev.JobObserved(workload=_wl(f"b{b}", f"w{i}", 1, i)) for i in range(per_borrower)]
+    for e in setup:
+        state.apply(e)
+    view = state.view()
+    times: list[float] = []
+    admitted = 0
+    for _ in range(rounds):
+        t = time.perf_counter()
+        decisions = AdmissionEngine().decide(view, 1)
+        times.append(time.perf_counter() - t)
+        admitted = sum(isinstance(d, ev.WorkloadAdmitted) for d in decisions)
+    return {
+        "lender_workloads": n_lender,
+        "borrowing_queues": n_borrowers,
+        "admitted": admitted,
+        "cycle_ms_median": round(statistics.median(times) * 1000, 1),
+    }
+
+
 def main() -> None:
     configure_logging(level="warning")  # the simulator's per-cycle debug lines would otherwise be printed and timed
     what = sys.argv[1] if len(sys.argv) > 1 else "all"
@@ -150,6 +187,8 @@ def main() -> None:
             big = unfit_cycle(50_000, same_tree=same_tree)
             ratio = float(str(big["cycle_ms_median"])) / float(str(small["cycle_ms_median"]))
             results.append({"unfit_cycle": [small, big], "ratio_50000_over_1000": round(ratio, 2)})
+    if what in ("borrowers", "all"):
+        results.append({"borrowers_cycle": [borrowers_cycle(2_000, 50), borrowers_cycle(10_000, 100)]})
     print(json.dumps({"benchmark": "engine", "results": results}, indent=2))
 
 

@@ -16,10 +16,12 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
    then priority, then FIFO, then key) and processed one by one against the snapshot, each admission's usage added
    at once. An entry that no longer fits after an earlier one is offered again in the next pass. Passes repeat
    until no queue offers anything, so one cycle admits everything that fits, in Kueue's order. That order's first
-   key holds across passes, per quota tree: an entry that borrows waits (its queue stands at it, and offers it
-   again) while its tree's pass has entries that borrow less. Otherwise the pass after would find the room
-   lent that a queue's own next workload needs, and that workload would reclaim it at once (or, without reclaim,
-   wait behind a borrower); in Kueue, one head per queue per cycle, the same happens across cycles.
+   key holds across passes, per quota tree: an entry that borrows waits while its tree's pass has entries that
+   borrow less. Otherwise the pass after would find the room lent that a queue's own next workload needs, and that
+   workload would reclaim it at once (or, without reclaim, wait behind a borrower); in Kueue, one head per queue per
+   cycle, the same happens across cycles. A waiting entry's queue is parked: it stands at that entry and is not
+   walked again until its tree offers nothing that borrows less (what others admit only takes room, so the entry
+   never comes to borrow less meanwhile), then it is assessed again; a cycle stays linear in what it admits.
 4. Preemption (classic, or fair sharing when `EngineConfig.fair_sharing`, which also replaces the classic order of
    a pass by Kueue's DRS tournament per quota tree, re-run after every processed entry): a preemptor claims its
    victims (emitting `WorkloadPreempted` for those not already evicting) and reserves its usage; it stays pending
@@ -60,6 +62,7 @@ LowerOrNewerEqualPriority queues (whose outcome depends on each workload's age) 
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -340,6 +343,7 @@ class _Queue:
     hold_for: Assignment | None = None
     emitted: bool = False  # any event about this queue's pending workloads this cycle
     acted: bool = False  # offered an entry this cycle
+    parked: bool = False  # its entry borrows more than others of its tree: not walked until they are done
     volatile: bool = False  # some outcome depended on the instant (see `_Result.volatile`): not memoised
     equivalent: dict[tuple[object, ...], _Result] = field(default_factory=dict)
 
@@ -408,14 +412,17 @@ class _Cycle:
         self._drain()
         queues = self._queues()
         self._keep_claims(queues)
+        parked: dict[str, list[tuple[int, _Queue]]] = {}  # per tree: queues whose entry waits, and its level
         while True:
             entries: list[_Entry] = []
             for q in queues:
-                if q.done:
+                if q.done or q.parked:
                     continue
                 entry = self._next_entry(q)
                 if entry is not None:
                     entries.append(entry)
+            if parked:
+                self._unpark(parked, entries)
             if not entries:
                 break
             if self.config.fair_sharing:
@@ -426,11 +433,40 @@ class _Cycle:
             for e in entries:
                 lowest.setdefault(e.queue.node.tree, e.level())
             for e in entries:
-                if e.level() > lowest[e.queue.node.tree]:
-                    continue  # borrows while its tree still offers entries that borrow less: offered again later
+                tree = e.queue.node.tree
+                if e.level() > lowest[tree]:
+                    # It borrows while its tree still offers entries that borrow less: its queue stands at it,
+                    # and is not walked again (nor the entry assessed again) until those are done.
+                    e.queue.parked = True
+                    bisect.insort(parked.setdefault(tree, []), (e.level(), e.queue), key=_level)
+                    continue
                 self._process(e)
         self._remember(queues)
         return self.events
+
+    def _unpark(self, parked: dict[str, list[tuple[int, _Queue]]], entries: list[_Entry]) -> None:
+        """Offer again the parked queues whose tree no longer offers an entry that borrows less than theirs did
+        (what others admit only takes room, so a parked entry never comes to borrow less meanwhile)."""
+        floor: dict[str, int] = {}
+        for e in entries:
+            tree = e.queue.node.tree
+            floor[tree] = min(floor.get(tree, e.level()), e.level())
+        for tree in list(parked):
+            if tree in floor and floor[tree] < parked[tree][0][0]:
+                continue  # kept by level: the first waits, so do all
+            waiting: list[tuple[int, _Queue]] = []
+            for level, q in parked[tree]:
+                if tree in floor and floor[tree] < level:
+                    waiting.append((level, q))
+                    continue
+                q.parked = False
+                entry = self._next_entry(q)
+                if entry is not None:
+                    entries.append(entry)
+            if waiting:
+                parked[tree] = waiting
+            else:
+                del parked[tree]
 
     def _process_fairly(self, entries: list[_Entry]) -> None:
         """Fair sharing: within each quota tree, Kueue's tournament picks the next entry against the current usage
@@ -1210,6 +1246,10 @@ class _Cycle:
 def _blocks_after_admission(config: EngineConfig) -> bool:
     """Whether an admission blocks the ones after it (blockAdmission: its pods are not ready yet)."""
     return config.wait_for_pods_ready is not None and config.wait_for_pods_ready.block_admission
+
+
+def _level(parked: tuple[int, _Queue]) -> int:
+    return parked[0]
 
 
 def _entry_usage(e: _Entry) -> dict[FlavorResource, int]:
