@@ -20,8 +20,9 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
    borrow less. Otherwise the pass after would find the room lent that a queue's own next workload needs, and that
    workload would reclaim it at once (or, without reclaim, wait behind a borrower); in Kueue, one head per queue per
    cycle, the same happens across cycles. A waiting entry's queue is parked: it stands at that entry and is not
-   walked again until its tree offers nothing that borrows less (what others admit only takes room, so the entry
-   never comes to borrow less meanwhile), then it is assessed again; a cycle stays linear in what it admits.
+   walked again until its tree offers nothing that borrows less, then it is assessed again, so a cycle stays linear
+   in what it admits. What others admit only takes room; only a preemptor claiming the parked queue's own workloads
+   could let its entry borrow less meanwhile, and then it is served later in the cycle than its level would allow.
 4. Preemption (classic, or fair sharing when `EngineConfig.fair_sharing`, which also replaces the classic order of
    a pass by Kueue's DRS tournament per quota tree, re-run after every processed entry): a preemptor claims its
    victims (emitting `WorkloadPreempted` for those not already evicting) and reserves its usage; it stays pending
@@ -446,7 +447,7 @@ class _Cycle:
 
     def _unpark(self, parked: dict[str, list[tuple[int, _Queue]]], entries: list[_Entry]) -> None:
         """Offer again the parked queues whose tree no longer offers an entry that borrows less than theirs did
-        (what others admit only takes room, so a parked entry never comes to borrow less meanwhile)."""
+        when parked (the module's step 3 says when that level is stale)."""
         floor: dict[str, int] = {}
         for e in entries:
             tree = e.queue.node.tree
