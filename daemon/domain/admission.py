@@ -430,9 +430,7 @@ class _Cycle:
                 self._process_fairly(entries)
                 continue
             entries.sort(key=_Entry.order)
-            lowest: dict[str, int] = {}
-            for e in entries:
-                lowest.setdefault(e.queue.node.tree, e.level())
+            lowest = _lowest_levels(entries)
             for e in entries:
                 tree = e.queue.node.tree
                 if e.level() > lowest[tree]:
@@ -448,26 +446,20 @@ class _Cycle:
     def _unpark(self, parked: dict[str, list[tuple[int, _Queue]]], entries: list[_Entry]) -> None:
         """Offer again the parked queues whose tree no longer offers an entry that borrows less than theirs did
         when parked (the module's step 3 says when that level is stale)."""
-        floor: dict[str, int] = {}
-        for e in entries:
-            tree = e.queue.node.tree
-            floor[tree] = min(floor.get(tree, e.level()), e.level())
+        floor = _lowest_levels(entries)
         for tree in list(parked):
-            if tree in floor and floor[tree] < parked[tree][0][0]:
-                continue  # kept by level: the first waits, so do all
-            waiting: list[tuple[int, _Queue]] = []
-            for level, q in parked[tree]:
-                if tree in floor and floor[tree] < level:
-                    waiting.append((level, q))
-                    continue
+            queued = parked[tree]  # kept by level
+            limit = floor.get(tree)
+            n = len(queued) if limit is None else bisect.bisect_right(queued, limit, key=_level)
+            for _, q in queued[:n]:
                 q.parked = False
                 entry = self._next_entry(q)
                 if entry is not None:
                     entries.append(entry)
-            if waiting:
-                parked[tree] = waiting
-            else:
+            if n == len(queued):
                 del parked[tree]
+            else:
+                parked[tree] = queued[n:]
 
     def _process_fairly(self, entries: list[_Entry]) -> None:
         """Fair sharing: within each quota tree, Kueue's tournament picks the next entry against the current usage
@@ -1251,6 +1243,16 @@ def _blocks_after_admission(config: EngineConfig) -> bool:
 
 def _level(parked: tuple[int, _Queue]) -> int:
     return parked[0]
+
+
+def _lowest_levels(entries: list[_Entry]) -> dict[str, int]:
+    """Per quota tree, the lowest borrowing level among `entries`."""
+    lowest: dict[str, int] = {}
+    for e in entries:
+        tree, level = e.queue.node.tree, e.level()
+        if level < lowest.get(tree, level + 1):
+            lowest[tree] = level
+    return lowest
 
 
 def _entry_usage(e: _Entry) -> dict[FlavorResource, int]:
