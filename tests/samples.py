@@ -110,6 +110,10 @@ def one_of_each() -> list[ev.Event]:
         ev.PriorityClassObserved(priority_class=PriorityClass(name="high", value=1000)),
         ev.NamespaceObserved(namespace=Namespace(name="research", labels={"team": "research"})),
         ev.ObjectRejected(kind="ClusterQueue", name="broken", errors=("spec.resourceGroups[0]: bad",)),
+        # Seqs no sample log reaches, so that a log of these samples accepts no break of its own.
+        ev.ChainBreakAccepted(
+            seq=999_999, problem="stored hash does not match the row's contents", by="admitd-0", at=1_000
+        ),
         ev.JobObserved(workload=with_min_count(workload(priority_class="high"), 1)),
         ev.WorkloadPending(workload="research/train-a", at=1_001, cluster_queue="team-research", reason=reason),
         ev.WorkloadAdmitted(

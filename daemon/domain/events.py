@@ -410,6 +410,29 @@ class ActuationFailed:
         return f"job/{self.job}"
 
 
+# --- the log's own facts -------------------------------------------------------------------------------------
+
+BREAK_SUBJECT = "log/chain"
+"""The subject of every fact about the log's hash chain (one index lookup finds them all)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainBreakAccepted:
+    """An operator ran admitd on a log whose hash chain is broken at `seq` (`admitd run --accept-chain-break`):
+    from here on the walk takes the stored rows there as they are. Changes no queue state."""
+
+    TYPE: ClassVar[str] = "log.break_accepted"
+    VERSION: ClassVar[int] = 1
+    seq: int
+    problem: str
+    by: str
+    at: Millis
+
+    @property
+    def subject(self) -> str:
+        return BREAK_SUBJECT
+
+
 Event = (
     ResourceFlavorObserved
     | ResourceFlavorDeleted
@@ -436,6 +459,7 @@ Event = (
     | JobUnsuspended
     | JobSuspended
     | ActuationFailed
+    | ChainBreakAccepted
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -464,6 +488,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobUnsuspended,
     JobSuspended,
     ActuationFailed,
+    ChainBreakAccepted,
 )
 """Every current event class; the codec's registry is built from this tuple."""
 

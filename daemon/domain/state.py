@@ -17,6 +17,7 @@ from sortedcontainers import SortedKeyList
 from daemon.domain.actuation import Order, suspend_order, unsuspend_order
 from daemon.domain.events import (
     ActuationFailed,
+    ChainBreakAccepted,
     ClusterQueueDeleted,
     ClusterQueueObserved,
     CohortDeleted,
@@ -338,8 +339,8 @@ class State:
             case ActuationFailed(job=key, decision=decision, permanent=permanent):
                 if permanent:  # recorded and surfaced, never retried; a temporary failure stays in the outbox
                     self._settle(key, decision)
-            case ObjectRejected():
-                pass  # an audit fact: it changes nothing the cycle reads
+            case ObjectRejected() | ChainBreakAccepted():
+                pass  # audit facts: they change nothing the cycle reads
             case _:
                 assert_never(event)
 

@@ -31,6 +31,7 @@ def _lease(text: str) -> tuple[str, str]:
 
 
 _positive_int = whole_number(1, "expected at least 1, got {value}")
+_seq = whole_number(1, "a seq is at least 1, got {value}", 2**63 - 1, "a seq is at most 2^63 - 1, got {value}")
 
 
 def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
@@ -99,6 +100,15 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         help="the Lease (default admitd-system/admitd)",
     )
     p.add_argument("--identity", help="this replica's name in the Lease (default: host name and a random suffix)")
+    p.add_argument(
+        "--accept-chain-break",
+        type=_seq,
+        action="append",
+        default=[],
+        metavar="SEQ",
+        help="run on a log whose hash chain is broken at SEQ (the seq the refusal names; repeat for several): the "
+        "acceptance is recorded in the log, and later starts accept that break without the flag",
+    )
     p.set_defaults(func=_cmd_run)
 
 
@@ -136,6 +146,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         status_qps=args.status_qps,
         status_burst=args.status_burst,
         status_parallelism=args.status_parallelism,
+        accept_chain_breaks=frozenset(args.accept_chain_break),
     )
     try:
         return asyncio.run(run_daemon(options))

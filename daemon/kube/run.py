@@ -28,11 +28,13 @@ from typing import Any
 
 from aiohttp import web
 
+from daemon.domain import events as ev
 from daemon.domain.actuation import Action, Order
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.events import Event, WorkloadAdmitted
 from daemon.domain.state import State
 from daemon.eventlog import EventStore, LogReader, replay
+from daemon.eventlog.errors import ChainBroken, LogNotTrusted
 from daemon.kube import webhook
 from daemon.kube.actuate import JobActuator
 from daemon.kube.client import KubeClient, Obj, load_configuration
@@ -93,6 +95,7 @@ class RunOptions:
     status_qps: float = 50.0  # status writes (Workloads, queue status, Events): sustained rate ...
     status_burst: int = 100  # ... and burst, one token bucket
     status_parallelism: int = 4  # status writes in flight at once
+    accept_chain_breaks: frozenset[int] = frozenset()  # seqs at which a broken hash chain is accepted (recorded)
 
 
 def job_callbacks(
@@ -167,13 +170,15 @@ class Daemon:
     async def run(self) -> int:
         opts = self.options
         clock = WallClock()
-        state = self._replay(opts.db)
+        state, accepting = self._replay(opts.db, opts.accept_chain_breaks)
         cfg = await load_configuration(opts.kubeconfig, opts.context)
         status_client = KubeClient(cfg, user_agent="admitd-status")  # its own count of requests, and its own pool
         async with KubeClient(cfg) as client, status_client, await EventStore.open(opts.db) as store:
             store.observer = metrics.write_observer()
-            version = await check_crds(client)
             recorder = Recorder(store, state, clock, wait_durable=True)
+            if accepting:  # before anything else is appended on top of the break
+                await self._record_acceptance(recorder, accepting, clock)
+            version = await check_crds(client)
             status = StatusWriter(
                 status_client,
                 state,
@@ -281,15 +286,45 @@ class Daemon:
             task.cancel()
 
     @staticmethod
-    def _replay(db: Path) -> State:
+    def _replay(db: Path, accept: frozenset[int]) -> tuple[State, list[ChainBroken]]:
+        """The state the log holds, every row folded checked against the hash chain from the snapshot used. A
+        break stops the start (LogNotTrusted, exit 2) unless the log already records it as accepted or the
+        operator names its seq in `accept`; the breaks accepted now are returned, to be recorded."""
         if not db.exists():
-            return State()
+            return State(), []
         started = time.perf_counter()
+        accepting: list[ChainBroken] = []
         with LogReader(db) as reader:
-            state = replay(reader)
+            recorded = reader.accepted_breaks()
+            while True:
+                try:
+                    state = replay(reader, verify=True, accepted=recorded | {b.seq for b in accepting})
+                    break
+                except ChainBroken as e:
+                    if e.seq not in accept or any(b.seq == e.seq for b in accepting):
+                        raise LogNotTrusted(e) from e
+                    accepting.append(e)
+        for seq in sorted(accept - {b.seq for b in accepting} - recorded):
+            log.warning("--accept-chain-break: the hash chain is not broken there; nothing accepted", seq=seq)
         metrics.replayed(time.perf_counter() - started)
-        log.info("replayed the log", seq=state.seq, workloads=len(state.workloads), outbox=len(state.outbox))
-        return state
+        log.info(
+            "replayed and verified the log",
+            seq=state.seq,
+            workloads=len(state.workloads),
+            outbox=len(state.outbox),
+            accepted_breaks=sorted(recorded | {b.seq for b in accepting}),
+        )
+        return state, accepting
+
+    async def _record_acceptance(self, recorder: Recorder, breaks: list[ChainBroken], clock: WallClock) -> None:
+        """The operator's acceptance of each break, as a fact in the log, before anything else is appended."""
+        by = self.options.identity or _identity()
+        now = clock.now()
+        for b in breaks:
+            log.warning("running on a broken hash chain, as the operator accepted", seq=b.seq, problem=b.problem)
+        await recorder.append(
+            [(ev.ChainBreakAccepted(seq=b.seq, problem=b.problem, by=by, at=now), None) for b in breaks]
+        )
 
     async def _startup(self, queue_reflectors: list[Reflector], jobs: JobWatches) -> None:
         """Queue objects listed first, then Jobs; ready after that. Then watch Jobs. (The leader resumes the

@@ -376,7 +376,7 @@ class FoldedMetrics:
                 self.actuation_failures[k] = self.actuation_failures.get(k, 0) + 1
             case ev.JobObserved(workload=wl):
                 self._touch_lq(wl.key)  # the LocalQueue it leaves, if its queue changed
-            case ev.JobUnsuspended() | ev.JobSuspended() | ev.ObjectRejected():
+            case ev.JobUnsuspended() | ev.JobSuspended() | ev.ObjectRejected() | ev.ChainBreakAccepted():
                 pass
             case ev.PriorityClassObserved():
                 pass
