@@ -20,7 +20,7 @@ import signal
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -41,6 +41,7 @@ from daemon.kube.client import KubeClient, Obj, load_configuration
 from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
 from daemon.kube.jobkinds import JOB, JobWatches, served_distributed_kinds
 from daemon.kube.leader import LeaderElector, LeadershipLost
+from daemon.kube.metricsauth import MetricsAuth
 from daemon.kube.observe import Observer
 from daemon.kube.status import StatusWriter
 from daemon.kube.watch import Reflector, Resource, backoff_s
@@ -76,14 +77,15 @@ class RunOptions:
     kubeconfig: Path | None = None
     context: str | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
-    webhook_host: str = "0.0.0.0"
+    webhook_host: str = "127.0.0.1"  # the CLI's default: the pod's IP in a pod ($POD_IP), else loopback
     webhook_port: int = 9443
     webhook_url: str | None = None  # register by URL (outside the cluster), e.g. https://127.0.0.1:9443
     webhook_service: tuple[str, str, int] | None = ("admitd-system", "admitd-webhook", 443)
     webhook_failure_policy: str = "Fail"
     register_webhook: bool = True
     cert_dir: Path = Path("certs")
-    health_host: str = "0.0.0.0"
+    health_host: str = "127.0.0.1"
+    metrics_auth: bool = False  # /metrics on the webhook's HTTPS port, for callers RBAC allows (TokenReview + SAR)
     health_port: int = 8080
     local_queue_metrics: bool = False  # Kueue's kueue_local_queue_* on /metrics
     actuation_parallelism: int = 16
@@ -166,6 +168,7 @@ class Daemon:
         self._ssl: ssl.SSLContext | None = None
         self._leading = False
         self._new_jobs: webhook.NewJobPolicy | None = None
+        self._scrape: Callable[[web.Request], Awaitable[web.Response]] | None = None
 
     async def run(self) -> int:
         opts = self.options
@@ -360,15 +363,36 @@ class Daemon:
                 return web.Response(text=str(e), status=503)
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
+        self._scrape = scrape
         app = web.Application()
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", readyz)
-        app.router.add_get("/metrics", scrape)
+        if not opts.metrics_auth:  # with it, /metrics is served on the webhook's HTTPS port only
+            app.router.add_get("/metrics", scrape)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, opts.health_host, opts.health_port).start()
-        log.info("serving /healthz, /readyz and /metrics", port=opts.health_port)
+        log.info(
+            "serving /healthz, /readyz" + ("" if opts.metrics_auth else " and /metrics"),
+            host=opts.health_host,
+            port=opts.health_port,
+        )
         return runner
+
+    @staticmethod
+    def _guarded_scrape(
+        client: KubeClient, inner: Callable[[web.Request], Awaitable[web.Response]]
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """/metrics for callers the API server vouches for (`--metrics-auth`)."""
+        auth = MetricsAuth(client)
+
+        async def scrape(request: web.Request) -> web.Response:
+            verdict = await auth.check(request.headers.get("Authorization"))
+            if verdict.status != 200:
+                return web.Response(text=verdict.reason + "\n", status=verdict.status)
+            return await inner(request)
+
+        return scrape
 
     async def _serve_webhook(self, client: KubeClient, opts: RunOptions) -> web.AppRunner | None:
         names = ["127.0.0.1", "localhost", socket.gethostname()]
@@ -376,11 +400,14 @@ class Daemon:
             ns, name, _ = opts.webhook_service
             names += [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
         cert = webhook.load_or_make_cert(opts.cert_dir, names)
-        runner = web.AppRunner(webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs), access_log=None)
+        app = webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs)
+        if opts.metrics_auth and self._scrape is not None:  # the health server (started first) made it
+            app.router.add_get("/metrics", self._guarded_scrape(client, self._scrape))
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         self._ssl = webhook.ssl_context(cert, opts.cert_dir)
         await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=self._ssl).start()
-        log.info("webhook serving", port=opts.webhook_port)
+        log.info("webhook serving", host=opts.webhook_host, port=opts.webhook_port, metrics=opts.metrics_auth)
         self._cert_pem, self._cert_names = cert.cert_pem, names
         return runner
 
