@@ -108,6 +108,7 @@ class UnreadSnapshot:
     config_generation: int
     counter: int
     outbox: tuple[Order, ...] = ()
+    rejected: tuple[tuple[str, tuple[str, ...]], ...] = ()
     index: SnapshotIndex | None = None
 
     def select(self, positions: Iterable[int]) -> State:
@@ -129,6 +130,7 @@ class UnreadSnapshot:
                 config_generation=self.config_generation,
                 counter=self.counter,
                 outbox=self.outbox,
+                rejected=self.rejected,
             )
         )
 
