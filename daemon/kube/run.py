@@ -84,7 +84,8 @@ class RunOptions:
     health_host: str = "0.0.0.0"
     health_port: int = 8080
     local_queue_metrics: bool = False  # Kueue's kueue_local_queue_* on /metrics
-    actuation_parallelism: int = 16
+    actuation_parallelism: int = 16  # the actuator's API calls in flight at once
+    actuation_lanes: int = 512  # jobs whose orders are carried out at once, each in its own lane
     cert_check_s: float = 12 * 3600  # how often the webhook's certificate is checked for renewal
     leader_elect: bool = False
     leader_election_lease: tuple[str, str] = ("admitd-system", "admitd")  # namespace, name of the Lease
@@ -115,9 +116,9 @@ def job_callbacks(
 class KubeCluster:
     """The real Cluster: observations from the Reflectors through the Observer, actuations as Job patches."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, *, requests_in_flight: int = 16) -> None:
         self.client = client
-        self.actuator = JobActuator(client)
+        self.actuator = JobActuator(client, requests_in_flight=requests_in_flight)
         self.inbox: Inbox | None = None
 
     def connect(self, inbox: Inbox) -> None:
@@ -186,8 +187,8 @@ class Daemon:
             )
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
-            cluster = KubeCluster(client)
-            actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_parallelism)
+            cluster = KubeCluster(client, requests_in_flight=opts.actuation_parallelism)
+            actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_lanes)
             pods_ready = opts.engine.wait_for_pods_ready
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit, pods_ready=pods_ready)
             ingest = Ingest(recorder, admit.notify)
