@@ -108,6 +108,9 @@ class JobActuator:
         watch events). A job preempted before it was ever unsuspended is already suspended with no pods: the patch
         may change nothing, so no watch event would follow and the eviction would never be observed; the answer
         shows it at once."""
+        self.on_suspending: Callable[[str, str], None] | None = None
+        """Given the job and its kind before a suspension's first patch is sent (the observer then waits for the
+        Job controller to report the suspension before the quota is released)."""
         self.on_suspended_unsent: Callable[[str], None] | None = None
         """Given the job whose suspension needed no request (see `_never_unsuspended`): its eviction is observed."""
 
@@ -164,6 +167,8 @@ class JobActuator:
                         *full_count_note(order.resize, running=False),
                         {"op": "add", "path": _NOTE_PATH, "value": ""},
                     ]
+                if order.decision and self.on_suspending is not None:
+                    self.on_suspending(order.job, order.kind)
                 body: list[dict[str, Any]] = [
                     *guard,
                     {"op": "add", "path": suspend, "value": True},

@@ -212,6 +212,7 @@ class Daemon:
             # What the API server answers to a suspension is observed like a watch event (see JobActuator).
             cluster.actuator.on_suspended = partial(observer.job_event, "MODIFIED")
             cluster.actuator.on_suspended_unsent = observer.suspended_unsent
+            cluster.actuator.on_suspending = observer.suspending
 
             def watch(
                 resource: Resource, on_event: Callable[[str, Obj], None], on_listed: Callable[[list[Obj]], None]
