@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import random
 import secrets
@@ -38,7 +39,7 @@ from daemon.kube.actuate import JobActuator
 from daemon.kube.client import KubeClient, Obj, load_configuration
 from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
 from daemon.kube.jobkinds import JOB, JobWatches, served_distributed_kinds
-from daemon.kube.leader import LeaderElector, LeadershipLost
+from daemon.kube.leader import LeaderElector, LeadershipLost, LeaseHeld
 from daemon.kube.observe import Observer
 from daemon.kube.status import StatusWriter
 from daemon.kube.watch import Reflector, Resource, backoff_s
@@ -193,19 +194,26 @@ class Daemon:
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit, pods_ready=pods_ready)
             ingest = Ingest(recorder, admit.notify)
             cluster.connect(ingest)
-            elector = None
+            namespace, name = opts.leader_election_lease
             if opts.leader_elect:
-                namespace, name = opts.leader_election_lease
                 elector = LeaderElector(client, namespace=namespace, name=name, identity=opts.identity or _identity())
-                admit.gate = actuate.gate = elector.is_leader
-            metrics.leader_is(elector.is_leader if elector is not None else lambda: self._leading)
+            else:
+                # One daemon per cluster: take the Lease before anything is watched or acted on, or refuse.
+                identity = opts.identity or _own_identity(opts.db)
+                elector = LeaderElector(client, namespace=namespace, name=name, identity=identity)
+                try:
+                    await elector.claim()
+                except LeaseHeld as e:
+                    raise StartupError(str(e)) from None
+            admit.gate = actuate.gate = elector.is_leader
+            metrics.leader_is(elector.is_leader)
             starter = _suspender(actuate)
             observer = Observer(
                 state,
                 cluster.deliver,
                 clock,
                 on_started_unsuspended=starter,
-                is_leader=elector.is_leader if elector is not None else lambda: True,
+                is_leader=elector.is_leader if opts.leader_elect else lambda: True,
                 pods_ready=pods_ready is not None,
                 jobs=opts.engine.jobs,
             )
@@ -270,6 +278,9 @@ class Daemon:
                     loop.remove_signal_handler(sig)
                 with contextlib.suppress(asyncio.CancelledError):
                     await recorder.catch_up()
+                if self.stopping:  # a clean stop gives the Lease up: the next daemon need not wait for it
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await elector.release()
                 await web_runner.cleanup()
                 if webhook_runner is not None:
                     await webhook_runner.cleanup()
@@ -392,27 +403,31 @@ class Daemon:
         self,
         client: KubeClient,
         opts: RunOptions,
-        elector: LeaderElector | None,
+        elector: LeaderElector,
         admit: Admit,
         actuate: Actuate,
         status: StatusWriter,
         jobs_synced: asyncio.Event,
     ) -> None:
-        """Wait for the lease (at once without leader election), then decide, actuate and write status; with
-        leader election, keep the lease or exit (LeadershipLost) so that a restart comes back as a standby."""
-        if elector is not None:
+        """Wait for the lease (held already without leader election: `claim`), then decide, actuate and write
+        status; keep the lease or exit (LeadershipLost) so that a restart comes back as a standby (or, without
+        leader election, refuses to start beside the daemon that took the Lease over)."""
+        if opts.leader_elect:
             log.info("standby: keeping the log current; waiting for the lease", identity=elector.identity)
-            await elector.elected()
+        await elector.elected()
         self._leading = True
         await self._register_webhooks(client, opts)
         await jobs_synced.wait()
         admit.notify(None)
         resumed = actuate.resume()
         log.info("leading: deciding and acting", outbox_resumed=resumed)
-        if elector is None:
-            await status.run(started=jobs_synced)
-            return
-        await asyncio.gather(elector.keep(), status.run(started=jobs_synced))
+
+        def regained() -> None:  # a lease that lapsed (the API server out of reach) and was renewed: act again
+            admit.notify(None)
+            actuate.wake.set()
+
+        elector.on_elected = regained
+        await asyncio.gather(elector.keep(lapse_is_loss=opts.leader_elect), status.run(started=jobs_synced))
 
 
 class CountedCycles:
@@ -443,6 +458,12 @@ class CountedCycles:
 
 def _identity() -> str:
     return f"{socket.gethostname()}_{secrets.token_hex(4)}"
+
+
+def _own_identity(db: Path) -> str:
+    """Without leader election, the same daemon (this host, this log) is the same holder across restarts: a daemon
+    that crashed takes its Lease back at once, while a second daemon with its own log is another holder."""
+    return f"{socket.gethostname()}_{hashlib.sha256(str(db.resolve()).encode()).hexdigest()[:8]}"
 
 
 def _suspender(actuate: Actuate) -> Callable[[str, str, str], None]:

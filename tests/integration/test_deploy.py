@@ -393,7 +393,7 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
     as_admitd = dataclasses.replace(installed, kubeconfig=sa_config)
     v = f"{KUEUE}/v1beta2"
     flavor, cq = f"{namespace}-h100", f"{namespace}-cq"
-    daemon = Daemon(as_admitd, tmp_path / "run")
+    daemon = Daemon(as_admitd, tmp_path / "run", extra=("--leader-election-lease", f"{NAMESPACE}/admitd"))
     daemon.workdir.mkdir(exist_ok=True)
     try:
         apply(
