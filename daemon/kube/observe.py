@@ -247,6 +247,33 @@ class Observer:
                 out += self._evicted(key, "SuspendedByAnotherReplica", now)
         return out
 
+    def pod_event(self, type_: str, obj: Obj) -> None:
+        """An Event the Job controller wrote about a Job (`FailedCreate`: it could not create a pod): for a Job
+        admitted and not yet ready, `job.pods_not_created` with the controller's message, once per admission and
+        message. An Event older than the admission (a previous run's) is not news."""
+        if type_ == "DELETED" or obj.get("reason") != "FailedCreate":
+            return
+        involved = obj.get("involvedObject") or {}
+        if involved.get("kind") != "Job":
+            return
+        key = f"{involved.get('namespace', '')}/{involved.get('name', '')}"
+        rec = self.state.workloads.get(key)
+        if rec is None or rec.phase is not Phase.ADMITTED or rec.evicting or rec.ready or rec.admitted_at is None:
+            return
+        if involved.get("uid") and rec.workload.uid and involved.get("uid") != rec.workload.uid:
+            return
+        seen = timestamp_ms(obj.get("lastTimestamp") or obj.get("eventTime") or _meta(obj).get("creationTimestamp"))
+        if seen is not None and seen < rec.admitted_at - 1000:  # Event times have whole seconds
+            return
+        message = str(obj.get("message", ""))[:1000]
+        if self._first(key, ("pods_not_created", message)):
+            log.warning("the Job controller cannot create an admitted job's pods", job=key, message=message)
+            self.put(Observed((ev.JobPodsNotCreated(job=key, at=self.clock.now(), message=message),)))
+
+    def pods_events_listed(self, items: list[Obj]) -> None:
+        for obj in items:
+            self.pod_event("ADDED", obj)
+
     def suspending(self, key: str, kind: str) -> None:
         """This process is about to send a suspension of `key` (the actuator, before the patch)."""
         if kind == "Job":
@@ -390,8 +417,10 @@ def _pods_ready(rec: WorkloadRecord, view: JobView) -> bool:
 
 
 def _held(s: State, kind: str) -> Mapping[str, object]:
-    """The fold's objects of `kind` by name (namespace/name for LocalQueues); none for kinds that are never
-    deleted from the fold (priority classes, namespaces: existing workloads keep what they got)."""
+    """The fold's objects of `kind` by name (namespace/name for LocalQueues); none for Namespaces, which are never
+    deleted from the fold. A deleted priority class is gone for new jobs; existing workloads keep their priority."""
+    if kind in ("PriorityClass", "WorkloadPriorityClass"):
+        return {name: pc for (k, name), pc in s.priority_classes.items() if k == kind}
     match kind:
         case "ResourceFlavor":
             return s.flavors
@@ -415,6 +444,8 @@ def _deleted(kind: str, key: str) -> ev.Event:
         case "LocalQueue":
             namespace, _, name = key.partition("/")
             return ev.LocalQueueDeleted(namespace=namespace, name=name)
+        case "PriorityClass" | "WorkloadPriorityClass":
+            return ev.PriorityClassDeleted(kind=kind, name=key)
     raise ValueError(f"{kind} has no deletion event")
 
 

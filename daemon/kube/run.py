@@ -21,7 +21,7 @@ import signal
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -240,6 +240,13 @@ class Daemon:
                     for plural, kind in KUEUE_KINDS.items()
                 ),
             ]
+            # The Job controller's FailedCreate Events: an admitted Job whose pods cannot be created (a missing
+            # PriorityClass or ServiceAccount) is recorded, so that explain and history say why it does not run.
+            failed_create = watch(
+                Resource("events", "/api/v1/events", "involvedObject.kind=Job,reason=FailedCreate"),
+                observer.pod_event,
+                observer.pods_events_listed,
+            )
             all_jobs = JobWatches(  # Jobs, and the distributed kinds this cluster serves
                 [
                     watch(Resource(k.plural, k.list_path), *job_callbacks(observer, cluster.actuator, k.kind))
@@ -260,6 +267,7 @@ class Daemon:
             try:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
                 others.append(("startup", self._startup(queue_reflectors, all_jobs)))
+                others.append(("watch-events", self._after(all_jobs.synced, failed_create.run)))
                 others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, all_jobs.synced)))
                 others.append(("certificate", self._renew_certificate(client, opts)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
@@ -314,6 +322,12 @@ class Daemon:
         systemd.ready()  # Type=notify: READY=1 exactly when /readyz turns 200
         log.info("ready: replayed and listed")
         await jobs_task
+
+    @staticmethod
+    async def _after(event: asyncio.Event, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """`work` once `event` is set (a watch that reads the fold's Jobs starts after they are listed)."""
+        await event.wait()
+        await work()
 
     async def _serve_health(self, opts: RunOptions) -> web.AppRunner:
         from daemon.obs.metrics import CONTENT_TYPE, LogMetrics, MetricsNotReady  # noqa: PLC0415

@@ -34,6 +34,7 @@ class Resource:
 
     name: str
     path: str
+    field_selector: str = ""  # e.g. the Events of one reason only
 
 
 UNREACHABLE_CAP_S = 1.0  # a watch's retries while the API server cannot be reached at all
@@ -71,7 +72,8 @@ class Reflector:
 
     async def _list(self) -> str:
         items: list[Obj] = []
-        params = {"limit": str(PAGE)}
+        selector = {"fieldSelector": self.resource.field_selector} if self.resource.field_selector else {}
+        params = {"limit": str(PAGE), **selector}
         while True:
             page = await self.client.request("GET", self.resource.path, params=params)
             # List items come without apiVersion and kind; the list names them (kind "JobList" holds Jobs).
@@ -85,7 +87,7 @@ class Reflector:
             if not token:
                 self.on_listed(items)
                 return str(meta.get("resourceVersion", ""))
-            params = {"limit": str(PAGE), "continue": token}
+            params = {"limit": str(PAGE), "continue": token, **selector}
 
     async def run(self) -> None:
         while True:
@@ -124,6 +126,8 @@ class Reflector:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(self.watch_timeout_s),
         }
+        if self.resource.field_selector:
+            params["fieldSelector"] = self.resource.field_selector
         stream = self.client.stream(
             self.resource.path, params, server_timeout_s=self.watch_timeout_s, on_open=self._opened
         )

@@ -73,6 +73,7 @@ RBAC: tuple[Call, ...] = (
     Call("", "namespaces", ("list", "watch"), "run.py: namespaceSelector needs the namespaces' labels"),
     Call("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "run.py: a pod's priorityClassName"),
     Call("", "events", ("create", "patch"), "status.py: Admitted, Pending and Preempted Events on Jobs"),
+    Call("", "events", ("list", "watch"), "run.py: the Job controller's FailedCreate Events on Jobs"),
     *(Call(KUEUE, kind, ("list", "watch"), "run.py: the queue objects") for kind in KUEUE_KINDS),
     Call(
         KUEUE,
