@@ -149,6 +149,11 @@ def one_of_each() -> list[ev.Event]:
         ev.WorkloadEvicted(workload="research/train-a", at=1_007, reason="Preempted"),
         ev.WorkloadAdopted(workload="research/train-a", at=1_007, admission=admission()),
         ev.JobReady(job="research/train-a", at=1_007),
+        ev.JobPodsNotCreated(
+            job="research/train-a",
+            at=1_007,
+            message='Error creating: pods "train-a-x7k2p" is forbidden: no PriorityClass with name high was found',
+        ),
         ev.WorkloadTimedOut(
             workload="research/train-a",
             at=1_007,
@@ -162,6 +167,7 @@ def one_of_each() -> list[ev.Event]:
         ev.WorkloadRequeued(workload="research/train-a", at=1_007),
         ev.JobFinished(job="research/train-a", at=1_008, succeeded=True),
         ev.JobDeleted(job="research/train-a", at=1_009),
+        ev.PriorityClassDeleted(kind="PriorityClass", name="high"),
         ev.LocalQueueDeleted(namespace="research", name="research-queue"),
         ev.ClusterQueueDeleted(name="team-research"),
         ev.CohortDeleted(name="all-teams"),

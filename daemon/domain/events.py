@@ -129,6 +129,21 @@ class PriorityClassObserved:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PriorityClassDeleted:
+    """A WorkloadPriorityClass or PriorityClass is gone: new jobs that name it wait (`...NotFound`); workloads that
+    already resolved their priority from it keep it, as in Kueue."""
+
+    TYPE: ClassVar[str] = "priorityclass.deleted"
+    VERSION: ClassVar[int] = 1
+    kind: str  # WorkloadPriorityClass | PriorityClass
+    name: str
+
+    @property
+    def subject(self) -> str:
+        return f"{self.kind.lower()}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NamespaceObserved:
     TYPE: ClassVar[str] = "namespace.observed"
     VERSION: ClassVar[int] = 1
@@ -193,6 +208,24 @@ class JobReady:
     VERSION: ClassVar[int] = 1
     job: str
     at: Millis
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.job}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobPodsNotCreated:
+    """The Job controller could not create an admitted job's pods (its `FailedCreate` Event: a PriorityClass or a
+    ServiceAccount that does not exist, a quota of the namespace). The job keeps its quota, as in Kueue: with
+    waitForPodsReady its PodsReady timeout evicts it; without, it holds the quota until it is fixed or deleted,
+    and this fact is what `admitd explain` and `history` show. Recorded once per admission and message."""
+
+    TYPE: ClassVar[str] = "job.pods_not_created"
+    VERSION: ClassVar[int] = 1
+    job: str
+    at: Millis
+    message: str
 
     @property
     def subject(self) -> str:
@@ -443,12 +476,14 @@ Event = (
     | LocalQueueObserved
     | LocalQueueDeleted
     | PriorityClassObserved
+    | PriorityClassDeleted
     | NamespaceObserved
     | ObjectRejected
     | JobObserved
     | JobFinished
     | JobDeleted
     | JobReady
+    | JobPodsNotCreated
     | WorkloadAdmitted
     | WorkloadPreempted
     | WorkloadPending
@@ -472,12 +507,14 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     LocalQueueObserved,
     LocalQueueDeleted,
     PriorityClassObserved,
+    PriorityClassDeleted,
     NamespaceObserved,
     ObjectRejected,
     JobObserved,
     JobFinished,
     JobDeleted,
     JobReady,
+    JobPodsNotCreated,
     WorkloadAdmitted,
     WorkloadPreempted,
     WorkloadPending,

@@ -26,6 +26,7 @@ from daemon.domain.events import (
     JobDeleted,
     JobFinished,
     JobObserved,
+    JobPodsNotCreated,
     JobReady,
     JobSuspended,
     JobUnsuspended,
@@ -33,6 +34,7 @@ from daemon.domain.events import (
     LocalQueueObserved,
     NamespaceObserved,
     ObjectRejected,
+    PriorityClassDeleted,
     PriorityClassObserved,
     ResourceFlavorDeleted,
     ResourceFlavorObserved,
@@ -262,6 +264,9 @@ class State:
                 # Kueue: a changed value does not re-prioritise existing workloads, only new ones.
                 self.priority_classes[(pc.kind, pc.name)] = pc
                 self._release_held()
+            case PriorityClassDeleted(kind=kind, name=name):
+                # Gone for new jobs only: a workload keeps the priority it resolved (Kueue's Workload keeps it).
+                self.priority_classes.pop((kind, name), None)
             case NamespaceObserved(namespace=ns_obj):
                 self.namespaces[ns_obj.name] = ns_obj
                 self._config_changed()
@@ -314,6 +319,8 @@ class State:
                     self._set(replace(rec, pods=replace(rec.pods or PodsReadyState(), ready=True)))
                     # blockAdmission may now let a workload of any tree in: every tree's memo is stale.
                     self._config_changed()
+            case JobPodsNotCreated():
+                pass  # a fact for the reader: the job keeps its quota (waitForPodsReady, if set, times it out)
             case WorkloadTimedOut(workload=key):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.ADMITTED and not rec.evicting:

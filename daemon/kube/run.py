@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import random
 import secrets
@@ -20,7 +21,7 @@ import signal
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -40,7 +41,7 @@ from daemon.kube.actuate import JobActuator
 from daemon.kube.client import KubeClient, Obj, load_configuration
 from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
 from daemon.kube.jobkinds import JOB, JobWatches, served_distributed_kinds
-from daemon.kube.leader import LeaderElector, LeadershipLost
+from daemon.kube.leader import LeaderElector, LeadershipLost, LeaseHeld
 from daemon.kube.metricsauth import MetricsAuth
 from daemon.kube.observe import Observer
 from daemon.kube.status import StatusWriter
@@ -88,7 +89,8 @@ class RunOptions:
     metrics_auth: bool = False  # /metrics on the webhook's HTTPS port, for callers RBAC allows (TokenReview + SAR)
     health_port: int = 8080
     local_queue_metrics: bool = False  # Kueue's kueue_local_queue_* on /metrics
-    actuation_parallelism: int = 16
+    actuation_parallelism: int = 16  # the actuator's API calls in flight at once
+    actuation_lanes: int = 512  # jobs whose orders are carried out at once, each in its own lane
     cert_check_s: float = 12 * 3600  # how often the webhook's certificate is checked for renewal
     leader_elect: bool = False
     leader_election_lease: tuple[str, str] = ("admitd-system", "admitd")  # namespace, name of the Lease
@@ -120,9 +122,9 @@ def job_callbacks(
 class KubeCluster:
     """The real Cluster: observations from the Reflectors through the Observer, actuations as Job patches."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, *, requests_in_flight: int = 16) -> None:
         self.client = client
-        self.actuator = JobActuator(client)
+        self.actuator = JobActuator(client, requests_in_flight=requests_in_flight)
         self.inbox: Inbox | None = None
 
     def connect(self, inbox: Inbox) -> None:
@@ -194,31 +196,39 @@ class Daemon:
             )
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
-            cluster = KubeCluster(client)
-            actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_parallelism)
+            cluster = KubeCluster(client, requests_in_flight=opts.actuation_parallelism)
+            actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_lanes)
             pods_ready = opts.engine.wait_for_pods_ready
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit, pods_ready=pods_ready)
             ingest = Ingest(recorder, admit.notify)
             cluster.connect(ingest)
-            elector = None
+            namespace, name = opts.leader_election_lease
             if opts.leader_elect:
-                namespace, name = opts.leader_election_lease
                 elector = LeaderElector(client, namespace=namespace, name=name, identity=opts.identity or _identity())
-                admit.gate = actuate.gate = elector.is_leader
-            metrics.leader_is(elector.is_leader if elector is not None else lambda: self._leading)
+            else:
+                # One daemon per cluster: take the Lease before anything is watched or acted on, or refuse.
+                identity = opts.identity or _own_identity(opts.db)
+                elector = LeaderElector(client, namespace=namespace, name=name, identity=identity)
+                try:
+                    await elector.claim()
+                except LeaseHeld as e:
+                    raise StartupError(str(e)) from None
+            admit.gate = actuate.gate = elector.is_leader
+            metrics.leader_is(elector.is_leader)
             starter = _suspender(actuate)
             observer = Observer(
                 state,
                 cluster.deliver,
                 clock,
                 on_started_unsuspended=starter,
-                is_leader=elector.is_leader if elector is not None else lambda: True,
+                is_leader=elector.is_leader if opts.leader_elect else lambda: True,
                 pods_ready=pods_ready is not None,
                 jobs=opts.engine.jobs,
             )
             # What the API server answers to a suspension is observed like a watch event (see JobActuator).
             cluster.actuator.on_suspended = partial(observer.job_event, "MODIFIED")
             cluster.actuator.on_suspended_unsent = observer.suspended_unsent
+            cluster.actuator.on_suspending = observer.suspending
 
             def watch(
                 resource: Resource, on_event: Callable[[str, Obj], None], on_listed: Callable[[list[Obj]], None]
@@ -238,6 +248,13 @@ class Daemon:
                     for plural, kind in KUEUE_KINDS.items()
                 ),
             ]
+            # The Job controller's FailedCreate Events: an admitted Job whose pods cannot be created (a missing
+            # PriorityClass or ServiceAccount) is recorded, so that explain and history say why it does not run.
+            failed_create = watch(
+                Resource("events", "/api/v1/events", "involvedObject.kind=Job,reason=FailedCreate"),
+                observer.pod_event,
+                observer.pods_events_listed,
+            )
             all_jobs = JobWatches(  # Jobs, and the distributed kinds this cluster serves
                 [
                     watch(Resource(k.plural, k.list_path), *job_callbacks(observer, cluster.actuator, k.kind))
@@ -258,6 +275,7 @@ class Daemon:
             try:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
                 others.append(("startup", self._startup(queue_reflectors, all_jobs)))
+                others.append(("watch-events", self._after(all_jobs.synced, failed_create.run)))
                 others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, all_jobs.synced)))
                 others.append(("certificate", self._renew_certificate(client, opts)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
@@ -276,6 +294,9 @@ class Daemon:
                     loop.remove_signal_handler(sig)
                 with contextlib.suppress(asyncio.CancelledError):
                     await recorder.catch_up()
+                if self.stopping:  # a clean stop gives the Lease up: the next daemon need not wait for it
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await elector.release()
                 await web_runner.cleanup()
                 if webhook_runner is not None:
                     await webhook_runner.cleanup()
@@ -339,6 +360,12 @@ class Daemon:
         systemd.ready()  # Type=notify: READY=1 exactly when /readyz turns 200
         log.info("ready: replayed and listed")
         await jobs_task
+
+    @staticmethod
+    async def _after(event: asyncio.Event, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """`work` once `event` is set (a watch that reads the fold's Jobs starts after they are listed)."""
+        await event.wait()
+        await work()
 
     async def _serve_health(self, opts: RunOptions) -> web.AppRunner:
         from daemon.obs.metrics import CONTENT_TYPE, LogMetrics, MetricsNotReady  # noqa: PLC0415
@@ -452,27 +479,31 @@ class Daemon:
         self,
         client: KubeClient,
         opts: RunOptions,
-        elector: LeaderElector | None,
+        elector: LeaderElector,
         admit: Admit,
         actuate: Actuate,
         status: StatusWriter,
         jobs_synced: asyncio.Event,
     ) -> None:
-        """Wait for the lease (at once without leader election), then decide, actuate and write status; with
-        leader election, keep the lease or exit (LeadershipLost) so that a restart comes back as a standby."""
-        if elector is not None:
+        """Wait for the lease (held already without leader election: `claim`), then decide, actuate and write
+        status; keep the lease or exit (LeadershipLost) so that a restart comes back as a standby (or, without
+        leader election, refuses to start beside the daemon that took the Lease over)."""
+        if opts.leader_elect:
             log.info("standby: keeping the log current; waiting for the lease", identity=elector.identity)
-            await elector.elected()
+        await elector.elected()
         self._leading = True
         await self._register_webhooks(client, opts)
         await jobs_synced.wait()
         admit.notify(None)
         resumed = actuate.resume()
         log.info("leading: deciding and acting", outbox_resumed=resumed)
-        if elector is None:
-            await status.run(started=jobs_synced)
-            return
-        await asyncio.gather(elector.keep(), status.run(started=jobs_synced))
+
+        def regained() -> None:  # a lease that lapsed (the API server out of reach) and was renewed: act again
+            admit.notify(None)
+            actuate.wake.set()
+
+        elector.on_elected = regained
+        await asyncio.gather(elector.keep(lapse_is_loss=opts.leader_elect), status.run(started=jobs_synced))
 
 
 class CountedCycles:
@@ -503,6 +534,12 @@ class CountedCycles:
 
 def _identity() -> str:
     return f"{socket.gethostname()}_{secrets.token_hex(4)}"
+
+
+def _own_identity(db: Path) -> str:
+    """Without leader election, the same daemon (this host, this log) is the same holder across restarts: a daemon
+    that crashed takes its Lease back at once, while a second daemon with its own log is another holder."""
+    return f"{socket.gethostname()}_{hashlib.sha256(str(db.resolve()).encode()).hexdigest()[:8]}"
 
 
 def _suspender(actuate: Actuate) -> Callable[[str, str, str], None]:

@@ -378,7 +378,7 @@ class FoldedMetrics:
                 self._touch_lq(wl.key)  # the LocalQueue it leaves, if its queue changed
             case ev.JobUnsuspended() | ev.JobSuspended() | ev.ChainBreakAccepted():
                 pass
-            case ev.PriorityClassObserved():
+            case ev.PriorityClassObserved() | ev.PriorityClassDeleted() | ev.JobPodsNotCreated():
                 pass
             case _:
                 self.config_changed = True  # queues, cohorts, flavors, namespaces: every queue may change

@@ -193,6 +193,7 @@ _JOB_KEYED = (
     ev.JobFinished,
     ev.JobDeleted,
     ev.JobReady,
+    ev.JobPodsNotCreated,
     ev.JobUnsuspended,
     ev.JobSuspended,
     ev.ActuationFailed,

@@ -73,6 +73,7 @@ RBAC: tuple[Call, ...] = (
     Call("", "namespaces", ("list", "watch"), "run.py: namespaceSelector needs the namespaces' labels"),
     Call("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "run.py: a pod's priorityClassName"),
     Call("", "events", ("create", "patch"), "status.py: Admitted, Pending and Preempted Events on Jobs"),
+    Call("", "events", ("list", "watch"), "run.py: the Job controller's FailedCreate Events on Jobs"),
     *(Call(KUEUE, kind, ("list", "watch"), "run.py: the queue objects") for kind in KUEUE_KINDS),
     Call(
         KUEUE,
@@ -393,7 +394,7 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
     as_admitd = dataclasses.replace(installed, kubeconfig=sa_config)
     v = f"{KUEUE}/v1beta2"
     flavor, cq = f"{namespace}-h100", f"{namespace}-cq"
-    daemon = Daemon(as_admitd, tmp_path / "run")
+    daemon = Daemon(as_admitd, tmp_path / "run", extra=("--leader-election-lease", f"{NAMESPACE}/admitd"))
     daemon.workdir.mkdir(exist_ok=True)
     try:
         apply(
