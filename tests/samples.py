@@ -145,6 +145,17 @@ def one_of_each() -> list[ev.Event]:
         ev.WorkloadEvicted(workload="research/train-a", at=1_007, reason="Preempted"),
         ev.WorkloadAdopted(workload="research/train-a", at=1_007, admission=admission()),
         ev.JobReady(job="research/train-a", at=1_007),
+        ev.JobTampered(
+            job="research/train-a",
+            namespace="research",
+            uid="uid-train-a",
+            generation=3,
+            at=1_007,
+            what="ForgedAdmission",
+            detail="admitd.io/admission is not admitd's: its admitd.io/admission-signature annotation is missing",
+            manager="kubectl-patch",
+            claimed_cluster_queue="team-research",
+        ),
         ev.WorkloadTimedOut(
             workload="research/train-a",
             at=1_007,

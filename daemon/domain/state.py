@@ -27,6 +27,7 @@ from daemon.domain.events import (
     JobObserved,
     JobReady,
     JobSuspended,
+    JobTampered,
     JobUnsuspended,
     LocalQueueDeleted,
     LocalQueueObserved,
@@ -70,7 +71,7 @@ from daemon.domain.view import (
     queue_ordered,
 )
 
-STATE_VERSION = 6
+STATE_VERSION = 7
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
 
 
@@ -120,6 +121,7 @@ class StateSnapshot:
     config_generation: int
     counter: int
     outbox: tuple[Order, ...] = ()
+    tampered: tuple[tuple[str, str, int], ...] = ()  # (job, uid, generation): see `State.tampered`
     index: SnapshotIndex | None = None  # written into snapshot bodies (`to_snapshot(index=True)`); never loaded
 
 
@@ -200,6 +202,9 @@ class State:
         self.finished: dict[str, Millis] = {}
         # The outbox: per job, the decision that has no recorded actuation yet (what a restart must carry out).
         self.outbox: dict[str, Order] = {}
+        # Per live job, the (uid, generation) of its last recorded tampering (`JobTampered`): the same change seen
+        # again (a restart's list) is not a new security event.
+        self.tampered: dict[str, tuple[str, int]] = {}
         # Derived indexes, rebuilt from the above by _reindex(); never stored.
         self._pending_by_cq: dict[str, SortedKeyList] = {}
         # The same workloads, grouped for the cycle; None: not built yet (see `build_pending_indexes`).
@@ -261,6 +266,7 @@ class State:
             case JobFinished(job=key, at=at) | JobDeleted(job=key, at=at):
                 self._remove_workload(key)
                 self.outbox.pop(key, None)
+                self.tampered.pop(key, None)
                 if isinstance(event, JobFinished):
                     self.finished[key] = at
             case WorkloadAdopted(workload=key, at=at, admission=admission):
@@ -268,7 +274,7 @@ class State:
             case WorkloadAdmitted(workload=key, at=at, admission=admission):
                 if self._admit(key, at, admission):
                     wl = self.workloads[key].workload
-                    self.outbox[key] = unsuspend_order(wl, admission, self.flavors, self.seq)
+                    self.outbox[key] = unsuspend_order(wl, admission, self.flavors, self.seq, at=at)
             case WorkloadPreempted(workload=key, preemptor=preemptor, reason=reason):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.ADMITTED and not rec.evicting:
@@ -338,6 +344,10 @@ class State:
             case ActuationFailed(job=key, decision=decision, permanent=permanent):
                 if permanent:  # recorded and surfaced, never retried; a temporary failure stays in the outbox
                     self._settle(key, decision)
+            case JobTampered(job=key, uid=uid, generation=generation):
+                # The workload keeps what the log gave it (pending: no quota); only the record of the change is kept.
+                if key in self.workloads:
+                    self.tampered[key] = (uid, generation)
             case ObjectRejected():
                 pass  # an audit fact: it changes nothing the cycle reads
             case _:
@@ -648,6 +658,7 @@ class State:
             config_generation=self._config_generation[0],
             counter=self._counter,
             outbox=tuple(self.outbox[k] for k in sorted(self.outbox)),
+            tampered=tuple((k, *self.tampered[k]) for k in sorted(self.tampered)),
             index=self._snapshot_index(keys) if index else None,
         )
 
@@ -683,6 +694,7 @@ class State:
         state._config_generation = [snap.config_generation]
         state._counter = snap.counter
         state.outbox = {o.job: o for o in snap.outbox}
+        state.tampered = {job: (uid, generation) for job, uid, generation in snap.tampered}
         # The pending lists are built with one sort each rather than one insertion per workload, from queue keys made
         # once; the `PendingIndex`es are left until something reads them (`build_pending_indexes`), so a query that
         # never runs the cycle skips them, and so does its tail fold (the 1M-event benchmark's middle snapshot, 115,020

@@ -108,11 +108,13 @@ class UnreadSnapshot:
     config_generation: int
     counter: int
     outbox: tuple[Order, ...] = ()
+    tampered: tuple[tuple[str, str, int], ...] = ()
     index: SnapshotIndex | None = None
 
     def select(self, positions: Iterable[int]) -> State:
         """The state this snapshot holds with only the workloads at `positions` (in `workloads`); the rest of the
-        value (configuration, finished jobs, generations, outbox) whole. Built by `State.from_snapshot` itself."""
+        value (configuration, finished jobs, generations, outbox, tampering records) whole. Built by
+        `State.from_snapshot` itself."""
         decode = _record_decoder.decode
         return State.from_snapshot(
             StateSnapshot(
@@ -129,6 +131,7 @@ class UnreadSnapshot:
                 config_generation=self.config_generation,
                 counter=self.counter,
                 outbox=self.outbox,
+                tampered=self.tampered,
             )
         )
 

@@ -28,13 +28,15 @@ from typing import Any
 
 from aiohttp import web
 
+from daemon.domain import trust
 from daemon.domain.actuation import Action, Order
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.events import Event, WorkloadAdmitted
 from daemon.domain.state import State
 from daemon.eventlog import EventStore, LogReader, replay
-from daemon.kube import webhook
+from daemon.kube import guard, webhook
 from daemon.kube.actuate import JobActuator
+from daemon.kube.admission_key import AdmissionKeyError, load_or_make_key
 from daemon.kube.client import KubeClient, Obj, load_configuration
 from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
 from daemon.kube.jobkinds import JOB, JobWatches, served_distributed_kinds
@@ -93,6 +95,8 @@ class RunOptions:
     status_qps: float = 50.0  # status writes (Workloads, queue status, Events): sustained rate ...
     status_burst: int = 100  # ... and burst, one token bucket
     status_parallelism: int = 4  # status writes in flight at once
+    admission_key_file: Path | None = None  # signs admission notes (`daemon.domain.trust`); default: beside db
+    admitd_usernames: tuple[str, ...] = ()  # besides admitd's own (a SelfSubjectReview): may write admission state
 
 
 def job_callbacks(
@@ -115,9 +119,9 @@ def job_callbacks(
 class KubeCluster:
     """The real Cluster: observations from the Reflectors through the Observer, actuations as Job patches."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, sign: Callable[[str, str], str] | None = None) -> None:
         self.client = client
-        self.actuator = JobActuator(client)
+        self.actuator = JobActuator(client, sign)
         self.inbox: Inbox | None = None
 
     def connect(self, inbox: Inbox) -> None:
@@ -163,6 +167,7 @@ class Daemon:
         self._ssl: ssl.SSLContext | None = None
         self._leading = False
         self._new_jobs: webhook.NewJobPolicy | None = None
+        self._validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     async def run(self) -> int:
         opts = self.options
@@ -173,6 +178,12 @@ class Daemon:
         async with KubeClient(cfg) as client, status_client, await EventStore.open(opts.db) as store:
             store.observer = metrics.write_observer()
             version = await check_crds(client)
+            try:
+                key = load_or_make_key(opts.admission_key_file or opts.db.parent / "admission.key")
+            except AdmissionKeyError as e:
+                raise StartupError(str(e)) from e
+            admitd_users = frozenset((await _own_username(client, opts.admitd_usernames), *opts.admitd_usernames))
+            log.info("admission state is admitd's to write", users=sorted(admitd_users))
             recorder = Recorder(store, state, clock, wait_durable=True)
             status = StatusWriter(
                 status_client,
@@ -186,7 +197,7 @@ class Daemon:
             )
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
-            cluster = KubeCluster(client)
+            cluster = KubeCluster(client, partial(trust.sign, key))
             actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_parallelism)
             pods_ready = opts.engine.wait_for_pods_ready
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit, pods_ready=pods_ready)
@@ -207,6 +218,7 @@ class Daemon:
                 is_leader=elector.is_leader if elector is not None else lambda: True,
                 pods_ready=pods_ready is not None,
                 jobs=opts.engine.jobs,
+                admission_key=key,
             )
             # What the API server answers to a suspension is observed like a watch event (see JobActuator).
             cluster.actuator.on_suspended = partial(observer.job_event, "MODIFIED")
@@ -241,6 +253,9 @@ class Daemon:
             admit.deadlines_gate = lambda: all_jobs.synced.is_set() and not ingest.has_work()
             web_runner = await self._serve_health(opts)
             self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
+            self._validate = partial(
+                guard.validation_response, admitd=admitd_users, policy=self._new_jobs, held=state.workloads.__contains__
+            )
             webhook_runner = await self._serve_webhook(client, opts)
             main = asyncio.current_task()
             loop = asyncio.get_running_loop()
@@ -341,7 +356,8 @@ class Daemon:
             ns, name, _ = opts.webhook_service
             names += [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
         cert = webhook.load_or_make_cert(opts.cert_dir, names)
-        runner = web.AppRunner(webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs), access_log=None)
+        routes = webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs, self._validate)
+        runner = web.AppRunner(routes, access_log=None)
         await runner.setup()
         self._ssl = webhook.ssl_context(cert, opts.cert_dir)
         await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=self._ssl).start()
@@ -379,6 +395,7 @@ class Daemon:
         for attempt in itertools.count():
             try:
                 await webhook.register(client, body)
+                await webhook.register(client, webhook.validating_configuration(body))
                 await webhook.point_conversion(client, self._cert_pem, url=opts.webhook_url, service=service)
                 return
             except (Temporary, Conflict) as e:
@@ -437,6 +454,19 @@ class CountedCycles:
         before, started = self._admitted, time.perf_counter()
         await self.admit.step()
         self._attempt(self._admitted > before, time.perf_counter() - started)
+
+
+async def _own_username(client: KubeClient, configured: tuple[str, ...]) -> str:
+    """Who the API server knows admitd by; the first configured name when it cannot say and some are configured."""
+    try:
+        return await guard.own_username(client)
+    except KubeError as e:
+        if configured:
+            log.warning("no SelfSubjectReview; only the configured users write admission state", error=str(e))
+            return configured[0]
+        raise StartupError(
+            f"cannot ask the API server who admitd is (a SelfSubjectReview): {e}; pass --admitd-username instead"
+        ) from e
 
 
 def _identity() -> str:
