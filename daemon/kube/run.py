@@ -38,7 +38,7 @@ from daemon.kube import guard, webhook
 from daemon.kube.actuate import JobActuator
 from daemon.kube.admission_key import AdmissionKeyError, load_or_make_key
 from daemon.kube.client import KubeClient, Obj, load_configuration
-from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
+from daemon.kube.errors import Conflict, KubeError, NotFound, Permanent, Temporary
 from daemon.kube.jobkinds import JOB, JobWatches, served_distributed_kinds
 from daemon.kube.leader import LeaderElector, LeadershipLost
 from daemon.kube.observe import Observer
@@ -395,13 +395,29 @@ class Daemon:
         for attempt in itertools.count():
             try:
                 await webhook.register(client, body)
-                await webhook.register(client, webhook.validating_configuration(body))
+                await self._register_validating(client, webhook.validating_configuration(body))
                 await webhook.point_conversion(client, self._cert_pem, url=opts.webhook_url, service=service)
                 return
             except (Temporary, Conflict) as e:
                 delay = backoff_s(attempt, rng)
                 log.warning("registering the webhooks failed; retrying", error=str(e), retry_in_s=round(delay, 2))
                 await asyncio.sleep(delay)
+
+    @staticmethod
+    async def _register_validating(client: KubeClient, body: dict[str, Any]) -> None:
+        """The ValidatingWebhookConfiguration beside the mutating one. An installation whose RBAC does not let
+        admitd write it ships it in config/ instead: a refusal is then said once, loudly, and admitd goes on (its
+        observer still suspends and records every job that runs without an admission it made)."""
+        try:
+            await webhook.register(client, body)
+        except Permanent as e:
+            if e.status != 403:
+                raise
+            log.error(
+                "cannot write the ValidatingWebhookConfiguration admitd (forbidden): apply it from config/; "
+                "until then tenants' changes to admission state are undone after the fact, not refused",
+                error=str(e),
+            )
 
     async def _lead(
         self,
