@@ -45,7 +45,9 @@ def crds(kube_cluster: KubeCluster) -> KubeCluster:
 @pytest.fixture
 def cleanup_webhook(crds: KubeCluster) -> Iterator[None]:
     yield
-    kubectl(crds, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "admitd", "--ignore-not-found")
+    kubectl(
+        crds, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "admitd", "--ignore-not-found"
+    )
 
 
 def _queues(cluster: KubeCluster, ns: str, gpus: int = 8) -> None:

@@ -459,6 +459,12 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
     finally:
         if daemon.proc is not None:
             daemon.kill()
-        kubectl(installed, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "admitd", "--ignore-not-found")
+        kubectl(
+            installed,
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "admitd",
+            "--ignore-not-found",
+        )
         kubectl(installed, "delete", "clusterqueue", cq, "--ignore-not-found", "--wait=false")
         kubectl(installed, "delete", "resourceflavor", flavor, "--ignore-not-found", "--wait=false")
