@@ -130,6 +130,8 @@ class Observer:
         self._rejected: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, ns/name) -> errors last reported
         # job -> (the fold's record when these were sent, facts sent about it since): see `_first`
         self._sent: dict[str, tuple[WorkloadRecord | None, list[tuple[object, ...]]]] = {}
+        # job -> (uid, resourceVersion) of the newest version seen, from a watch, a list or an actuation's answer
+        self._newest: dict[str, tuple[str, int]] = {}
 
     # --- jobs ------------------------------------------------------------------------------------------------
 
@@ -162,6 +164,13 @@ class Observer:
             return []
         meta = _meta(obj)
         key = job_key(obj)
+        if deleted:
+            self._newest.pop(key, None)
+        else:
+            uid, version = str(meta.get("uid", "")), _version(meta)
+            seen = self._newest.get(key)
+            if seen is None or seen[0] != uid or seen[1] < version:
+                self._newest[key] = (uid, version)
         if key not in self.state.workloads and (
             not self._managed(obj, adapter.is_managed(obj)) or managed_owner(obj) is not None
         ):
@@ -208,6 +217,11 @@ class Observer:
         order = self.state.outbox.get(key)
         if order is not None and order.action is Action.UNSUSPEND:
             return []  # this replica's own admission, its patch ahead of the fold
+        newest = self._newest.get(key)
+        if newest is not None and newest[0] == uid and _version(meta) < newest[1]:
+            # An older version than one already seen (the watch behind the answer to a suspension): this replica's
+            # own admission, since undone, not a tenant's doing.
+            return []
         annotations = meta.get("annotations")
         annotations = annotations if isinstance(annotations, Mapping) else {}
         note = annotations.get(ADMISSION_ANNOTATION)
@@ -343,6 +357,12 @@ class Observer:
         namespace, _, name = subject.rpartition("/")
         log.warning("object rejected", kind=kind, object=subject, errors=list(errors))
         return [ev.ObjectRejected(kind=kind, name=name, namespace=namespace or None, errors=errors)]
+
+
+def _version(meta: Mapping[str, Any]) -> int:
+    """An object's resourceVersion as a number (the API server's are etcd revisions), 0 when it has none."""
+    value = meta.get("resourceVersion")
+    return int(value) if isinstance(value, str) and value.isdigit() else 0
 
 
 def _named(note: str) -> str | None:

@@ -378,3 +378,23 @@ async def test_the_validating_route_answers_an_admission_review() -> None:
         answer = await client.post(VALIDATE_JOBS_PATH, json=review)
         body = await answer.json()
     assert body["response"]["allowed"] is False and "only admitd unsuspends" in body["response"]["status"]["message"]
+
+
+def test_an_older_version_seen_after_a_newer_one_is_not_a_tenants_doing() -> None:
+    """The watch may deliver this replica's own unsuspension after the API server's answer to the suspension that
+    undid it (and after the eviction was recorded): that older version is no security event."""
+    state = State()
+    observer, put, suspended = _observer(state)
+    newer = raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""})
+    newer["metadata"]["resourceVersion"] = "20"
+    observer.job_event("MODIFIED", newer)
+    _fold(state, put)
+    older = raw_job(suspend=False, annotations=signed_note(NOTE))
+    older["metadata"]["resourceVersion"] = "19"
+    observer.job_event("MODIFIED", older)
+    assert put == [] and suspended == []
+    later = raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: ""})
+    later["metadata"]["resourceVersion"] = "21"  # newer than any seen: a tenant's unsuspension
+    observer.job_event("MODIFIED", later)
+    assert [type(e) for o in put for e in o.events] == [ev.JobTampered]
+    assert suspended == ["research/train-a"]
