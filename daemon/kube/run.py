@@ -168,6 +168,7 @@ class Daemon:
         self._leading = False
         self._new_jobs: webhook.NewJobPolicy | None = None
         self._validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self._admitd_users: frozenset[str] = frozenset()
 
     async def run(self) -> int:
         opts = self.options
@@ -184,6 +185,7 @@ class Daemon:
                 raise StartupError(str(e)) from e
             admitd_users = frozenset((await _own_username(client, opts.admitd_usernames), *opts.admitd_usernames))
             log.info("admission state is admitd's to write", users=sorted(admitd_users))
+            self._admitd_users = admitd_users
             recorder = Recorder(store, state, clock, wait_durable=True)
             status = StatusWriter(
                 status_client,
@@ -395,7 +397,7 @@ class Daemon:
         for attempt in itertools.count():
             try:
                 await webhook.register(client, body)
-                await self._register_validating(client, webhook.validating_configuration(body))
+                await self._register_validating(client, webhook.validating_configuration(body, self._admitd_users))
                 await webhook.point_conversion(client, self._cert_pem, url=opts.webhook_url, service=service)
                 return
             except (Temporary, Conflict) as e:

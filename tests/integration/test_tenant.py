@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import KubeCluster
+from tests.integration.conftest import REPO, KubeCluster
 from tests.integration.daemon_harness import Daemon, apply, get_job, install_crds, job, kubectl, wait_for
 from tests.integration.test_daemon import cluster_queue, flavor, local_queue, mine, of_type
 
@@ -236,3 +237,12 @@ def test_with_the_webhooks_bypassed_each_job_is_suspended_at_once_and_recorded_a
     finally:
         assert again.stop() == 0, again.stderr.read_text()[-3000:]
     again.verify()
+    history = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "history", f"{ns}/forged", "--db", str(again.db)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    ).stdout
+    assert "security: ForgedAdmission: admitd.io/admission is not admitd's" in history, history
+    assert "(changed by kubectl-create)" in history

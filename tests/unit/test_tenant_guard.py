@@ -255,6 +255,14 @@ def test_the_validating_configuration_matches_the_mutating_one_on_create_and_upd
     assert hook["objectSelector"] == mutating["webhooks"][0]["objectSelector"]
     assert {r["resources"][0] for r in hook["rules"]} == {"jobs", "pytorchjobs", "rayjobs", "jobsets"}
     assert all(r["operations"] == ["CREATE", "UPDATE"] for r in hook["rules"])
+    assert "matchConditions" not in hook
+    (exempt,) = validating_configuration(mutating, ["system:serviceaccount:admitd-system:admitd", "o'brien"])[
+        "webhooks"
+    ][0]["matchConditions"]
+    assert exempt == {
+        "name": "not-admitd",
+        "expression": "!(request.userInfo.username in ['o\\'brien', 'system:serviceaccount:admitd-system:admitd'])",
+    }
     in_cluster = validating_configuration(
         webhook_configuration(b"ca", url=None, service=("admitd-system", "admitd-webhook", 443), failure_policy="Fail")
     )
