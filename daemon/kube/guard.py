@@ -7,7 +7,7 @@ fields its controllers own. A job is queued (managed) by the same rules the muta
 (`daemon.domain.management`), judged on the old and the new object alike, or when the fold already holds it. A
 job whose `kueue.x-k8s.io/queue-name` is not a valid queue name (a DNS-1123 subdomain, as Kueue's job webhook
 requires) is refused when it is created or its label changes, whoever sends it. Pure, but for `own_username`, which
-asks the API server who admitd is (a SelfSubjectReview).
+asks the API server who admitd is (a SelfSubjectReview), and `may` (a SelfSubjectAccessReview).
 """
 
 from __future__ import annotations
@@ -162,3 +162,16 @@ async def own_username(client: KubeClient) -> str:
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
     answer = await client.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", body=body)
     return str(((answer.get("status") or {}).get("userInfo") or {}).get("username") or "")
+
+
+async def may(client: KubeClient, verb: str, group: str, resource: str, name: str = "") -> bool:
+    """Whether admitd's identity may `verb` the `resource` (named `name`): a SelfSubjectAccessReview, which every
+    authenticated user may send. For a call admitd makes only where its role allows it."""
+    attributes = {"verb": verb, "group": group, "resource": resource, **({"name": name} if name else {})}
+    body = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": attributes},
+    }
+    answer = await client.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=body)
+    return bool((answer.get("status") or {}).get("allowed"))

@@ -38,7 +38,7 @@ from daemon.kube import guard, webhook
 from daemon.kube.actuate import JobActuator
 from daemon.kube.admission_key import AdmissionKeyError, load_or_make_key
 from daemon.kube.client import KubeClient, Obj, load_configuration
-from daemon.kube.errors import Conflict, KubeError, NotFound, Permanent, Temporary
+from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
 from daemon.kube.jobkinds import JOB, JobWatches, served_distributed_kinds
 from daemon.kube.leader import LeaderElector, LeadershipLost
 from daemon.kube.observe import Observer
@@ -397,7 +397,8 @@ class Daemon:
         for attempt in itertools.count():
             try:
                 await webhook.register(client, body)
-                await self._register_validating(client, webhook.validating_configuration(body, self._admitd_users))
+                if opts.webhook_url is not None:
+                    await self._register_validating(client, webhook.validating_configuration(body, self._admitd_users))
                 await webhook.point_conversion(client, self._cert_pem, url=opts.webhook_url, service=service)
                 return
             except (Temporary, Conflict) as e:
@@ -407,19 +408,21 @@ class Daemon:
 
     @staticmethod
     async def _register_validating(client: KubeClient, body: dict[str, Any]) -> None:
-        """The ValidatingWebhookConfiguration beside the mutating one. An installation whose RBAC does not let
-        admitd write it ships it in config/ instead: a refusal is then said once, loudly, and admitd goes on (its
-        observer still suspends and records every job that runs without an admission it made)."""
-        try:
-            await webhook.register(client, body)
-        except Permanent as e:
-            if e.status != 403:
-                raise
-            log.error(
-                "cannot write the ValidatingWebhookConfiguration admitd (forbidden): apply it from config/; "
-                "until then tenants' changes to admission state are undone after the fact, not refused",
-                error=str(e),
+        """The ValidatingWebhookConfiguration beside the mutating one, outside the cluster (`--webhook-url`, the
+        local control plane), where admitd's identity may write it. In the cluster it is installed from config/ and
+        admitd's role may not: that is said once, and admitd goes on (its observer still suspends and records every
+        job that runs without an admission it made)."""
+        group, plural = "admissionregistration.k8s.io", "validatingwebhookconfigurations"
+        name = webhook.CONFIGURATION_NAME
+        if not (
+            await guard.may(client, "create", group, plural) and await guard.may(client, "update", group, plural, name)
+        ):
+            log.warning(
+                "admitd may not write the ValidatingWebhookConfiguration admitd; install it from config/ (until then "
+                "tenants' changes to admission state are undone after the fact, not refused)"
             )
+            return
+        await webhook.register(client, body)
 
     async def _lead(
         self,
