@@ -183,7 +183,12 @@ class Daemon:
                 key = load_or_make_key(opts.admission_key_file or opts.db.parent / "admission.key")
             except AdmissionKeyError as e:
                 raise StartupError(str(e)) from e
-            admitd_users = frozenset((await _own_username(client, opts.admitd_usernames), *opts.admitd_usernames))
+            own = await _own_username(client, opts.admitd_usernames)
+            admitd_users = frozenset(name for name in (own, *opts.admitd_usernames) if name)
+            if not admitd_users:
+                raise StartupError(
+                    "the API server's SelfSubjectReview named no user for admitd: pass --admitd-username"
+                )
             log.info("admission state is admitd's to write", users=sorted(admitd_users))
             self._admitd_users = admitd_users
             recorder = Recorder(store, state, clock, wait_durable=True)
