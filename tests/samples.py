@@ -154,6 +154,17 @@ def one_of_each() -> list[ev.Event]:
             at=1_007,
             message='Error creating: pods "train-a-x7k2p" is forbidden: no PriorityClass with name high was found',
         ),
+        ev.JobTampered(
+            job="research/train-a",
+            namespace="research",
+            uid="uid-train-a",
+            generation=3,
+            at=1_007,
+            what="ForgedAdmission",
+            detail="admitd.io/admission is not admitd's: its admitd.io/admission-signature annotation is missing",
+            manager="kubectl-patch",
+            claimed_cluster_queue="team-research",
+        ),
         ev.WorkloadTimedOut(
             workload="research/train-a",
             at=1_007,

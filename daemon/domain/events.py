@@ -244,6 +244,31 @@ class JobDeleted:
         return f"job/{self.job}"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobTampered:
+    """Security: a managed job ran, or claimed an admission, that admitd did not give it (`what`:
+    `ForgedAdmission`, an `admitd.io/admission` that is not admitd's, `detail` says why; `UnsuspendedWithoutAdmission`,
+    `suspend: false` with no admission at all). Recorded once per change of the job (`generation`), with the
+    managedFields `manager` of the last update that touched its suspension or an admitd.io annotation (None when
+    the object has no managedFields). The leader suspends the job at once; the workload holds no quota."""
+
+    TYPE: ClassVar[str] = "security.job_tampered"
+    VERSION: ClassVar[int] = 1
+    job: str  # namespace/name
+    namespace: str
+    uid: str
+    generation: int
+    at: Millis
+    what: str  # ForgedAdmission | UnsuspendedWithoutAdmission
+    detail: str
+    manager: str | None = None
+    claimed_cluster_queue: str | None = None  # what a forged note names, when it names one
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.job}"
+
+
 # --- decisions ----------------------------------------------------------------------------------------------
 
 
@@ -484,6 +509,7 @@ Event = (
     | JobDeleted
     | JobReady
     | JobPodsNotCreated
+    | JobTampered
     | WorkloadAdmitted
     | WorkloadPreempted
     | WorkloadPending
@@ -515,6 +541,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobDeleted,
     JobReady,
     JobPodsNotCreated,
+    JobTampered,
     WorkloadAdmitted,
     WorkloadPreempted,
     WorkloadPending,

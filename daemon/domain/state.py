@@ -29,6 +29,7 @@ from daemon.domain.events import (
     JobPodsNotCreated,
     JobReady,
     JobSuspended,
+    JobTampered,
     JobUnsuspended,
     LocalQueueDeleted,
     LocalQueueObserved,
@@ -124,6 +125,7 @@ class StateSnapshot:
     counter: int
     outbox: tuple[Order, ...] = ()
     rejected: tuple[tuple[str, tuple[str, ...]], ...] = ()  # `State.rejected`, sorted
+    tampered: tuple[tuple[str, str, int], ...] = ()  # (job, uid, generation): see `State.tampered`
     index: SnapshotIndex | None = None  # written into snapshot bodies (`to_snapshot(index=True)`); never loaded
 
 
@@ -207,6 +209,9 @@ class State:
         self.finished: dict[str, Millis] = {}
         # The outbox: per job, the decision that has no recorded actuation yet (what a restart must carry out).
         self.outbox: dict[str, Order] = {}
+        # Per live job, the (uid, generation) of its last recorded tampering (`JobTampered`): the same change seen
+        # again (a restart's list) is not a new security event.
+        self.tampered: dict[str, tuple[str, int]] = {}
         # Derived indexes, rebuilt from the above by _reindex(); never stored.
         self._pending_by_cq: dict[str, SortedKeyList] = {}
         # The same workloads, grouped for the cycle; None: not built yet (see `build_pending_indexes`).
@@ -275,6 +280,7 @@ class State:
             case JobFinished(job=key, at=at) | JobDeleted(job=key, at=at):
                 self._remove_workload(key)
                 self.outbox.pop(key, None)
+                self.tampered.pop(key, None)
                 if isinstance(event, JobFinished):
                     self.finished[key] = at
             case WorkloadAdopted(workload=key, at=at, admission=admission):
@@ -282,7 +288,7 @@ class State:
             case WorkloadAdmitted(workload=key, at=at, admission=admission):
                 if self._admit(key, at, admission):
                     wl = self.workloads[key].workload
-                    self.outbox[key] = unsuspend_order(wl, admission, self.flavors, self.seq)
+                    self.outbox[key] = unsuspend_order(wl, admission, self.flavors, self.seq, at=at)
             case WorkloadPreempted(workload=key, preemptor=preemptor, reason=reason):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.ADMITTED and not rec.evicting:
@@ -362,6 +368,10 @@ class State:
                 self._config_changed()
             case ObjectRejected() | ChainBreakAccepted():
                 pass  # audit facts: they change nothing the cycle reads
+            case JobTampered(job=key, uid=uid, generation=generation):
+                # The workload keeps what the log gave it (pending: no quota); only the record of the change is kept.
+                if key in self.workloads:
+                    self.tampered[key] = (uid, generation)
             case _:
                 assert_never(event)
 
@@ -677,6 +687,7 @@ class State:
             counter=self._counter,
             outbox=tuple(self.outbox[k] for k in sorted(self.outbox)),
             rejected=tuple(sorted(self.rejected.items())),
+            tampered=tuple((k, *self.tampered[k]) for k in sorted(self.tampered)),
             index=self._snapshot_index(keys) if index else None,
         )
 
@@ -713,6 +724,7 @@ class State:
         state._config_generation = [snap.config_generation]
         state._counter = snap.counter
         state.outbox = {o.job: o for o in snap.outbox}
+        state.tampered = {job: (uid, generation) for job, uid, generation in snap.tampered}
         # The pending lists are built with one sort each rather than one insertion per workload, from queue keys made
         # once; the `PendingIndex`es are left until something reads them (`build_pending_indexes`), so a query that
         # never runs the cycle skips them, and so does its tail fold (the 1M-event benchmark's middle snapshot, 115,020

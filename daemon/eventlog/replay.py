@@ -109,11 +109,13 @@ class UnreadSnapshot:
     counter: int
     outbox: tuple[Order, ...] = ()
     rejected: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    tampered: tuple[tuple[str, str, int], ...] = ()
     index: SnapshotIndex | None = None
 
     def select(self, positions: Iterable[int]) -> State:
         """The state this snapshot holds with only the workloads at `positions` (in `workloads`); the rest of the
-        value (configuration, finished jobs, generations, outbox) whole. Built by `State.from_snapshot` itself."""
+        value (configuration, finished jobs, generations, outbox, tampering records) whole. Built by
+        `State.from_snapshot` itself."""
         decode = _record_decoder.decode
         return State.from_snapshot(
             StateSnapshot(
@@ -131,6 +133,7 @@ class UnreadSnapshot:
                 counter=self.counter,
                 outbox=self.outbox,
                 rejected=self.rejected,
+                tampered=self.tampered,
             )
         )
 

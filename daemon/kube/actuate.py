@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, Resize
+from daemon.domain.trust import SIGNATURE_ANNOTATION
 from daemon.kube.client import JSON_PATCH, KubeClient, Obj, pointer_token, resolve_pointer
 from daemon.kube.errors import Conflict, NotFound, Permanent, Temporary
 from daemon.kube.jobkinds import KINDS
@@ -35,6 +36,7 @@ log = get_logger("admitd.actuate")
 TEMPLATE_TRIES = 20  # x 0.25 s: how long a template change waits for the Job controller before it is retried later
 _NOTE_PATH = "/metadata/annotations/" + pointer_token(ADMISSION_ANNOTATION)
 _FULL_PATH = "/metadata/annotations/" + pointer_token(FULL_PARALLELISM_ANNOTATION)
+_SIGNATURE_PATH = "/metadata/annotations/" + pointer_token(SIGNATURE_ANNOTATION)
 
 
 def resize_patch(resize: Sequence[Resize]) -> list[dict[str, Any]]:
@@ -91,8 +93,12 @@ def placed_as(obj: Obj, kind: str, placements: Sequence[Placement]) -> bool:
 
 
 class JobActuator:
-    def __init__(self, client: KubeClient, *, requests_in_flight: int = 16) -> None:
+    def __init__(
+        self, client: KubeClient, sign: Callable[[str, str], str] | None = None, *, requests_in_flight: int = 16
+    ) -> None:
         self.client = client
+        # (uid, note) -> the note's signature (`daemon.domain.trust.sign` under admitd's key), written beside it
+        self.sign = sign
         # The bound on this actuator's API calls at once. The actuate stage runs many jobs' lanes side by side; a
         # lane that waits (a template change waiting for the Job controller) holds no call, so it delays no other.
         self._calls = asyncio.Semaphore(requests_in_flight)
@@ -150,6 +156,8 @@ class JobActuator:
             if order.action is Action.UNSUSPEND:
                 ops = [*guard, *placement_patch(order.kind, order.placements)]
                 ops.append({"op": "add", "path": _NOTE_PATH, "value": order.note})
+                signature = self.sign(order.uid, order.note) if self.sign is not None else ""
+                ops.append({"op": "add", "path": _SIGNATURE_PATH, "value": signature})
                 ops += [*full_count_note(order.resize, running=True), *resize_patch(order.resize)]
                 ops.append({"op": "replace", "path": suspend, "value": False})
                 self._unsuspending.add(order.job)
@@ -166,6 +174,7 @@ class JobActuator:
                     notes = [
                         *full_count_note(order.resize, running=False),
                         {"op": "add", "path": _NOTE_PATH, "value": ""},
+                        {"op": "add", "path": _SIGNATURE_PATH, "value": ""},
                     ]
                 if order.decision and self.on_suspending is not None:
                     self.on_suspending(order.job, order.kind)

@@ -126,6 +126,21 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         help="run on a log whose hash chain is broken at SEQ (the seq the refusal names; repeat for several): the "
         "acceptance is recorded in the log, and later starts accept that break without the flag",
     )
+    p.add_argument(
+        "--admission-key-file",
+        type=Path,
+        metavar="FILE",
+        help="the key admitd signs its admission notes with (made on first start when missing; default: "
+        "admission.key beside --db). Replicas must share it: mount one Secret in each",
+    )
+    p.add_argument(
+        "--admitd-username",
+        action="append",
+        default=[],
+        metavar="USER",
+        help="a user name the validating webhook lets change a queued job's admission state, besides the one the "
+        "API server knows admitd by (a SelfSubjectReview); repeatable",
+    )
     p.set_defaults(func=_cmd_run)
 
 
@@ -165,6 +180,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         status_burst=args.status_burst,
         status_parallelism=args.status_parallelism,
         accept_chain_breaks=frozenset(args.accept_chain_break),
+        admission_key_file=args.admission_key_file or args.db.parent / "admission.key",
+        admitd_usernames=tuple(args.admitd_username),
     )
     try:
         return asyncio.run(run_daemon(options))

@@ -8,6 +8,7 @@ compared as a whole, so what disappeared while nobody watched is appended as del
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,12 +16,14 @@ from typing import Any
 
 from daemon.domain import events as ev
 from daemon.domain import model
-from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, read_admission_note
+from daemon.domain.actuation import ADMISSION_ANNOTATION, Action
 from daemon.domain.management import manage_existing_job, namespace_managed
 from daemon.domain.state import Phase, State, WorkloadRecord
+from daemon.domain.trust import ANNOTATION_PREFIX, SIGNATURE_ANNOTATION, judge_claim
 from daemon.kube.client import Obj
 from daemon.kube.jobkinds import DISTRIBUTED, distributed_status
 from daemon.manifests import ManifestError, adapter_for, parse_object
+from daemon.manifests.distributed import suspend_pointer
 from daemon.manifests.jobs import managed_owner
 from daemon.obs.logging import get_logger
 from daemon.stages.ports import Clock, Observed
@@ -146,8 +149,11 @@ class Observer:
         is_leader: Callable[[], bool] = lambda: True,
         pods_ready: bool = False,
         jobs: model.JobManagement | None = None,
+        admission_key: bytes | None = None,
     ) -> None:
         self.is_leader = is_leader
+        # what admitd signs its admission notes with (`daemon.domain.trust`); None: no note is honoured
+        self.admission_key = admission_key
         # manageJobsWithoutQueueName / managedJobsNamespaceSelector: which jobs are managed at all
         self.jobs = jobs if jobs is not None else model.JobManagement()
         self.pods_ready = pods_ready  # waitForPodsReady: report when an admitted job's pods are all ready
@@ -162,6 +168,8 @@ class Observer:
         self._last: dict[str, Obj] = {}  # their last version seen, for the end of the grace
         self.suspension_grace_s = SUSPENSION_GRACE_S
         self.call_later: Callable[[float, Callable[[], None]], object] = _call_later
+        # job -> (uid, resourceVersion) of the newest version seen, from a watch, a list or an actuation's answer
+        self._newest: dict[str, tuple[str, int]] = {}
 
     # --- jobs ------------------------------------------------------------------------------------------------
 
@@ -194,6 +202,13 @@ class Observer:
             return []
         meta = _meta(obj)
         key = job_key(obj)
+        if deleted:
+            self._newest.pop(key, None)
+        else:
+            uid, version = str(meta.get("uid", "")), _version(meta)
+            seen = self._newest.get(key)
+            if seen is None or seen[0] != uid or seen[1] < version:
+                self._newest[key] = (uid, version)
         if key not in self.state.workloads and (
             not self._managed(obj, adapter.is_managed(obj)) or managed_owner(obj) is not None
         ):
@@ -222,20 +237,7 @@ class Observer:
             if (rec is None or rec.workload != wl) and self._first(key, ("observed", wl)):
                 out.append(ev.JobObserved(workload=wl))
             if not view.suspended:
-                annotations = meta.get("annotations") or {}
-                note = annotations.get(ADMISSION_ANNOTATION) if isinstance(annotations, Mapping) else None
-                adopted = read_admission_note(note, wl) if isinstance(note, str) and note else None
-                order = self.state.outbox.get(key)
-                if adopted is not None:
-                    # Admitted and carried out by another replica (a former leader): hold its quota, act on nothing.
-                    if self._first(key, ("adopted", note)):
-                        out.append(ev.WorkloadAdopted(workload=key, at=now, admission=adopted))
-                elif (
-                    (order is None or order.action is not Action.UNSUSPEND)
-                    and self.is_leader()
-                    and self.on_started_unsuspended is not None
-                ):
-                    self.on_started_unsuspended(key, str(meta.get("uid", "")), wl.kind)
+                out += self._running_unadmitted(obj, wl, rec, now)
         elif self.pods_ready and not view.suspended and _pods_ready(rec, view):
             if self._first(key, ("ready",)):
                 out.append(ev.JobReady(job=key, at=now))
@@ -318,6 +320,73 @@ class Observer:
         last = self._last.get(key)
         if last is not None:
             self.job_event("MODIFIED", last)
+
+    def _running_unadmitted(self, obj: Obj, wl: model.Workload, rec: WorkloadRecord | None, now: int) -> list[ev.Event]:
+        """A managed job runs (not suspended) while the fold holds no admission for it. Another replica's admission
+        written on it and signed (`daemon.domain.trust`) is adopted: it holds that quota from now on. Anything else
+        is a security event (`JobTampered`, once per change of the job), and the leader suspends the job at once."""
+        meta = _meta(obj)
+        key, uid = job_key(obj), str(meta.get("uid", ""))
+        order = self.state.outbox.get(key)
+        if order is not None and order.action is Action.UNSUSPEND:
+            return []  # this replica's own admission, its patch ahead of the fold
+        newest = self._newest.get(key)
+        if newest is not None and newest[0] == uid and _version(meta) < newest[1]:
+            # An older version than one already seen (the watch behind the answer to a suspension): this replica's
+            # own admission, since undone, not a tenant's doing.
+            return []
+        annotations = meta.get("annotations")
+        annotations = annotations if isinstance(annotations, Mapping) else {}
+        note = annotations.get(ADMISSION_ANNOTATION)
+        out: list[ev.Event] = []
+        if isinstance(note, str) and note:
+            signature = annotations.get(SIGNATURE_ANNOTATION)
+            claim: model.Admission | str = (
+                "this replica has no admission key"
+                if self.admission_key is None
+                else judge_claim(
+                    key=self.admission_key,
+                    uid=uid,
+                    note=note,
+                    signature=signature if isinstance(signature, str) else None,
+                    workload=wl,
+                    evicted_at=rec.evicted_at if rec is not None else None,
+                )
+            )
+            if isinstance(claim, model.Admission):
+                # Admitted and carried out by another replica (a former leader): hold its quota, act on nothing.
+                if self._first(key, ("adopted", note)):
+                    out.append(ev.WorkloadAdopted(workload=key, at=now, admission=claim))
+                return out
+            what, detail, claimed = "ForgedAdmission", f"{ADMISSION_ANNOTATION} is not admitd's: {claim}", _named(note)
+        else:
+            what, detail, claimed = "UnsuspendedWithoutAdmission", "it runs but admitd has not admitted it", None
+        generation = int(meta.get("generation") or 0)
+        if self.state.tampered.get(key) != (uid, generation) and self._first(key, ("tampered", uid, generation)):
+            manager = last_manager(obj, suspend_pointer(wl.kind))
+            log.warning(
+                "security: a job runs without an admission admitd made",
+                job=key,
+                what=what,
+                detail=detail,
+                manager=manager,
+            )
+            out.append(
+                ev.JobTampered(
+                    job=key,
+                    namespace=wl.namespace,
+                    uid=uid,
+                    generation=generation,
+                    at=now,
+                    what=what,
+                    detail=detail,
+                    manager=manager,
+                    claimed_cluster_queue=claimed,
+                )
+            )
+        if self.is_leader() and self.on_started_unsuspended is not None:
+            self.on_started_unsuspended(key, uid, wl.kind)
+        return out
 
     def suspended_unsent(self, key: str) -> None:
         """An evicting job whose suspension needed no request (its admission never reached it: it is suspended and
@@ -407,6 +476,57 @@ def _call_later(delay_s: float, fn: Callable[[], None]) -> object:
     import asyncio  # noqa: PLC0415 (the observer is plain code; only this timer needs the running loop)
 
     return asyncio.get_running_loop().call_later(delay_s, fn)
+
+
+def _version(meta: Mapping[str, Any]) -> int:
+    """An object's resourceVersion as a number (the API server's are etcd revisions), 0 when it has none."""
+    value = meta.get("resourceVersion")
+    return int(value) if isinstance(value, str) and value.isdigit() else 0
+
+
+def _named(note: str) -> str | None:
+    """The ClusterQueue a note names, if it is JSON with one (a forged note may be anything)."""
+    try:
+        raw = json.loads(note)
+    except ValueError:
+        return None
+    cq = raw.get("clusterQueue") if isinstance(raw, Mapping) else None
+    return cq if isinstance(cq, str) else None
+
+
+def last_manager(obj: Mapping[str, Any], suspend_pointer: str) -> str | None:
+    """Who changed a job's admission state: the managedFields manager of the newest entry that owns its suspension
+    field (`suspend_pointer`, a JSON pointer) or any admitd.io annotation. Entries are ordered by their `time`
+    (second resolution); of equal times the later entry wins. None when no entry owns either."""
+    suspend_path = ["f:" + part for part in suspend_pointer.strip("/").split("/")]
+    best: tuple[str, int, str] | None = None
+    entries = _meta(obj).get("managedFields")
+    for i, entry in enumerate(entries if isinstance(entries, list) else ()):
+        if not isinstance(entry, Mapping):
+            continue
+        fields = entry.get("fieldsV1")
+        if not isinstance(fields, Mapping):
+            continue
+        notes = _node(fields, ["f:metadata", "f:annotations"])
+        touched = _node(fields, suspend_path) is not None or (
+            isinstance(notes, Mapping) and any(str(k).startswith("f:" + ANNOTATION_PREFIX) for k in notes)
+        )
+        if not touched:
+            continue
+        rank = (str(entry.get("time") or ""), i, str(entry.get("manager") or ""))
+        if best is None or rank[:2] > best[:2]:
+            best = rank
+    return best[2] if best is not None else None
+
+
+def _node(fields: Mapping[str, Any], path: list[str]) -> object:
+    """The managedFields (FieldsV1) node at `path`, None when the entry does not own it."""
+    node: object = fields
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
 
 
 def _pods_ready(rec: WorkloadRecord, view: JobView) -> bool:

@@ -30,14 +30,16 @@ from typing import Any
 from aiohttp import web
 
 from daemon.domain import events as ev
+from daemon.domain import trust
 from daemon.domain.actuation import Action, Order
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.events import Event, WorkloadAdmitted
 from daemon.domain.state import State
 from daemon.eventlog import EventStore, LogReader, replay
 from daemon.eventlog.errors import ChainBroken, LogNotTrusted
-from daemon.kube import webhook
+from daemon.kube import guard, webhook
 from daemon.kube.actuate import JobActuator
+from daemon.kube.admission_key import AdmissionKeyError, load_or_make_key
 from daemon.kube.client import KubeClient, Obj, load_configuration
 from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
 from daemon.kube.jobkinds import JOB, JobWatches, served_distributed_kinds
@@ -100,6 +102,8 @@ class RunOptions:
     status_burst: int = 100  # ... and burst, one token bucket
     status_parallelism: int = 4  # status writes in flight at once
     accept_chain_breaks: frozenset[int] = frozenset()  # seqs at which a broken hash chain is accepted (recorded)
+    admission_key_file: Path | None = None  # signs admission notes (`daemon.domain.trust`); default: beside db
+    admitd_usernames: tuple[str, ...] = ()  # besides admitd's own (a SelfSubjectReview): may write admission state
 
 
 def job_callbacks(
@@ -122,9 +126,11 @@ def job_callbacks(
 class KubeCluster:
     """The real Cluster: observations from the Reflectors through the Observer, actuations as Job patches."""
 
-    def __init__(self, client: KubeClient, *, requests_in_flight: int = 16) -> None:
+    def __init__(
+        self, client: KubeClient, sign: Callable[[str, str], str] | None = None, *, requests_in_flight: int = 16
+    ) -> None:
         self.client = client
-        self.actuator = JobActuator(client, requests_in_flight=requests_in_flight)
+        self.actuator = JobActuator(client, sign, requests_in_flight=requests_in_flight)
         self.inbox: Inbox | None = None
 
     def connect(self, inbox: Inbox) -> None:
@@ -171,6 +177,8 @@ class Daemon:
         self._leading = False
         self._new_jobs: webhook.NewJobPolicy | None = None
         self._scrape: Callable[[web.Request], Awaitable[web.Response]] | None = None
+        self._validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self._admitd_users: frozenset[str] = frozenset()
 
     async def run(self) -> int:
         opts = self.options
@@ -184,6 +192,18 @@ class Daemon:
             if accepting:  # before anything else is appended on top of the break
                 await self._record_acceptance(recorder, accepting, clock)
             version = await check_crds(client)
+            try:
+                key = load_or_make_key(opts.admission_key_file or opts.db.parent / "admission.key")
+            except AdmissionKeyError as e:
+                raise StartupError(str(e)) from e
+            own = await _own_username(client, opts.admitd_usernames)
+            admitd_users = frozenset(name for name in (own, *opts.admitd_usernames) if name)
+            if not admitd_users:
+                raise StartupError(
+                    "the API server's SelfSubjectReview named no user for admitd: pass --admitd-username"
+                )
+            log.info("admission state is admitd's to write", users=sorted(admitd_users))
+            self._admitd_users = admitd_users
             status = StatusWriter(
                 status_client,
                 state,
@@ -196,7 +216,7 @@ class Daemon:
             )
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
-            cluster = KubeCluster(client, requests_in_flight=opts.actuation_parallelism)
+            cluster = KubeCluster(client, partial(trust.sign, key), requests_in_flight=opts.actuation_parallelism)
             actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_lanes)
             pods_ready = opts.engine.wait_for_pods_ready
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit, pods_ready=pods_ready)
@@ -224,6 +244,7 @@ class Daemon:
                 is_leader=elector.is_leader if opts.leader_elect else lambda: True,
                 pods_ready=pods_ready is not None,
                 jobs=opts.engine.jobs,
+                admission_key=key,
             )
             # What the API server answers to a suspension is observed like a watch event (see JobActuator).
             cluster.actuator.on_suspended = partial(observer.job_event, "MODIFIED")
@@ -266,6 +287,9 @@ class Daemon:
             admit.deadlines_gate = lambda: all_jobs.synced.is_set() and not ingest.has_work()
             web_runner = await self._serve_health(opts)
             self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
+            self._validate = partial(
+                guard.validation_response, admitd=admitd_users, policy=self._new_jobs, held=state.workloads.__contains__
+            )
             webhook_runner = await self._serve_webhook(client, opts)
             main = asyncio.current_task()
             loop = asyncio.get_running_loop()
@@ -431,6 +455,8 @@ class Daemon:
         if opts.metrics_auth and self._scrape is not None:  # the health server (started first) made it
             app.router.add_get("/metrics", self._guarded_scrape(client, self._scrape))
         runner = web.AppRunner(app, access_log=None)
+        routes = webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs, self._validate)
+        runner = web.AppRunner(routes, access_log=None)
         await runner.setup()
         self._ssl = webhook.ssl_context(cert, opts.cert_dir)
         await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=self._ssl).start()
@@ -468,12 +494,32 @@ class Daemon:
         for attempt in itertools.count():
             try:
                 await webhook.register(client, body)
+                if opts.webhook_url is not None:
+                    await self._register_validating(client, webhook.validating_configuration(body, self._admitd_users))
                 await webhook.point_conversion(client, self._cert_pem, url=opts.webhook_url, service=service)
                 return
             except (Temporary, Conflict) as e:
                 delay = backoff_s(attempt, rng)
                 log.warning("registering the webhooks failed; retrying", error=str(e), retry_in_s=round(delay, 2))
                 await asyncio.sleep(delay)
+
+    @staticmethod
+    async def _register_validating(client: KubeClient, body: dict[str, Any]) -> None:
+        """The ValidatingWebhookConfiguration beside the mutating one, outside the cluster (`--webhook-url`, the
+        local control plane), where admitd's identity may write it. In the cluster it is installed from config/ and
+        admitd's role may not: that is said once, and admitd goes on (its observer still suspends and records every
+        job that runs without an admission it made)."""
+        group, plural = "admissionregistration.k8s.io", "validatingwebhookconfigurations"
+        name = webhook.CONFIGURATION_NAME
+        if not (
+            await guard.may(client, "create", group, plural) and await guard.may(client, "update", group, plural, name)
+        ):
+            log.warning(
+                "admitd may not write the ValidatingWebhookConfiguration admitd; install it from config/ (until then "
+                "tenants' changes to admission state are undone after the fact, not refused)"
+            )
+            return
+        await webhook.register(client, body)
 
     async def _lead(
         self,
@@ -530,6 +576,19 @@ class CountedCycles:
         before, started = self._admitted, time.perf_counter()
         await self.admit.step()
         self._attempt(self._admitted > before, time.perf_counter() - started)
+
+
+async def _own_username(client: KubeClient, configured: tuple[str, ...]) -> str:
+    """Who the API server knows admitd by; the first configured name when it cannot say and some are configured."""
+    try:
+        return await guard.own_username(client)
+    except KubeError as e:
+        if configured:
+            log.warning("no SelfSubjectReview; only the configured users write admission state", error=str(e))
+            return configured[0]
+        raise StartupError(
+            f"cannot ask the API server who admitd is (a SelfSubjectReview): {e}; pass --admitd-username instead"
+        ) from e
 
 
 def _identity() -> str:

@@ -218,6 +218,17 @@ def history(reader: LogReader, key: str, clock: Clock, until: int | None = None)
                 )
             case ev.WorkloadRequeued():
                 entries.append(Entry(row.seq, t, "requeued", "backoff over: back in its queue", {}))
+            case ev.JobTampered(what=what, detail=detail, manager=manager, claimed_cluster_queue=claimed):
+                by = f" (changed by {manager})" if manager else ""
+                entries.append(
+                    Entry(
+                        row.seq,
+                        t,
+                        "tampered",
+                        f"security: {what}: {detail}{by}; the leader suspends it and it holds no quota",
+                        {"what": what, "detail": detail, "manager": manager, "claimed_cluster_queue": claimed},
+                    )
+                )
             case _:
                 entries.append(Entry(row.seq, t, row.type, row.type, {}))
     if queued_since is not None:

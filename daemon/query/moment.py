@@ -197,6 +197,7 @@ _JOB_KEYED = (
     ev.JobUnsuspended,
     ev.JobSuspended,
     ev.ActuationFailed,
+    ev.JobTampered,
 )
 _WORKLOAD_KEYED = (
     ev.WorkloadAdmitted,

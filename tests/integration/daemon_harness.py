@@ -309,4 +309,10 @@ def running_daemon(cluster: KubeCluster, workdir: Path, *extra: str) -> Iterator
     finally:
         if d.proc is not None:
             assert d.stop() == 0, d.stderr.read_text()[-3000:]
-        kubectl(cluster, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+        kubectl(
+            cluster,
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "admitd",
+            "--ignore-not-found",
+        )

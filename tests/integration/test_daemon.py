@@ -258,7 +258,13 @@ def test_a_restart_replays_the_log_and_neither_loses_nor_repeats_a_decision(
         assert [e["payload"]["job"] for e in of_type(events, "job.deleted")] == [f"{ns}/j0"]
         second.verify()
     finally:
-        kubectl(crds, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+        kubectl(
+            crds,
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "admitd",
+            "--ignore-not-found",
+        )
 
 
 def test_admitd_refuses_to_start_beside_a_kueue_installation_that_owns_the_crds(

@@ -217,4 +217,10 @@ def test_the_daemon_notifies_ready_pings_and_stops(
     finally:
         if daemon.proc is not None:
             daemon.kill()
-        kubectl(kube_cluster, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+        kubectl(
+            kube_cluster,
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "admitd",
+            "--ignore-not-found",
+        )
