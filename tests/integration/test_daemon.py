@@ -100,15 +100,13 @@ def of_type(events: list[dict[str, Any]], type_: str, job_key: str | None = None
     return [e for e in events if e["type"] == type_ and (job_key is None or e["subject"] == f"job/{job_key}")]
 
 
-SEED = REPO.parent / "shared" / "seed"
+SEED = REPO / "tests" / "unit" / "data" / "seed_minimal_setup.yaml"
 
 
 def seed_yaml() -> str:
-    """The users' seed document's YAML, exactly as written there (kueue.x-k8s.io/v1beta1)."""
-    text = "".join(p.read_text() for p in sorted(SEED.glob("*.txt")))
-    start = text.index("apiVersion: kueue.x-k8s.io/v1beta1")
-    end = text.index("clusterQueue: team-research", start) + len("clusterQueue: team-research")
-    return text[start:end] + "\n"
+    """The users' seed document's YAML (kueue.x-k8s.io/v1beta1), kept verbatim in the repository; the file's
+    leading comment lines are ours."""
+    return "".join(line for line in SEED.read_text().splitlines(keepends=True) if not line.startswith("#"))
 
 
 @pytest.fixture
