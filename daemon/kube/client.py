@@ -83,8 +83,7 @@ def _merged(files: list[Path]) -> tuple[dict[str, Any], dict[tuple[str, str], Pa
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         if not isinstance(doc, dict):
             raise kube_config.ConfigException(f"{path}: not a kubeconfig (a mapping)")
-        merged.setdefault("current-context", doc.get("current-context"))
-        if not merged["current-context"]:
+        if not merged.get("current-context"):
             merged["current-context"] = doc.get("current-context")
         for section in ("clusters", "users", "contexts"):
             for entry in doc.get(section) or []:
@@ -149,8 +148,8 @@ async def load_configuration(kubeconfig: Path | None, context: str | None = None
     try:
         if files:
             if await _with_rotating_credentials(files, context, cfg) is None:
-                path = None if kubeconfig is None else str(kubeconfig)
-                await kube_config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
+                paths = os.pathsep.join(map(str, files))  # kubernetes_asyncio merges a list as kubectl does
+                await kube_config.load_kube_config(config_file=paths, context=context, client_configuration=cfg)
         else:
             kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=cfg,
