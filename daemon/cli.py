@@ -51,8 +51,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         v = reader.check()
     # The head lets an operator compare with a copy kept elsewhere: a restored old copy, a lost -wal or a cut tail
     # leaves a shorter chain that is intact on its own.
+    chain = "hash chain intact"
+    if v.accepted:  # an operator ran admitd on these breaks (`run --accept-chain-break`); the log says when
+        chain += f" but for {len(v.accepted)} accepted break(s), at seq " + ", ".join(map(str, v.accepted))
     print(
-        f"{args.db}: ok, {v.events} events, hash chain intact, {v.snapshots} snapshots check; "
+        f"{args.db}: ok, {v.events} events, {chain}, {v.snapshots} snapshots check; "
         f"head seq {v.head_seq} hash {v.head_hash.hex()}"
     )
     return 0

@@ -129,6 +129,21 @@ class PriorityClassObserved:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PriorityClassDeleted:
+    """A WorkloadPriorityClass or PriorityClass is gone: new jobs that name it wait (`...NotFound`); workloads that
+    already resolved their priority from it keep it, as in Kueue."""
+
+    TYPE: ClassVar[str] = "priorityclass.deleted"
+    VERSION: ClassVar[int] = 1
+    kind: str  # WorkloadPriorityClass | PriorityClass
+    name: str
+
+    @property
+    def subject(self) -> str:
+        return f"{self.kind.lower()}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NamespaceObserved:
     TYPE: ClassVar[str] = "namespace.observed"
     VERSION: ClassVar[int] = 1
@@ -193,6 +208,24 @@ class JobReady:
     VERSION: ClassVar[int] = 1
     job: str
     at: Millis
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.job}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobPodsNotCreated:
+    """The Job controller could not create an admitted job's pods (its `FailedCreate` Event: a PriorityClass or a
+    ServiceAccount that does not exist, a quota of the namespace). The job keeps its quota, as in Kueue: with
+    waitForPodsReady its PodsReady timeout evicts it; without, it holds the quota until it is fixed or deleted,
+    and this fact is what `admitd explain` and `history` show. Recorded once per admission and message."""
+
+    TYPE: ClassVar[str] = "job.pods_not_created"
+    VERSION: ClassVar[int] = 1
+    job: str
+    at: Millis
+    message: str
 
     @property
     def subject(self) -> str:
@@ -410,6 +443,29 @@ class ActuationFailed:
         return f"job/{self.job}"
 
 
+# --- the log's own facts -------------------------------------------------------------------------------------
+
+BREAK_SUBJECT = "log/chain"
+"""The subject of every fact about the log's hash chain (one index lookup finds them all)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainBreakAccepted:
+    """An operator ran admitd on a log whose hash chain is broken at `seq` (`admitd run --accept-chain-break`):
+    from here on the walk takes the stored rows there as they are. Changes no queue state."""
+
+    TYPE: ClassVar[str] = "log.break_accepted"
+    VERSION: ClassVar[int] = 1
+    seq: int
+    problem: str
+    by: str
+    at: Millis
+
+    @property
+    def subject(self) -> str:
+        return BREAK_SUBJECT
+
+
 Event = (
     ResourceFlavorObserved
     | ResourceFlavorDeleted
@@ -420,12 +476,14 @@ Event = (
     | LocalQueueObserved
     | LocalQueueDeleted
     | PriorityClassObserved
+    | PriorityClassDeleted
     | NamespaceObserved
     | ObjectRejected
     | JobObserved
     | JobFinished
     | JobDeleted
     | JobReady
+    | JobPodsNotCreated
     | WorkloadAdmitted
     | WorkloadPreempted
     | WorkloadPending
@@ -436,6 +494,7 @@ Event = (
     | JobUnsuspended
     | JobSuspended
     | ActuationFailed
+    | ChainBreakAccepted
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -448,12 +507,14 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     LocalQueueObserved,
     LocalQueueDeleted,
     PriorityClassObserved,
+    PriorityClassDeleted,
     NamespaceObserved,
     ObjectRejected,
     JobObserved,
     JobFinished,
     JobDeleted,
     JobReady,
+    JobPodsNotCreated,
     WorkloadAdmitted,
     WorkloadPreempted,
     WorkloadPending,
@@ -464,6 +525,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobUnsuspended,
     JobSuspended,
     ActuationFailed,
+    ChainBreakAccepted,
 )
 """Every current event class; the codec's registry is built from this tuple."""
 

@@ -31,7 +31,7 @@ from daemon.domain.actuation import Order
 from daemon.domain.model import ClusterQueue, Cohort, LocalQueue, Millis, Namespace, PriorityClass, ResourceFlavor
 from daemon.domain.state import STATE_VERSION, SnapshotIndex, State, StateSnapshot, WorkloadRecord
 from daemon.eventlog import codec
-from daemon.eventlog.store import INTEGER_MAX, EventStore, LogReader
+from daemon.eventlog.store import INTEGER_MAX, AcceptedBreaks, EventStore, LogReader
 from daemon.obs.logging import get_logger
 
 _snapshot_decoder = msgspec.json.Decoder(StateSnapshot)
@@ -108,6 +108,7 @@ class UnreadSnapshot:
     config_generation: int
     counter: int
     outbox: tuple[Order, ...] = ()
+    rejected: tuple[tuple[str, tuple[str, ...]], ...] = ()
     index: SnapshotIndex | None = None
 
     def select(self, positions: Iterable[int]) -> State:
@@ -129,6 +130,7 @@ class UnreadSnapshot:
                 config_generation=self.config_generation,
                 counter=self.counter,
                 outbox=self.outbox,
+                rejected=self.rejected,
             )
         )
 
@@ -168,12 +170,23 @@ def paused_gc(*, freeze: bool = False) -> Iterator[None]:
         gc.enable()
 
 
-def replay(reader: LogReader, *, use_snapshots: bool = True, upto: int | None = None) -> State:
+def replay(
+    reader: LogReader,
+    *,
+    use_snapshots: bool = True,
+    upto: int | None = None,
+    verify: bool = False,
+    accepted: AcceptedBreaks | None = None,
+) -> State:
     """The state after every event up to `upto` (default: the whole log), its pending indexes built (the cycle reads
     them; a query that reads no index builds its state with `decode_snapshot` and a fold, and never pays for them).
 
     A snapshot is used only if it checks against the hash chain and its digest (`LogReader.snapshot_at_or_before`)
     and decodes; otherwise a warning is logged and the replay starts from the first event.
+
+    `verify=True` (the daemon's start-up) checks every row it folds against the hash chain, from the snapshot's
+    row (the snapshot's digest vouches for the state before it) to the head, and raises ChainBroken at the first
+    break that `accepted` (default: the breaks the log records as accepted) does not cover.
     """
     state = State()
     since = 0
@@ -191,8 +204,9 @@ def replay(reader: LogReader, *, use_snapshots: bool = True, upto: int | None = 
                 log.warning("snapshot ignored; replaying from the first event", seq=found[0], problem=str(e))
                 state, since = State(), 0
     decode, apply = codec.decode, state.apply
+    rows = reader.iter_verified_payloads(since, accepted=accepted) if verify else reader.iter_payloads(since)
     with paused_gc():
-        for seq, type_, version, payload in reader.iter_payloads(since):
+        for seq, type_, version, payload in rows:
             if upto is not None and seq > upto:
                 break
             apply(decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=seq), seq)

@@ -12,7 +12,7 @@ import asyncio
 import json
 import os
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -263,9 +263,15 @@ class KubeClient:
         return decoded
 
     async def stream(
-        self, path: str, params: Mapping[str, str], *, server_timeout_s: float
+        self,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        server_timeout_s: float,
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncIterator[tuple[str, Obj]]:
-        """A watch: (type, object) per line until the server closes the stream after `server_timeout_s` seconds."""
+        """A watch: (type, object) per line until the server closes the stream after `server_timeout_s` seconds.
+        `on_open` is called once the API server has accepted the watch (a quiet stream may send nothing for long)."""
         headers = await self._headers(None)
         self.requests += 1
         try:
@@ -277,6 +283,8 @@ class KubeClient:
             ) as resp:
                 if resp.status >= 400:
                     raise from_status("WATCH", path, resp.status, _status_message(await resp.read()))
+                if on_open is not None:
+                    on_open()
                 buffer = b""
                 async for chunk in resp.content.iter_any():
                     buffer += chunk

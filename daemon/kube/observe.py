@@ -99,8 +99,42 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
     return JobView(suspended=bool(spec.get("suspend")), active=active, finished=finished, ready=ready)
 
 
+SUSPENSION_GRACE_S = 10.0  # how long a suspended Job the Job controller never reported resumed may stay silent
+
+
+def _suspended_condition(obj: Mapping[str, Any]) -> str | None:
+    """The status ("True", "False") of a batch/v1 Job's `Suspended` condition, None where it has none."""
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == "Suspended":
+            return str(cond.get("status"))
+    return None
+
+
+@dataclass(slots=True)
+class _Suspension:
+    """A suspension this process sent, and the Job's status in the first version that showed it."""
+
+    status: object = None  # None until the first suspended version is seen
+    resumed: bool = False  # whether the Job controller had reported the Job resumed (`Suspended=False`) by then
+    grace_over: bool = False
+
+
 class Observer:
-    """Turns watch events and lists into `Observed` batches for the ingest stage."""
+    """Turns watch events and lists into `Observed` batches for the ingest stage.
+
+    A preempted batch/v1 Job's quota is released (its `workload.evicted` appended) only once its pods are gone, as
+    the Job controller reports it after it has seen the suspension. Its status right after the suspension says
+    nothing yet: when a Job was just unsuspended, the controller may have created pods and not yet written a status
+    that counts them. The controller writes a Job's status with an update on the version it synced from (an
+    optimistic-concurrency write: pkg/controller/job/job_controller.go, updateJobStatus), so a status that differs
+    from the one the suspension was answered with was written by a sync that saw `suspend: true`; in such a sync
+    (once every pod it created is in its cache) it deletes the active pods, counts them in `status.terminating`
+    and sets `Suspended=True`. So the quota is released when a status written after the suspension shows
+    `Suspended=True` and `active + terminating == 0`. A Job the controller never reported resumed (`Suspended` was
+    still True when it was suspended again) may have started no pod at all, and then no status is ever written
+    again: it is released when `SUSPENSION_GRACE_S` pass without any. Other kinds (and a Job this process did not
+    suspend, e.g. after a restart) are released when their status shows no active or terminating pods.
+    """
 
     def __init__(
         self,
@@ -124,6 +158,10 @@ class Observer:
         self._rejected: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, ns/name) -> errors last reported
         # job -> (the fold's record when these were sent, facts sent about it since): see `_first`
         self._sent: dict[str, tuple[WorkloadRecord | None, list[tuple[object, ...]]]] = {}
+        self._suspensions: dict[str, _Suspension] = {}  # batch/v1 Jobs this process is suspending
+        self._last: dict[str, Obj] = {}  # their last version seen, for the end of the grace
+        self.suspension_grace_s = SUSPENSION_GRACE_S
+        self.call_later: Callable[[float, Callable[[], None]], object] = _call_later
 
     # --- jobs ------------------------------------------------------------------------------------------------
 
@@ -164,8 +202,11 @@ class Observer:
         now = self.clock.now()
         if deleted or key in self.state.finished:
             self._sent.pop(key, None)
+            self._suspensions.pop(key, None)
+            self._last.pop(key, None)
             return [ev.JobDeleted(job=key, at=now)] if deleted and rec is not None else []
         view = job_view(obj)
+        baseline = self._follow(key, obj, view)
         if view.finished is not None:
             if rec is None or not self._first(key, ("finished",)):
                 return []
@@ -199,12 +240,84 @@ class Observer:
             if self._first(key, ("ready",)):
                 out.append(ev.JobReady(job=key, at=now))
         elif view.suspended and view.active == 0:
-            if rec.evicting:
+            if rec.evicting and self._pods_gone(key, obj, baseline):
                 out += self._evicted(key, rec.eviction_reason or "Preempted", now)
             elif not self.is_leader() and key not in self.state.outbox:
                 # a standby sees the leader stop a job it had adopted
                 out += self._evicted(key, "SuspendedByAnotherReplica", now)
         return out
+
+    def pod_event(self, type_: str, obj: Obj) -> None:
+        """An Event the Job controller wrote about a Job (`FailedCreate`: it could not create a pod): for a Job
+        admitted and not yet ready, `job.pods_not_created` with the controller's message, once per admission and
+        message. An Event older than the admission (a previous run's) is not news."""
+        if type_ == "DELETED" or obj.get("reason") != "FailedCreate":
+            return
+        involved = obj.get("involvedObject") or {}
+        if involved.get("kind") != "Job":
+            return
+        key = f"{involved.get('namespace', '')}/{involved.get('name', '')}"
+        rec = self.state.workloads.get(key)
+        if rec is None or rec.phase is not Phase.ADMITTED or rec.evicting or rec.ready or rec.admitted_at is None:
+            return
+        if involved.get("uid") and rec.workload.uid and involved.get("uid") != rec.workload.uid:
+            return
+        seen = timestamp_ms(obj.get("lastTimestamp") or obj.get("eventTime") or _meta(obj).get("creationTimestamp"))
+        if seen is not None and seen < rec.admitted_at - 1000:  # Event times have whole seconds
+            return
+        message = str(obj.get("message", ""))[:1000]
+        if self._first(key, ("pods_not_created", message)):
+            log.warning("the Job controller cannot create an admitted job's pods", job=key, message=message)
+            self.put(Observed((ev.JobPodsNotCreated(job=key, at=self.clock.now(), message=message),)))
+
+    def pods_events_listed(self, items: list[Obj]) -> None:
+        for obj in items:
+            self.pod_event("ADDED", obj)
+
+    def suspending(self, key: str, kind: str) -> None:
+        """This process is about to send a suspension of `key` (the actuator, before the patch)."""
+        if kind == "Job":
+            self._suspensions[key] = _Suspension()
+            self._last.pop(key, None)
+
+    def _follow(self, key: str, obj: Obj, view: JobView) -> bool:
+        """A version of a Job this process is suspending; True when it is the first that shows the suspension
+        (the baseline: its status says nothing about the pods yet)."""
+        suspension = self._suspensions.get(key)
+        if suspension is None or not view.suspended:
+            return False
+        self._last[key] = obj
+        if suspension.status is not None:
+            return False
+        suspension.status = obj.get("status") or {}
+        suspension.resumed = _suspended_condition(obj) == "False"
+        if not suspension.resumed:
+            self.call_later(self.suspension_grace_s, lambda: self._grace_over(key, suspension))
+        return True
+
+    def _pods_gone(self, key: str, obj: Obj, baseline: bool) -> bool:
+        """Whether `obj` (suspended, no active or terminating pods in its status) shows the job's pods gone."""
+        if obj.get("kind") != "Job":
+            return True
+        suspension = self._suspensions.get(key)
+        if suspension is None:
+            return _suspended_condition(obj) != "False"
+        if baseline or suspension.status is None:
+            return False
+        written = (obj.get("status") or {}) != suspension.status  # by the Job controller, after the suspension
+        if (written and _suspended_condition(obj) == "True") or (suspension.grace_over and not written):
+            del self._suspensions[key]
+            self._last.pop(key, None)
+            return True
+        return False
+
+    def _grace_over(self, key: str, suspension: _Suspension) -> None:
+        if self._suspensions.get(key) is not suspension:
+            return
+        suspension.grace_over = True
+        last = self._last.get(key)
+        if last is not None:
+            self.job_event("MODIFIED", last)
 
     def suspended_unsent(self, key: str) -> None:
         """An evicting job whose suspension needed no request (its admission never reached it: it is suspended and
@@ -290,6 +403,12 @@ class Observer:
         return [ev.ObjectRejected(kind=kind, name=name, namespace=namespace or None, errors=errors)]
 
 
+def _call_later(delay_s: float, fn: Callable[[], None]) -> object:
+    import asyncio  # noqa: PLC0415 (the observer is plain code; only this timer needs the running loop)
+
+    return asyncio.get_running_loop().call_later(delay_s, fn)
+
+
 def _pods_ready(rec: WorkloadRecord, view: JobView) -> bool:
     """Kueue's PodsReady for a Job: ready plus succeeded pods reach what was admitted (the pod sets' counts)."""
     if rec.ready or rec.evicting or rec.admission is None:
@@ -298,8 +417,10 @@ def _pods_ready(rec: WorkloadRecord, view: JobView) -> bool:
 
 
 def _held(s: State, kind: str) -> Mapping[str, object]:
-    """The fold's objects of `kind` by name (namespace/name for LocalQueues); none for kinds that are never
-    deleted from the fold (priority classes, namespaces: existing workloads keep what they got)."""
+    """The fold's objects of `kind` by name (namespace/name for LocalQueues); none for Namespaces, which are never
+    deleted from the fold. A deleted priority class is gone for new jobs; existing workloads keep their priority."""
+    if kind in ("PriorityClass", "WorkloadPriorityClass"):
+        return {name: pc for (k, name), pc in s.priority_classes.items() if k == kind}
     match kind:
         case "ResourceFlavor":
             return s.flavors
@@ -323,6 +444,8 @@ def _deleted(kind: str, key: str) -> ev.Event:
         case "LocalQueue":
             namespace, _, name = key.partition("/")
             return ev.LocalQueueDeleted(namespace=namespace, name=name)
+        case "PriorityClass" | "WorkloadPriorityClass":
+            return ev.PriorityClassDeleted(kind=kind, name=key)
     raise ValueError(f"{kind} has no deletion event")
 
 

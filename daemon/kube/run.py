@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import random
 import secrets
@@ -20,7 +21,7 @@ import signal
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -28,17 +29,20 @@ from typing import Any
 
 from aiohttp import web
 
+from daemon.domain import events as ev
 from daemon.domain.actuation import Action, Order
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.events import Event, WorkloadAdmitted
 from daemon.domain.state import State
 from daemon.eventlog import EventStore, LogReader, replay
+from daemon.eventlog.errors import ChainBroken, LogNotTrusted
 from daemon.kube import webhook
 from daemon.kube.actuate import JobActuator
 from daemon.kube.client import KubeClient, Obj, load_configuration
 from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
 from daemon.kube.jobkinds import JOB, JobWatches, served_distributed_kinds
-from daemon.kube.leader import LeaderElector, LeadershipLost
+from daemon.kube.leader import LeaderElector, LeadershipLost, LeaseHeld
+from daemon.kube.metricsauth import MetricsAuth
 from daemon.kube.observe import Observer
 from daemon.kube.status import StatusWriter
 from daemon.kube.watch import Reflector, Resource, backoff_s
@@ -74,17 +78,19 @@ class RunOptions:
     kubeconfig: Path | None = None
     context: str | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
-    webhook_host: str = "0.0.0.0"
+    webhook_host: str = "127.0.0.1"  # the CLI's default: the pod's IP in a pod ($POD_IP), else loopback
     webhook_port: int = 9443
     webhook_url: str | None = None  # register by URL (outside the cluster), e.g. https://127.0.0.1:9443
     webhook_service: tuple[str, str, int] | None = ("admitd-system", "admitd-webhook", 443)
     webhook_failure_policy: str = "Fail"
     register_webhook: bool = True
     cert_dir: Path = Path("certs")
-    health_host: str = "0.0.0.0"
+    health_host: str = "127.0.0.1"
+    metrics_auth: bool = False  # /metrics on the webhook's HTTPS port, for callers RBAC allows (TokenReview + SAR)
     health_port: int = 8080
     local_queue_metrics: bool = False  # Kueue's kueue_local_queue_* on /metrics
-    actuation_parallelism: int = 16
+    actuation_parallelism: int = 16  # the actuator's API calls in flight at once
+    actuation_lanes: int = 512  # jobs whose orders are carried out at once, each in its own lane
     cert_check_s: float = 12 * 3600  # how often the webhook's certificate is checked for renewal
     leader_elect: bool = False
     leader_election_lease: tuple[str, str] = ("admitd-system", "admitd")  # namespace, name of the Lease
@@ -93,6 +99,7 @@ class RunOptions:
     status_qps: float = 50.0  # status writes (Workloads, queue status, Events): sustained rate ...
     status_burst: int = 100  # ... and burst, one token bucket
     status_parallelism: int = 4  # status writes in flight at once
+    accept_chain_breaks: frozenset[int] = frozenset()  # seqs at which a broken hash chain is accepted (recorded)
 
 
 def job_callbacks(
@@ -115,9 +122,9 @@ def job_callbacks(
 class KubeCluster:
     """The real Cluster: observations from the Reflectors through the Observer, actuations as Job patches."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: KubeClient, *, requests_in_flight: int = 16) -> None:
         self.client = client
-        self.actuator = JobActuator(client)
+        self.actuator = JobActuator(client, requests_in_flight=requests_in_flight)
         self.inbox: Inbox | None = None
 
     def connect(self, inbox: Inbox) -> None:
@@ -163,17 +170,20 @@ class Daemon:
         self._ssl: ssl.SSLContext | None = None
         self._leading = False
         self._new_jobs: webhook.NewJobPolicy | None = None
+        self._scrape: Callable[[web.Request], Awaitable[web.Response]] | None = None
 
     async def run(self) -> int:
         opts = self.options
         clock = WallClock()
-        state = self._replay(opts.db)
+        state, accepting = self._replay(opts.db, opts.accept_chain_breaks)
         cfg = await load_configuration(opts.kubeconfig, opts.context)
         status_client = KubeClient(cfg, user_agent="admitd-status")  # its own count of requests, and its own pool
         async with KubeClient(cfg) as client, status_client, await EventStore.open(opts.db) as store:
             store.observer = metrics.write_observer()
-            version = await check_crds(client)
             recorder = Recorder(store, state, clock, wait_durable=True)
+            if accepting:  # before anything else is appended on top of the break
+                await self._record_acceptance(recorder, accepting, clock)
+            version = await check_crds(client)
             status = StatusWriter(
                 status_client,
                 state,
@@ -186,31 +196,39 @@ class Daemon:
             )
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
-            cluster = KubeCluster(client)
-            actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_parallelism)
+            cluster = KubeCluster(client, requests_in_flight=opts.actuation_parallelism)
+            actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_lanes)
             pods_ready = opts.engine.wait_for_pods_ready
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit, pods_ready=pods_ready)
             ingest = Ingest(recorder, admit.notify)
             cluster.connect(ingest)
-            elector = None
+            namespace, name = opts.leader_election_lease
             if opts.leader_elect:
-                namespace, name = opts.leader_election_lease
                 elector = LeaderElector(client, namespace=namespace, name=name, identity=opts.identity or _identity())
-                admit.gate = actuate.gate = elector.is_leader
-            metrics.leader_is(elector.is_leader if elector is not None else lambda: self._leading)
+            else:
+                # One daemon per cluster: take the Lease before anything is watched or acted on, or refuse.
+                identity = opts.identity or _own_identity(opts.db)
+                elector = LeaderElector(client, namespace=namespace, name=name, identity=identity)
+                try:
+                    await elector.claim()
+                except LeaseHeld as e:
+                    raise StartupError(str(e)) from None
+            admit.gate = actuate.gate = elector.is_leader
+            metrics.leader_is(elector.is_leader)
             starter = _suspender(actuate)
             observer = Observer(
                 state,
                 cluster.deliver,
                 clock,
                 on_started_unsuspended=starter,
-                is_leader=elector.is_leader if elector is not None else lambda: True,
+                is_leader=elector.is_leader if opts.leader_elect else lambda: True,
                 pods_ready=pods_ready is not None,
                 jobs=opts.engine.jobs,
             )
             # What the API server answers to a suspension is observed like a watch event (see JobActuator).
             cluster.actuator.on_suspended = partial(observer.job_event, "MODIFIED")
             cluster.actuator.on_suspended_unsent = observer.suspended_unsent
+            cluster.actuator.on_suspending = observer.suspending
 
             def watch(
                 resource: Resource, on_event: Callable[[str, Obj], None], on_listed: Callable[[list[Obj]], None]
@@ -230,6 +248,13 @@ class Daemon:
                     for plural, kind in KUEUE_KINDS.items()
                 ),
             ]
+            # The Job controller's FailedCreate Events: an admitted Job whose pods cannot be created (a missing
+            # PriorityClass or ServiceAccount) is recorded, so that explain and history say why it does not run.
+            failed_create = watch(
+                Resource("events", "/api/v1/events", "involvedObject.kind=Job,reason=FailedCreate"),
+                observer.pod_event,
+                observer.pods_events_listed,
+            )
             all_jobs = JobWatches(  # Jobs, and the distributed kinds this cluster serves
                 [
                     watch(Resource(k.plural, k.list_path), *job_callbacks(observer, cluster.actuator, k.kind))
@@ -250,6 +275,7 @@ class Daemon:
             try:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
                 others.append(("startup", self._startup(queue_reflectors, all_jobs)))
+                others.append(("watch-events", self._after(all_jobs.synced, failed_create.run)))
                 others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, all_jobs.synced)))
                 others.append(("certificate", self._renew_certificate(client, opts)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
@@ -268,6 +294,9 @@ class Daemon:
                     loop.remove_signal_handler(sig)
                 with contextlib.suppress(asyncio.CancelledError):
                     await recorder.catch_up()
+                if self.stopping:  # a clean stop gives the Lease up: the next daemon need not wait for it
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await elector.release()
                 await web_runner.cleanup()
                 if webhook_runner is not None:
                     await webhook_runner.cleanup()
@@ -281,15 +310,45 @@ class Daemon:
             task.cancel()
 
     @staticmethod
-    def _replay(db: Path) -> State:
+    def _replay(db: Path, accept: frozenset[int]) -> tuple[State, list[ChainBroken]]:
+        """The state the log holds, every row folded checked against the hash chain from the snapshot used. A
+        break stops the start (LogNotTrusted, exit 2) unless the log already records it as accepted or the
+        operator names its seq in `accept`; the breaks accepted now are returned, to be recorded."""
         if not db.exists():
-            return State()
+            return State(), []
         started = time.perf_counter()
+        accepting: list[ChainBroken] = []
         with LogReader(db) as reader:
-            state = replay(reader)
+            recorded = reader.accepted_breaks()
+            while True:
+                try:
+                    state = replay(reader, verify=True, accepted=recorded | {b.seq for b in accepting})
+                    break
+                except ChainBroken as e:
+                    if e.seq not in accept or any(b.seq == e.seq for b in accepting):
+                        raise LogNotTrusted(e) from e
+                    accepting.append(e)
+        for seq in sorted(accept - {b.seq for b in accepting} - recorded):
+            log.warning("--accept-chain-break: the hash chain is not broken there; nothing accepted", seq=seq)
         metrics.replayed(time.perf_counter() - started)
-        log.info("replayed the log", seq=state.seq, workloads=len(state.workloads), outbox=len(state.outbox))
-        return state
+        log.info(
+            "replayed and verified the log",
+            seq=state.seq,
+            workloads=len(state.workloads),
+            outbox=len(state.outbox),
+            accepted_breaks=sorted(recorded | {b.seq for b in accepting}),
+        )
+        return state, accepting
+
+    async def _record_acceptance(self, recorder: Recorder, breaks: list[ChainBroken], clock: WallClock) -> None:
+        """The operator's acceptance of each break, as a fact in the log, before anything else is appended."""
+        by = self.options.identity or _identity()
+        now = clock.now()
+        for b in breaks:
+            log.warning("running on a broken hash chain, as the operator accepted", seq=b.seq, problem=b.problem)
+        await recorder.append(
+            [(ev.ChainBreakAccepted(seq=b.seq, problem=b.problem, by=by, at=now), None) for b in breaks]
+        )
 
     async def _startup(self, queue_reflectors: list[Reflector], jobs: JobWatches) -> None:
         """Queue objects listed first, then Jobs; ready after that. Then watch Jobs. (The leader resumes the
@@ -301,6 +360,12 @@ class Daemon:
         systemd.ready()  # Type=notify: READY=1 exactly when /readyz turns 200
         log.info("ready: replayed and listed")
         await jobs_task
+
+    @staticmethod
+    async def _after(event: asyncio.Event, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """`work` once `event` is set (a watch that reads the fold's Jobs starts after they are listed)."""
+        await event.wait()
+        await work()
 
     async def _serve_health(self, opts: RunOptions) -> web.AppRunner:
         from daemon.obs.metrics import CONTENT_TYPE, LogMetrics, MetricsNotReady  # noqa: PLC0415
@@ -325,15 +390,36 @@ class Daemon:
                 return web.Response(text=str(e), status=503)
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
+        self._scrape = scrape
         app = web.Application()
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", readyz)
-        app.router.add_get("/metrics", scrape)
+        if not opts.metrics_auth:  # with it, /metrics is served on the webhook's HTTPS port only
+            app.router.add_get("/metrics", scrape)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, opts.health_host, opts.health_port).start()
-        log.info("serving /healthz, /readyz and /metrics", port=opts.health_port)
+        log.info(
+            "serving /healthz, /readyz" + ("" if opts.metrics_auth else " and /metrics"),
+            host=opts.health_host,
+            port=opts.health_port,
+        )
         return runner
+
+    @staticmethod
+    def _guarded_scrape(
+        client: KubeClient, inner: Callable[[web.Request], Awaitable[web.Response]]
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """/metrics for callers the API server vouches for (`--metrics-auth`)."""
+        auth = MetricsAuth(client)
+
+        async def scrape(request: web.Request) -> web.Response:
+            verdict = await auth.check(request.headers.get("Authorization"))
+            if verdict.status != 200:
+                return web.Response(text=verdict.reason + "\n", status=verdict.status)
+            return await inner(request)
+
+        return scrape
 
     async def _serve_webhook(self, client: KubeClient, opts: RunOptions) -> web.AppRunner | None:
         names = ["127.0.0.1", "localhost", socket.gethostname()]
@@ -341,11 +427,14 @@ class Daemon:
             ns, name, _ = opts.webhook_service
             names += [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
         cert = webhook.load_or_make_cert(opts.cert_dir, names)
-        runner = web.AppRunner(webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs), access_log=None)
+        app = webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs)
+        if opts.metrics_auth and self._scrape is not None:  # the health server (started first) made it
+            app.router.add_get("/metrics", self._guarded_scrape(client, self._scrape))
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         self._ssl = webhook.ssl_context(cert, opts.cert_dir)
         await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=self._ssl).start()
-        log.info("webhook serving", port=opts.webhook_port)
+        log.info("webhook serving", host=opts.webhook_host, port=opts.webhook_port, metrics=opts.metrics_auth)
         self._cert_pem, self._cert_names = cert.cert_pem, names
         return runner
 
@@ -390,27 +479,31 @@ class Daemon:
         self,
         client: KubeClient,
         opts: RunOptions,
-        elector: LeaderElector | None,
+        elector: LeaderElector,
         admit: Admit,
         actuate: Actuate,
         status: StatusWriter,
         jobs_synced: asyncio.Event,
     ) -> None:
-        """Wait for the lease (at once without leader election), then decide, actuate and write status; with
-        leader election, keep the lease or exit (LeadershipLost) so that a restart comes back as a standby."""
-        if elector is not None:
+        """Wait for the lease (held already without leader election: `claim`), then decide, actuate and write
+        status; keep the lease or exit (LeadershipLost) so that a restart comes back as a standby (or, without
+        leader election, refuses to start beside the daemon that took the Lease over)."""
+        if opts.leader_elect:
             log.info("standby: keeping the log current; waiting for the lease", identity=elector.identity)
-            await elector.elected()
+        await elector.elected()
         self._leading = True
         await self._register_webhooks(client, opts)
         await jobs_synced.wait()
         admit.notify(None)
         resumed = actuate.resume()
         log.info("leading: deciding and acting", outbox_resumed=resumed)
-        if elector is None:
-            await status.run(started=jobs_synced)
-            return
-        await asyncio.gather(elector.keep(), status.run(started=jobs_synced))
+
+        def regained() -> None:  # a lease that lapsed (the API server out of reach) and was renewed: act again
+            admit.notify(None)
+            actuate.wake.set()
+
+        elector.on_elected = regained
+        await asyncio.gather(elector.keep(lapse_is_loss=opts.leader_elect), status.run(started=jobs_synced))
 
 
 class CountedCycles:
@@ -441,6 +534,12 @@ class CountedCycles:
 
 def _identity() -> str:
     return f"{socket.gethostname()}_{secrets.token_hex(4)}"
+
+
+def _own_identity(db: Path) -> str:
+    """Without leader election, the same daemon (this host, this log) is the same holder across restarts: a daemon
+    that crashed takes its Lease back at once, while a second daemon with its own log is another holder."""
+    return f"{socket.gethostname()}_{hashlib.sha256(str(db.resolve()).encode()).hexdigest()[:8]}"
 
 
 def _suspender(actuate: Actuate) -> Callable[[str, str, str], None]:

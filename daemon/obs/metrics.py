@@ -376,9 +376,9 @@ class FoldedMetrics:
                 self.actuation_failures[k] = self.actuation_failures.get(k, 0) + 1
             case ev.JobObserved(workload=wl):
                 self._touch_lq(wl.key)  # the LocalQueue it leaves, if its queue changed
-            case ev.JobUnsuspended() | ev.JobSuspended() | ev.ObjectRejected():
+            case ev.JobUnsuspended() | ev.JobSuspended() | ev.ChainBreakAccepted():
                 pass
-            case ev.PriorityClassObserved():
+            case ev.PriorityClassObserved() | ev.PriorityClassDeleted() | ev.JobPodsNotCreated():
                 pass
             case _:
                 self.config_changed = True  # queues, cohorts, flavors, namespaces: every queue may change
@@ -646,7 +646,7 @@ class Renderer:
         state = fm.state
         config = fm.config_changed or self._tree is None  # another renderer may have seen the change first
         if config:
-            self._tree = QuotaTree.build(state.cluster_queues, state.cohorts, state.flavors)
+            self._tree = QuotaTree.build(state.cluster_queues, state.cohorts, state.flavors, state.rejected)
             self._inactive = set(self._tree.inactive)
             roots = {r.name for r in self._tree.roots}
             self._in_cycles = {n for n, c in self._tree.cohorts.items() if c.parent is None and n not in roots}

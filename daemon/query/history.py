@@ -209,6 +209,9 @@ def history(reader: LogReader, key: str, clock: Clock, until: int | None = None)
                 )
             case ev.JobReady():
                 entries.append(Entry(row.seq, t, "ready", "its pods are all ready (PodsReady)", {}))
+            case ev.JobPodsNotCreated(message=message):
+                text = f"the Job controller cannot create its pods (FailedCreate): {message}"
+                entries.append(Entry(row.seq, t, "pods-not-created", text, {"message": message}))
             case ev.WorkloadTimedOut() as timed_out:
                 entries.append(
                     Entry(row.seq, t, "timed-out", timed_out_text(timed_out, clock), timed_out_detail(timed_out, clock))

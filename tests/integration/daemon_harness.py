@@ -8,6 +8,7 @@ the exit status, `kill` sends SIGKILL.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -199,6 +200,11 @@ class Daemon:
             "127.0.0.1",
             "--health-port",
             str(self.health_port),
+            # One daemon per cluster takes a Lease even without --leader-elect: each log its own Lease here, so that
+            # the tests' daemons (one killed, the next started at once) never wait for each other's; a test that
+            # means two daemons to meet names one Lease for both.
+            "--leader-election-lease",
+            f"default/admitd-{hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:12]}",
             *self.extra,
         ]
         with self.stderr.open("ab") as err:

@@ -74,6 +74,7 @@ RBAC: tuple[Call, ...] = (
     Call("", "namespaces", ("list", "watch"), "run.py: namespaceSelector needs the namespaces' labels"),
     Call("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "run.py: a pod's priorityClassName"),
     Call("", "events", ("create", "patch"), "status.py: Admitted, Pending and Preempted Events on Jobs"),
+    Call("", "events", ("list", "watch"), "run.py: the Job controller's FailedCreate Events on Jobs"),
     *(Call(KUEUE, kind, ("list", "watch"), "run.py: the queue objects") for kind in KUEUE_KINDS),
     Call(
         KUEUE,
@@ -104,6 +105,8 @@ RBAC: tuple[Call, ...] = (
         names=webhook.CRD_NAMES,
     ),
     Call("coordination.k8s.io", "leases", ("get", "create", "update"), "leader election", namespace=NAMESPACE),
+    Call("authentication.k8s.io", "tokenreviews", ("create",), "metricsauth.py: who a /metrics caller is"),
+    Call("authorization.k8s.io", "subjectaccessreviews", ("create",), "metricsauth.py: whether it may get /metrics"),
 )
 
 # Calls admitd never makes; the API server must refuse each.
@@ -198,7 +201,10 @@ def test_kustomize_renders_the_whole_install(rendered: list[dict[str, Any]]) -> 
     assert re.fullmatch(r"admitd-config-[a-z0-9]{10}", config_map), config_map  # named after its content's hash
     assert [k for k in kinds if k[0] != "CustomResourceDefinition" and k[1] not in {*user_roles, config_map}] == [
         ("ClusterRole", "admitd"),
+        ("ClusterRole", "admitd-metrics-auth"),
+        ("ClusterRole", "admitd-metrics-reader"),  # for the scraper, bound by the operator
         ("ClusterRoleBinding", "admitd"),
+        ("ClusterRoleBinding", "admitd-metrics-auth"),
         ("Deployment", "admitd"),
         ("MutatingWebhookConfiguration", webhook.CONFIGURATION_NAME),
         ("Namespace", NAMESPACE),
@@ -293,15 +299,17 @@ def test_every_rendered_object_applies_in_a_server_side_dry_run(
 
 
 def test_the_rendered_roles_grant_exactly_the_calls_in_the_table(rendered: list[dict[str, Any]]) -> None:
-    granted = rule_grants(one(rendered, "ClusterRole", "admitd")["rules"], None)
-    role = one(rendered, "Role")
-    granted |= rule_grants(role["rules"], role["metadata"]["namespace"])
+    granted: set[Grant] = set()
+    bindings = [d for d in rendered if d["kind"] in {"ClusterRoleBinding", "RoleBinding"}]
+    assert len(bindings) == 3, [b["metadata"]["name"] for b in bindings]
+    for binding in bindings:  # every binding in the tree is admitd's; what the roles they name grant is the table
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "admitd", "namespace": NAMESPACE}]
+        role_kind = binding["roleRef"]["kind"]
+        role = one(rendered, role_kind, binding["roleRef"]["name"])
+        granted |= rule_grants(role["rules"], role["metadata"]["namespace"] if role_kind == "Role" else None)
     expected = expected_grants()
     assert granted - expected == set(), "granted but not in the table: remove it, or add the call to RBAC"
     assert expected - granted == set(), "in the table but not granted: add it to config/rbac"
-    for kind in ("ClusterRoleBinding", "RoleBinding"):
-        binding = one(rendered, kind)
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "admitd", "namespace": NAMESPACE}]
 
 
 _PATH = re.compile(
@@ -430,7 +438,7 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
     as_admitd = dataclasses.replace(installed, kubeconfig=sa_config)
     v = f"{KUEUE}/v1beta2"
     flavor, cq = f"{namespace}-h100", f"{namespace}-cq"
-    daemon = Daemon(as_admitd, tmp_path / "run")
+    daemon = Daemon(as_admitd, tmp_path / "run", extra=("--leader-election-lease", f"{NAMESPACE}/admitd"))
     daemon.workdir.mkdir(exist_ok=True)
     try:
         apply(

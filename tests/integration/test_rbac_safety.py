@@ -6,13 +6,14 @@ the reason. Every tree is rendered by kubectl's own kustomize (tests/cluster/bin
 overlay under it, and each optional component on top of config/. Every Role and ClusterRole counts, the
 user-facing ones too (they are aggregated into `view`, `edit` and `admin` of every namespace).
 
-Refused anywhere: a wildcard; nonResourceURLs; any verb on rbac.authorization.k8s.io (roles, bindings: whoever may
-write them may grant themselves anything); the verbs escalate, bind, impersonate; serviceaccounts/token (a token of
-any ServiceAccount); pods/exec, pods/attach, pods/portforward and every */proxy (run commands in, or reach, any pod
-or node); CSR approval and signing; CRDs written unnamed or created and deleted; webhook configurations with any verb
-but get, patch, update and never without resourceNames (create cannot be limited by name, and a webhook sees every
-object it names). Secrets only in a Role of admitd-system, only get, create and update, the get and update limited
-to named Secrets (the HA overlay's shared serving certificate). For the roles bound to admitd's ServiceAccount also:
+Refused anywhere: a wildcard; nonResourceURLs but get of /metrics; any verb on rbac.authorization.k8s.io (roles,
+bindings: whoever may write them may grant themselves anything); the verbs escalate, bind, impersonate;
+serviceaccounts/token (a token of any ServiceAccount); pods/exec, pods/attach, pods/portforward and every */proxy
+(run commands in, or reach, any pod or node); CSR approval and signing; CRDs written unnamed or created and deleted;
+webhook configurations with any verb but get, patch, update and never without resourceNames (create cannot be
+limited by name, and a webhook sees every object it names). Secrets only in a Role of admitd-system, only get,
+create and update, the get and update limited to named Secrets (the HA overlay's shared serving certificate).
+For the roles bound to admitd's ServiceAccount also:
 no create of Pods or of anything that makes Pods (a Pod runs as any ServiceAccount of its namespace).
 """
 
@@ -37,6 +38,7 @@ pytestmark = pytest.mark.cluster
 NAMESPACE = "admitd-system"
 SERVICE_ACCOUNT = ("admitd", NAMESPACE)
 
+SAFE_URLS = {"/metrics"}  # admitd-metrics-reader: what a scraper needs under --metrics-auth
 WEBHOOK_KINDS = {"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}
 WEBHOOK_VERBS = {"get", "patch", "update"}
 SECRET_VERBS = {"get", "create", "update"}
@@ -120,8 +122,9 @@ def _rule_problems(rule: dict[str, Any], *, role: Role, admitd: bool) -> Iterato
     for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
         if any("*" in str(v) for v in rule.get(field) or []):
             yield f"a wildcard in {field}"
-    if rule.get("nonResourceURLs"):
-        yield "nonResourceURLs"
+    urls = set(rule.get("nonResourceURLs") or [])
+    if urls and (urls - SAFE_URLS or verbs - {"get"}):
+        yield f"nonResourceURLs {sorted(urls)} with {sorted(verbs)} (only get of {sorted(SAFE_URLS)})"
     if verbs & NEVER_VERBS:
         yield f"the verbs {sorted(verbs & NEVER_VERBS)}"
     for group in groups:
@@ -184,7 +187,8 @@ def test_no_tree_under_config_grants_a_dangerous_power(trees: dict[str, list[dic
 BAD_RULES = [
     pytest.param({"apiGroups": ["*"], "resources": ["jobs"], "verbs": ["get"]}, "wildcard", id="wildcard group"),
     pytest.param({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["*"]}, "wildcard", id="wildcard verb"),
-    pytest.param({"nonResourceURLs": ["/metrics"], "verbs": ["get"]}, "nonResourceURLs", id="non-resource"),
+    pytest.param({"nonResourceURLs": ["/logs"], "verbs": ["get"]}, "nonResourceURLs", id="non-resource"),
+    pytest.param({"nonResourceURLs": ["/metrics"], "verbs": ["post"]}, "nonResourceURLs", id="non-resource post"),
     pytest.param(
         {
             "apiGroups": ["admissionregistration.k8s.io"],
