@@ -131,15 +131,37 @@ def command_in(argv: Sequence[str]) -> str | None:
     return None
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The options every command takes, before or after its name (`admitd --log-level debug run` or `admitd run
+    --log-level debug`: an overlay can append to a container's args). Below the top level the default is SUPPRESS,
+    so that a subcommand's parser leaves the value given before it (or the top level's default) alone."""
+    parser.add_argument(
+        "--log-level",
+        default="warning" if top else argparse.SUPPRESS,
+        choices=LOG_LEVELS,
+        help="log lines on stderr: JSON off a terminal, readable on one (default: warning)",
+    )
+
+
+def _add_global_options_below(parser: argparse.ArgumentParser) -> None:
+    """The global options on every subcommand's parser, at every depth (`log verify` as much as `run`)."""
+    seen: set[int] = set()
+    for action in parser._actions:  # argparse has no public way to list the subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    _add_global_options(child, top=False)
+                    _add_global_options_below(child)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser, or (`command`) the top level with only that command's subparsers."""
     parser = argparse.ArgumentParser(prog="admitd", description=__doc__)
-    parser.add_argument(
-        "--log-level",
-        default="warning",
-        choices=["debug", "info", "warning", "error"],
-        help="log lines on stderr: JSON off a terminal, readable on one (default: warning)",
-    )
+    _add_global_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
     log = sub.add_parser("log", help="read the event log (read-only; safe while the daemon runs)")
@@ -169,6 +191,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from daemon.sim.cli import add_simulate_parser  # noqa: PLC0415
 
         add_simulate_parser(sub)
+    _add_global_options_below(parser)
     return parser
 
 

@@ -6,7 +6,8 @@ real; the RBAC objects are then applied for real and the API server's authorizer
 every row of RBAC below (all allowed) and for calls admitd must not make (all denied); finally the real `admitd run`
 runs with a token of its ServiceAccount, so every call it makes goes through that RBAC, and admits a Job.
 Faked: no image is built and no container runs (the nodes are kwok's), so the Deployment, PVC and Services are
-only dry-run: the daemon runs as a local process, its webhook registered by URL instead of through the Service.
+only dry-run: the daemon runs as a local process, and the webhook configuration it may only patch is applied from
+config/ first, then pointed by admitd at its URL instead of the Service.
 
 RBAC is the list of every call admitd makes, read from daemon/kube; the rendered roles must grant exactly these,
 so a change to the daemon's calls must change both this table and config/rbac.
@@ -85,18 +86,16 @@ RBAC: tuple[Call, ...] = (
         Call(KUEUE, f"{kind}/status", ("update", "patch"), "status.py: status written by admitd")
         for kind in ("clusterqueues", "localqueues", "cohorts", "workloads")
     ),
-    Call(
-        "admissionregistration.k8s.io",
-        "mutatingwebhookconfigurations",
-        ("create",),
-        "webhook.py register: the first start (RBAC cannot limit create by name)",
-    ),
-    Call(
-        "admissionregistration.k8s.io",
-        "mutatingwebhookconfigurations",
-        ("get", "update"),
-        "webhook.py register: its own configuration, with the current caBundle",
-        names=(webhook.CONFIGURATION_NAME,),
+    *(
+        Call(
+            "admissionregistration.k8s.io",
+            kind,
+            ("get", "patch", "update"),
+            "webhook.py register: its own configurations, shipped in config/webhook, with the current caBundle "
+            "(never created: RBAC cannot limit create by name)",
+            names=(webhook.CONFIGURATION_NAME,),
+        )
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
     ),
     Call(
         "apiextensions.k8s.io",
@@ -106,6 +105,8 @@ RBAC: tuple[Call, ...] = (
         names=webhook.CRD_NAMES,
     ),
     Call("coordination.k8s.io", "leases", ("get", "create", "update"), "leader election", namespace=NAMESPACE),
+    Call("authentication.k8s.io", "tokenreviews", ("create",), "metricsauth.py: who a /metrics caller is"),
+    Call("authorization.k8s.io", "subjectaccessreviews", ("create",), "metricsauth.py: whether it may get /metrics"),
 )
 
 # Calls admitd never makes; the API server must refuse each.
@@ -118,7 +119,12 @@ DENIED: tuple[tuple[str, str, str, str | None, str | None], ...] = (
     ("create", "batch", "jobs", None, "default"),
     ("update", "batch", "jobs", None, "default"),
     ("get", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "someone-else", None),
-    ("update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "admitd", None),
+    ("create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", None, None),
+    ("create", "admissionregistration.k8s.io", "validatingwebhookconfigurations", None, None),
+    ("patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "someone-else", None),
+    ("delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "admitd", None),
+    ("list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", None, None),
+    ("get", "", "secrets", None, NAMESPACE),
     ("patch", "apiextensions.k8s.io", "customresourcedefinitions", "foos.example.com", None),
     ("delete", "apiextensions.k8s.io", "customresourcedefinitions", "workloads.kueue.x-k8s.io", None),
     ("update", "coordination.k8s.io", "leases", None, "kube-system"),
@@ -179,26 +185,47 @@ def installed(kube_cluster: KubeCluster, rendered: list[dict[str, Any]]) -> Iter
     apply(kube_cluster, one(rendered, "Namespace"))
     yield kube_cluster
     kubectl(kube_cluster, "delete", "clusterrolebinding,clusterrole", "admitd", "--ignore-not-found")
+    user_roles = [
+        d["metadata"]["name"] for d in rendered if d["kind"] == "ClusterRole" and d["metadata"]["name"] != "admitd"
+    ]
+    kubectl(kube_cluster, "delete", "clusterrole", *user_roles, "--ignore-not-found")
     kubectl(kube_cluster, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
 
 
-def test_kustomize_renders_the_install_and_no_webhook_configuration(rendered: list[dict[str, Any]]) -> None:
+def test_kustomize_renders_the_whole_install(rendered: list[dict[str, Any]]) -> None:
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in rendered)
     crds = [name for kind, name in kinds if kind == "CustomResourceDefinition"]
     assert sorted(crds) == sorted(webhook.CRD_NAMES)
-    assert [k for k in kinds if k[0] != "CustomResourceDefinition"] == [
+    user_roles = [name for kind, name in kinds if kind == "ClusterRole" and name.startswith("kueue-")]
+    (config_map,) = [name for kind, name in kinds if kind == "ConfigMap"]
+    assert re.fullmatch(r"admitd-config-[a-z0-9]{10}", config_map), config_map  # named after its content's hash
+    assert [k for k in kinds if k[0] != "CustomResourceDefinition" and k[1] not in {*user_roles, config_map}] == [
         ("ClusterRole", "admitd"),
+        ("ClusterRole", "admitd-metrics-auth"),
+        ("ClusterRole", "admitd-metrics-reader"),  # for the scraper, bound by the operator
         ("ClusterRoleBinding", "admitd"),
+        ("ClusterRoleBinding", "admitd-metrics-auth"),
         ("Deployment", "admitd"),
+        ("MutatingWebhookConfiguration", webhook.CONFIGURATION_NAME),
         ("Namespace", NAMESPACE),
         ("PersistentVolumeClaim", "admitd-log"),
+        ("PodDisruptionBudget", "admitd"),
         ("Role", "admitd-leader-election"),
         ("RoleBinding", "admitd-leader-election"),
         ("Service", "admitd-metrics"),
         ("Service", "admitd-webhook"),
         ("ServiceAccount", "admitd"),
-    ]  # no MutatingWebhookConfiguration: admitd creates its own at start
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+        ("ValidatingWebhookConfiguration", webhook.CONFIGURATION_NAME),
+    ]
+    assert len(user_roles) == 15, user_roles  # test_install.py checks what they grant
+    cluster_scoped = {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
     for d in rendered:
         if d["kind"] not in cluster_scoped:
             assert d["metadata"].get("namespace") == NAMESPACE, d["metadata"]
@@ -215,7 +242,15 @@ def test_the_deployment_runs_admitd_where_the_daemon_expects_it(rendered: list[d
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
-    assert container["args"] == ["run", "--db", "/var/lib/admitd/admitd.db", "--cert-dir", "/var/lib/admitd/certs"]
+    assert container["args"] == [
+        "run",
+        "--db",
+        "/var/lib/admitd/admitd.db",
+        "--cert-dir",
+        "/var/lib/admitd/certs",
+        "--config",
+        "/etc/admitd/admitd.yaml",
+    ]
     assert container["image"] == "registry.example.com/admitd:0.1.0"  # the documented placeholder
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"webhook": defaults.webhook_port, "metrics": defaults.health_port}
@@ -264,15 +299,17 @@ def test_every_rendered_object_applies_in_a_server_side_dry_run(
 
 
 def test_the_rendered_roles_grant_exactly_the_calls_in_the_table(rendered: list[dict[str, Any]]) -> None:
-    granted = rule_grants(one(rendered, "ClusterRole")["rules"], None)
-    role = one(rendered, "Role")
-    granted |= rule_grants(role["rules"], role["metadata"]["namespace"])
+    granted: set[Grant] = set()
+    bindings = [d for d in rendered if d["kind"] in {"ClusterRoleBinding", "RoleBinding"}]
+    assert len(bindings) == 3, [b["metadata"]["name"] for b in bindings]
+    for binding in bindings:  # every binding in the tree is admitd's; what the roles they name grant is the table
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "admitd", "namespace": NAMESPACE}]
+        role_kind = binding["roleRef"]["kind"]
+        role = one(rendered, role_kind, binding["roleRef"]["name"])
+        granted |= rule_grants(role["rules"], role["metadata"]["namespace"] if role_kind == "Role" else None)
     expected = expected_grants()
     assert granted - expected == set(), "granted but not in the table: remove it, or add the call to RBAC"
     assert expected - granted == set(), "in the table but not granted: add it to config/rbac"
-    for kind in ("ClusterRoleBinding", "RoleBinding"):
-        binding = one(rendered, kind)
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "admitd", "namespace": NAMESPACE}]
 
 
 _PATH = re.compile(
@@ -346,6 +383,13 @@ def _attributes(verb: str, group: str, resource: str, name: str | None, namespac
 def _apply_rbac(cluster: KubeCluster, rendered: list[dict[str, Any]]) -> None:
     kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     apply(cluster, *(d for d in rendered if d["kind"] in kinds))
+
+
+def _apply_mutating_webhook_configuration(cluster: KubeCluster, rendered: list[dict[str, Any]]) -> None:
+    """config/webhook's MutatingWebhookConfiguration, as `kubectl apply -k config/` leaves it: admitd may only get and
+    patch it. (Not the ValidatingWebhookConfiguration: it points at the Service, which has no pod here, and with
+    failurePolicy Fail it would refuse every labelled Job until admitd patches it to its URL.)"""
+    apply(cluster, one(rendered, "MutatingWebhookConfiguration", webhook.CONFIGURATION_NAME))
 
 
 def test_the_api_server_authorizes_every_call_in_the_table_and_refuses_others(
@@ -429,6 +473,7 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
                 "spec": {"clusterQueue": cq},
             },
         )
+        _apply_mutating_webhook_configuration(installed, rendered)
         daemon.start()
         apply(installed, job(namespace, "train", queue="lq", gpus=4))
         wait_for(
