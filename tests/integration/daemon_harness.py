@@ -195,6 +195,7 @@ class Daemon:
             f"https://127.0.0.1:{self.webhook_port}",
             "--cert-dir",
             str(self.workdir / "certs"),
+            "--create-webhook-configurations",  # outside the cluster: no config/ applied
             "--health-host",
             "127.0.0.1",
             "--health-port",
@@ -303,4 +304,10 @@ def running_daemon(cluster: KubeCluster, workdir: Path, *extra: str) -> Iterator
     finally:
         if d.proc is not None:
             assert d.stop() == 0, d.stderr.read_text()[-3000:]
-        kubectl(cluster, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+        kubectl(
+            cluster,
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "admitd",
+            "--ignore-not-found",
+        )

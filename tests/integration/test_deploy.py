@@ -93,8 +93,8 @@ RBAC: tuple[Call, ...] = (
     Call(
         "admissionregistration.k8s.io",
         "mutatingwebhookconfigurations",
-        ("get", "update"),
-        "webhook.py register: its own configuration, with the current caBundle",
+        ("get", "patch"),
+        "webhook.py register: its own configuration, caBundle and clientConfig (a JSON patch)",
         names=(webhook.CONFIGURATION_NAME,),
     ),
     Call(
