@@ -176,6 +176,7 @@ class Daemon:
         async with KubeClient(cfg) as client, status_client, await EventStore.open(opts.db) as store:
             store.observer = metrics.write_observer()
             version = await check_crds(client)
+            cert = await self._first_cert(client, opts)  # a bad one stops the daemon before anything serves
             recorder = Recorder(store, state, clock, wait_durable=True)
             status = StatusWriter(
                 status_client,
@@ -244,7 +245,7 @@ class Daemon:
             admit.deadlines_gate = lambda: all_jobs.synced.is_set() and not ingest.has_work()
             web_runner = await self._serve_health(opts)
             self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
-            webhook_runner = await self._serve_webhook(client, opts)
+            webhook_runner = await self._serve_webhook(opts, cert)
             main = asyncio.current_task()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -274,8 +275,7 @@ class Daemon:
                 with contextlib.suppress(asyncio.CancelledError):
                     await recorder.catch_up()
                 await web_runner.cleanup()
-                if webhook_runner is not None:
-                    await webhook_runner.cleanup()
+                await webhook_runner.cleanup()
         log.info("stopped", seq=state.seq, api_requests=client.requests, status_requests=status_client.requests)
         return 0
 
@@ -340,14 +340,16 @@ class Daemon:
         log.info("serving /healthz, /readyz and /metrics", port=opts.health_port)
         return runner
 
-    async def _serve_webhook(self, client: KubeClient, opts: RunOptions) -> web.AppRunner | None:
+    async def _first_cert(self, client: KubeClient, opts: RunOptions) -> certs.ServingCert:
         self._cert_names = certs.serving_names(opts.webhook_url, opts.webhook_service)
         if opts.cert_secret is not None:
             self._secret = certs.SharedSecret(client, *opts.cert_secret, self._cert_names)
         try:
-            cert = await self._read_cert(opts)
+            return await self._read_cert(opts)
         except certs.CertError as e:
             raise StartupError(str(e)) from None
+
+    async def _serve_webhook(self, opts: RunOptions, cert: certs.ServingCert) -> web.AppRunner:
         app = webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs)
         served = {r.canonical for r in app.router.resources()}
         # The validating configuration is patched once this daemon serves its path (the tenant guard).
