@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -292,6 +292,59 @@ def registration_patch(
     return ops
 
 
+FIELD_MANAGER = "admitd"
+# The field sets (managedFields, fieldsV1) of each form of clientConfig.
+_FORM_FIELDS: dict[str, dict[str, Any]] = {
+    "f:url": {},
+    "f:service": {"f:name": {}, "f:namespace": {}, "f:path": {}, "f:port": {}},
+}
+
+
+def hand_over(
+    managed_fields: Sequence[Mapping[str, Any]], client_config_at: Sequence[str], *, to_url: bool
+) -> list[dict[str, Any]] | None:
+    """The object's managedFields with the clientConfig form admitd just set (`url` or `service`) owned by whoever
+    applied the other form, which admitd just removed; None when no applier owned it.
+
+    Why: server-side apply keeps fields another manager owns. After admitd (a plain update) replaced `service` with
+    `url`, re-applying config/ would add `service` back beside admitd's `url` ("exactly one of url or service is
+    required"). With the `url` owned by the applier instead, the re-apply replaces it: the applier no longer
+    applies it and nobody else owns it, so it is removed. admitd's own entry keeps the caBundle only.
+    `client_config_at` is the path to clientConfig in fieldsV1 form (f:spec, k:{"name":...}, ...)."""
+    new, old = ("f:url", "f:service") if to_url else ("f:service", "f:url")
+    out: list[dict[str, Any]] = []
+    moved = False
+    for given in managed_fields:
+        entry: dict[str, Any] = json.loads(json.dumps(given))  # a deep copy, plain JSON
+        node: Any = entry.get("fieldsV1") or {}
+        for key in client_config_at:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            if entry.get("operation") == "Apply" and old in node:
+                del node[old]
+                node[new] = json.loads(json.dumps(_FORM_FIELDS[new]))
+                moved = True
+            elif entry.get("operation") == "Update" and entry.get("manager") == FIELD_MANAGER:
+                node.pop(new, None)
+        out.append(entry)
+    return out if moved else None
+
+
+async def _hand_over(client: KubeClient, path: str, client_config_at: Sequence[str], *, to_url: bool) -> None:
+    """`hand_over` written back (a JSON patch of managedFields alone, tested on the resourceVersion)."""
+    current = await client.request("GET", path)
+    meta = current.get("metadata") or {}
+    fields = hand_over(meta.get("managedFields") or [], client_config_at, to_url=to_url)
+    if fields is None:
+        return
+    ops = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
+        {"op": "replace", "path": "/metadata/managedFields", "value": fields},
+    ]
+    await client.request("PATCH", path, body=ops, content_type=JSON_PATCH, params={"fieldManager": FIELD_MANAGER})
+    log.info("clientConfig handed to its applier", path=path, form="url" if to_url else "service")
+
+
 async def register(
     client: KubeClient,
     hook: Hook,
@@ -324,7 +377,9 @@ async def register(
     ops = registration_patch(
         current, hook, ca_bundle, url=url, service=service, failure_policy=failure_policy, namespaces=namespaces
     )
-    await client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+    await client.request("PATCH", path, body=ops, content_type=JSON_PATCH, params={"fieldManager": FIELD_MANAGER})
+    at = ["f:webhooks", 'k:{"name":"' + hook.webhook + '"}', "f:clientConfig"]
+    await _hand_over(client, path, at, to_url=url is not None)
     log.info("webhook configuration patched", kind=hook.kind, name=CONFIGURATION_NAME, by="url" if url else "service")
 
 
@@ -364,7 +419,11 @@ async def point_conversion(
             ops = conversion_patch(await client.request("GET", path), ca_bundle, url=url, service=service)
             if ops is None:
                 continue
-            await client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+            await client.request(
+                "PATCH", path, body=ops, content_type=JSON_PATCH, params={"fieldManager": FIELD_MANAGER}
+            )
+            at = ["f:spec", "f:conversion", "f:webhook", "f:clientConfig"]
+            await _hand_over(client, path, at, to_url=url is not None)
             pointed += 1
         except NotFound:
             log.warning("CRD not installed; its conversion is not served", crd=name)

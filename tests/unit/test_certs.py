@@ -368,3 +368,33 @@ def test_the_conversion_clientconfig_is_replaced_whole() -> None:
         webhook.conversion_patch({"spec": {"conversion": {"strategy": "None"}}}, b"CA", url=None, service=SERVICE)
         is None
     )
+
+
+def test_the_new_form_is_handed_to_whoever_applied_the_old_one() -> None:
+    at = ["f:spec", "f:conversion", "f:webhook", "f:clientConfig"]
+    service = {"f:name": {}, "f:namespace": {}, "f:path": {}, "f:port": {}}
+    fields = [
+        {
+            "manager": "kubectl",
+            "operation": "Apply",
+            "fieldsV1": {"f:spec": {"f:conversion": {"f:webhook": {"f:clientConfig": {"f:service": service}}}}},
+        },
+        {
+            "manager": "admitd",
+            "operation": "Update",
+            "fieldsV1": {
+                "f:spec": {"f:conversion": {"f:webhook": {"f:clientConfig": {"f:caBundle": {}, "f:url": {}}}}}
+            },
+        },
+        {"manager": "kube-apiserver", "operation": "Update", "fieldsV1": {"f:status": {}}},
+    ]
+    out = webhook.hand_over(fields, at, to_url=True)
+    assert out is not None
+    assert out[0]["fieldsV1"]["f:spec"]["f:conversion"]["f:webhook"]["f:clientConfig"] == {"f:url": {}}
+    assert out[1]["fieldsV1"]["f:spec"]["f:conversion"]["f:webhook"]["f:clientConfig"] == {"f:caBundle": {}}
+    assert out[2] == fields[2]
+    assert fields[0]["fieldsV1"]["f:spec"]["f:conversion"]["f:webhook"]["f:clientConfig"] == {"f:service": service}
+    assert webhook.hand_over(out, at, to_url=True) is None, "already handed over: nothing to write"
+    back = webhook.hand_over(out, at, to_url=False)
+    assert back is not None
+    assert back[0]["fieldsV1"]["f:spec"]["f:conversion"]["f:webhook"]["f:clientConfig"] == {"f:service": service}
