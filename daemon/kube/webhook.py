@@ -37,7 +37,7 @@ from daemon.domain.management import (
 from daemon.domain.model import JobManagement, LabelSelector
 from daemon.domain.state import State
 from daemon.kube.client import JSON_PATCH, KubeClient, pointer_token
-from daemon.kube.errors import NotFound
+from daemon.kube.errors import Conflict, NotFound, Permanent
 from daemon.kube.jobkinds import KINDS
 from daemon.manifests import QUEUE_NAME_LABEL, adapter_for
 from daemon.manifests.distributed import DistributedAdapter
@@ -341,7 +341,11 @@ async def _hand_over(client: KubeClient, path: str, client_config_at: Sequence[s
         {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
         {"op": "replace", "path": "/metadata/managedFields", "value": fields},
     ]
-    await client.request("PATCH", path, body=ops, content_type=JSON_PATCH, params={"fieldManager": FIELD_MANAGER})
+    try:
+        await client.request("PATCH", path, body=ops, content_type=JSON_PATCH, params={"fieldManager": FIELD_MANAGER})
+    except (Permanent, Conflict) as e:  # changed meanwhile: the next registration (a renewal, a new leader) retries
+        log.warning("clientConfig not handed to its applier (retried at the next registration)", error=str(e))
+        return
     log.info("clientConfig handed to its applier", path=path, form="url" if to_url else "service")
 
 
