@@ -304,27 +304,37 @@ def hand_over(
     managed_fields: Sequence[Mapping[str, Any]], client_config_at: Sequence[str], *, to_url: bool
 ) -> list[dict[str, Any]] | None:
     """The object's managedFields with the clientConfig form admitd just set (`url` or `service`) owned by whoever
-    applied the other form, which admitd just removed; None when no applier owned it.
+    server-side applied the object's part that holds clientConfig (the CRD's conversion webhook, the webhook in the
+    configuration), and no longer by admitd; None when no applier owns that part or it owns the form already.
 
-    Why: server-side apply keeps fields another manager owns. After admitd (a plain update) replaced `service` with
-    `url`, re-applying config/ would add `service` back beside admitd's `url` ("exactly one of url or service is
-    required"). With the `url` owned by the applier instead, the re-apply replaces it: the applier no longer
-    applies it and nobody else owns it, so it is removed. admitd's own entry keeps the caBundle only.
-    `client_config_at` is the path to clientConfig in fieldsV1 form (f:spec, k:{"name":...}, ...)."""
+    Why: server-side apply keeps fields that another manager owns. After admitd (a plain update) replaced `service`
+    with `url` (which dropped the applier's ownership of `service` with the field), re-applying config/ would put
+    `service` back beside admitd's `url` ("exactly one of url or service is required"). With the `url` owned by the
+    applier instead, the re-apply removes it (the applier no longer applies it, and nobody else owns it) and sets
+    the `service` in its place; admitd's own entry keeps the caBundle. `client_config_at` is the path to
+    clientConfig in the fieldsV1 form (f:spec, k:{"name":...}, ...)."""
     new, old = ("f:url", "f:service") if to_url else ("f:service", "f:url")
+    *parent_at, leaf = client_config_at
     out: list[dict[str, Any]] = []
     moved = False
     for given in managed_fields:
         entry: dict[str, Any] = json.loads(json.dumps(given))  # a deep copy, plain JSON
-        node: Any = entry.get("fieldsV1") or {}
-        for key in client_config_at:
-            node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            if entry.get("operation") == "Apply" and old in node:
-                del node[old]
-                node[new] = json.loads(json.dumps(_FORM_FIELDS[new]))
-                moved = True
-            elif entry.get("operation") == "Update" and entry.get("manager") == FIELD_MANAGER:
+        fields = entry.get("fieldsV1")
+        if entry.get("operation") == "Apply":
+            node: Any = fields
+            for key in parent_at:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                client_config = node.setdefault(leaf, {})
+                if new not in client_config:
+                    client_config.pop(old, None)
+                    client_config[new] = json.loads(json.dumps(_FORM_FIELDS[new]))
+                    moved = True
+        elif entry.get("operation") == "Update" and entry.get("manager") == FIELD_MANAGER:
+            node = fields
+            for key in client_config_at:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict):
                 node.pop(new, None)
         out.append(entry)
     return out if moved else None

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from daemon.kube import webhook
+from daemon.kube.certs import make_serving_cert
 from daemon.kube.client import KubeClient, load_configuration
 from tests.integration.conftest import REPO, KubeCluster
 from tests.integration.daemon_harness import install_crds, kubectl
@@ -31,7 +32,7 @@ CRD = "clusterqueues.kueue.x-k8s.io"
 CRD_FILE = REPO / "config" / "crd" / "kueue.x-k8s.io_clusterqueues.yaml"
 SERVICE = ("admitd-system", "admitd-webhook", 443)
 URL = "https://127.0.0.1:9443"
-CA = b"-----BEGIN CERTIFICATE-----\nnot checked by the API server here\n-----END CERTIFICATE-----\n"
+CA = make_serving_cert(["127.0.0.1"]).cert_pem  # the API server parses the caBundle
 
 
 def _crd_doc(url: str | None = None) -> dict[str, Any]:
@@ -68,11 +69,17 @@ def _form(config: dict[str, Any]) -> str:
     return forms[0]
 
 
-@pytest.fixture
-def crd(kube_cluster: KubeCluster) -> Any:
+@pytest.fixture(scope="module")
+def installed(kube_cluster: KubeCluster) -> Any:
     install_crds(kube_cluster)
     yield kube_cluster
     install_crds(kube_cluster)  # as config/crd has it, for the other modules
+
+
+@pytest.fixture
+def crd(installed: KubeCluster) -> KubeCluster:
+    _apply(installed, _crd_doc())  # each order starts from config/crd as applied
+    return installed
 
 
 ORDERS = {

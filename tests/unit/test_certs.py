@@ -370,14 +370,21 @@ def test_the_conversion_clientconfig_is_replaced_whole() -> None:
     )
 
 
-def test_the_new_form_is_handed_to_whoever_applied_the_old_one() -> None:
+def test_the_new_form_is_handed_to_whoever_applied_the_part_that_holds_it() -> None:
     at = ["f:spec", "f:conversion", "f:webhook", "f:clientConfig"]
     service = {"f:name": {}, "f:namespace": {}, "f:path": {}, "f:port": {}}
+
+    def client_config(entry: dict[str, Any]) -> Any:
+        return entry["fieldsV1"]["f:spec"]["f:conversion"]["f:webhook"].get("f:clientConfig")
+
+    # After admitd replaced service with url: the applier's ownership of service went with the field.
     fields = [
         {
             "manager": "kubectl",
             "operation": "Apply",
-            "fieldsV1": {"f:spec": {"f:conversion": {"f:webhook": {"f:clientConfig": {"f:service": service}}}}},
+            "fieldsV1": {
+                "f:spec": {"f:conversion": {"f:strategy": {}, "f:webhook": {"f:conversionReviewVersions": {}}}}
+            },
         },
         {
             "manager": "admitd",
@@ -390,11 +397,14 @@ def test_the_new_form_is_handed_to_whoever_applied_the_old_one() -> None:
     ]
     out = webhook.hand_over(fields, at, to_url=True)
     assert out is not None
-    assert out[0]["fieldsV1"]["f:spec"]["f:conversion"]["f:webhook"]["f:clientConfig"] == {"f:url": {}}
-    assert out[1]["fieldsV1"]["f:spec"]["f:conversion"]["f:webhook"]["f:clientConfig"] == {"f:caBundle": {}}
+    assert client_config(out[0]) == {"f:url": {}}, "the applier owns the url now: its next apply replaces it"
+    assert client_config(out[1]) == {"f:caBundle": {}}, "admitd keeps the caBundle only"
     assert out[2] == fields[2]
-    assert fields[0]["fieldsV1"]["f:spec"]["f:conversion"]["f:webhook"]["f:clientConfig"] == {"f:service": service}
+    assert client_config(fields[0]) is None, "the input is not changed"
     assert webhook.hand_over(out, at, to_url=True) is None, "already handed over: nothing to write"
+    # Back to the Service (the in-cluster daemon): the applier is given the service form in the url's place.
     back = webhook.hand_over(out, at, to_url=False)
     assert back is not None
-    assert back[0]["fieldsV1"]["f:spec"]["f:conversion"]["f:webhook"]["f:clientConfig"] == {"f:service": service}
+    assert client_config(back[0]) == {"f:service": service}
+    # Nobody applied the object (created by POST): nothing to hand over.
+    assert webhook.hand_over(fields[1:], at, to_url=True) is None
