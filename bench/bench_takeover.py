@@ -23,6 +23,8 @@ MEASURES = (
     "takeover_first_admission_s",
     "create_failure_window_s",
     "creates_failed_after_kill",
+    "create_latency_after_kill_max_s",
+    "create_latency_after_kill_median_s",
     "creates_ok",
 )
 
@@ -55,6 +57,7 @@ def main() -> None:
                 "runs": runs,
                 "median": medians,
                 "unsuspended_by_both": sorted({j for r in runs for j in r["unsuspended_by_both"]}),
+                "admitted_twice": sorted({j for r in runs for j in r["admitted_twice"]}),
                 "probe_s": args.probe_s,
                 "create_every_s": args.create_every_s,
             },

@@ -22,6 +22,7 @@ import json
 import socket
 import socketserver
 import ssl
+import statistics
 import threading
 import time
 import urllib.error
@@ -149,7 +150,7 @@ class Creates:
     api: Api
     namespace: str
     every_s: float
-    attempts: list[tuple[float, str, bool, str]] = field(default_factory=list)  # (time, name, created, error)
+    attempts: list[tuple[float, str, bool, str, float]] = field(default_factory=list)  # time, name, ok, error, took
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
@@ -163,12 +164,13 @@ class Creates:
                 job(self.namespace, name, queue="q", gpus=1, runtime="2s"),
             )
             created = status == 201
-            self.attempts.append((started, name, created, "" if created else str(body.get("message", status))))
+            error = "" if created else str(body.get("message", status))
+            self.attempts.append((started, name, created, error, time.monotonic() - started))
             i += 1
             self._stop.wait(max(0.0, self.every_s - (time.monotonic() - started)))
 
     def created(self) -> list[str]:
-        return [name for _, name, ok, _ in self.attempts if ok]
+        return [name for _, name, ok, _, _ in self.attempts if ok]
 
 
 def _queues(cluster: KubeCluster, ns: str) -> None:
@@ -199,10 +201,10 @@ def _queues(cluster: KubeCluster, ns: str) -> None:
     )
 
 
-def _unsuspended_by(daemon: Daemon, ns: str) -> list[tuple[str, float]]:
-    """(namespace/name, when in wall-clock seconds) of every Job this replica unsuspended, from its own log."""
+def _unsuspended_by(daemon: Daemon, ns: str) -> list[tuple[str, int, float]]:
+    """(namespace/name, decision, when in wall-clock seconds) of every Job this replica unsuspended, from its log."""
     return [
-        (e["payload"]["job"], e["payload"]["at"] / 1000)
+        (e["payload"]["job"], e["payload"]["decision"], e["payload"]["at"] / 1000)
         for e in daemon.events()
         if e["type"] == "job.unsuspended" and e["subject"].startswith(f"job/{ns}/")
     ]
@@ -254,7 +256,7 @@ def run(
             created = {f"{ns}/{n}" for n in creates.created()}
             wait_for(
                 "every created job to be unsuspended by one replica or the other",
-                lambda: created <= {job for job, _ in _unsuspended_by(a, ns) + _unsuspended_by(b, ns)},
+                lambda: created <= {job for job, _, _ in _unsuspended_by(a, ns) + _unsuspended_by(b, ns)},
                 timeout=90,
                 every=1.0,
             )
@@ -274,10 +276,15 @@ def run(
                 "admitd",
                 "--ignore-not-found",
             )
-    a_jobs, b_jobs = [j for j, _ in by_a], [j for j, _ in by_b]
-    first_admission = min((at for _, at in by_b), default=None)
-    failed_after_kill = [(t - killed, err) for t, _, ok, err in creates.attempts if not ok and t > killed]
-    failed_before_kill = [err for t, _, ok, err in creates.attempts if not ok and t <= killed]
+    a_jobs, b_jobs = [j for j, _, _ in by_a], [j for j, _, _ in by_b]
+    first_admission = min((at for _, _, at in by_b), default=None)
+    decisions: dict[str, set[tuple[str, int]]] = {}
+    for replica, unsuspended in (("a", by_a), ("b", by_b)):
+        for j, decision, _ in unsuspended:
+            decisions.setdefault(j, set()).add((replica, decision))
+    took_after_kill = sorted(took for t, _, ok, _, took in creates.attempts if ok and t > killed)
+    failed_after_kill = [(t - killed, err) for t, _, ok, err, _ in creates.attempts if not ok and t > killed]
+    failed_before_kill = [err for t, _, ok, err, _ in creates.attempts if not ok and t <= killed]
     window = (failed_after_kill[-1][0] - failed_after_kill[0][0] + create_every_s) if failed_after_kill else 0.0
     return {
         "takeover_lease_s": round(held_by_b - killed, 2),
@@ -292,7 +299,12 @@ def run(
         "a_unsuspended": len(a_jobs),
         "b_unsuspended": len(b_jobs),
         "unsuspended_by_both": sorted(set(a_jobs) & set(b_jobs)),
+        # The same decision carried out again by one replica (its patch repeated, nothing admitted anew) ...
         "unsuspended_twice_by_one": sorted({j for js in (a_jobs, b_jobs) for j in js if js.count(j) > 1}),
+        # ... and a Job unsuspended for two different decisions (admitted twice): must be none.
+        "admitted_twice": sorted(j for j, d in decisions.items() if len(d) > 1),
+        "create_latency_after_kill_max_s": round(took_after_kill[-1], 2) if took_after_kill else None,
+        "create_latency_after_kill_median_s": round(statistics.median(took_after_kill), 2) if took_after_kill else None,
         "never_unsuspended": sorted(created - set(a_jobs) - set(b_jobs)),
         "failure_sample": failed_after_kill[0][1][:300] if failed_after_kill else "",
     }
