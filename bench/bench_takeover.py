@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from bench import takeover
 from bench.bench_status import cluster
 from tests.integration.daemon_harness import install_crds, kubectl
 
+OUT = Path(__file__).resolve().parent / "out"
 MEASURES = (
     "takeover_lease_s",
     "takeover_first_admission_s",
@@ -42,8 +42,8 @@ def main() -> None:
         ns = f"bench-ha-{uuid.uuid4().hex[:8]}"
         kubectl(c, "create", "namespace", ns)
         try:
-            with tempfile.TemporaryDirectory(prefix="admitd-ha-") as tmp:
-                runs.append(takeover.run(c, Path(tmp), ns, probe_s=args.probe_s, create_every_s=args.create_every_s))
+            workdir = OUT / ns  # the two logs and daemon logs are kept (bench/out is git-ignored)
+            runs.append(takeover.run(c, workdir, ns, probe_s=args.probe_s, create_every_s=args.create_every_s))
         finally:
             kubectl(c, "delete", "namespace", ns, "--wait=false")
     medians = {

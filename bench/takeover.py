@@ -74,6 +74,8 @@ class ServiceProxy:
         self.ready: list[Daemon] = []
         self._next = 0
         self._stop = threading.Event()
+        self.routed: list[tuple[float, str, bool]] = []  # (time, replica, connected) of every connection
+        self.open: set[socket.socket] = set()
         proxy = self
 
         class Handler(socketserver.BaseRequestHandler):
@@ -124,9 +126,12 @@ class ServiceProxy:
         try:
             upstream = socket.create_connection(("127.0.0.1", target.webhook_port), timeout=5)
         except OSError:
+            self.routed.append((time.monotonic(), target.workdir.name, False))
             client.close()  # the replica died since its last probe: the API server sees the connection fail
             return
         upstream.settimeout(None)
+        self.routed.append((time.monotonic(), target.workdir.name, True))
+        self.open |= {client, upstream}
 
         def pipe(src: socket.socket, dst: socket.socket) -> None:
             with contextlib.suppress(OSError):
@@ -141,6 +146,13 @@ class ServiceProxy:
         back.join(timeout=30)
         client.close()
         upstream.close()
+        self.open -= {client, upstream}
+
+    def drop_connections(self) -> None:
+        """Close every forwarded connection, as the Service's endpoints go away when the replicas stop."""
+        for s in list(self.open):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
 
 
 @dataclass
@@ -201,6 +213,13 @@ def _queues(cluster: KubeCluster, ns: str) -> None:
     )
 
 
+def _running(api: Api, ns: str) -> set[str]:
+    """namespace/name of the jobs whose spec.suspend is false."""
+    status, body = api.call("GET", f"/apis/batch/v1/namespaces/{ns}/jobs")
+    assert status == 200, body
+    return {f"{ns}/{j['metadata']['name']}" for j in body["items"] if j["spec"].get("suspend") is False}
+
+
 def _unsuspended_by(daemon: Daemon, ns: str) -> list[tuple[str, int, float]]:
     """(namespace/name, decision, when in wall-clock seconds) of every Job this replica unsuspended, from its log."""
     return [
@@ -254,13 +273,18 @@ def run(
             creates._stop.set()
             creator.join(timeout=60)
             created = {f"{ns}/{n}" for n in creates.created()}
-            wait_for(
-                "every created job to be unsuspended by one replica or the other",
-                lambda: created <= {job for job, _, _ in _unsuspended_by(a, ns) + _unsuspended_by(b, ns)},
-                timeout=90,
-                every=1.0,
-            )
+            # Every created job running, as the cluster shows it (a job the old leader unsuspended just before it died,
+            # without the time to record it, is adopted by the new one: in neither log's job.unsuspended). What is
+            # left after 90 s is reported, and the test fails.
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                left = created - _running(api, ns)
+                if not left:
+                    break
+                time.sleep(1.0)
             by_a, by_b = _unsuspended_by(a, ns), _unsuspended_by(b, ns)
+            proxy.backends = []
+            proxy.drop_connections()
             assert b.stop() == 0, b.stderr.read_text()[-3000:]
             b.verify()
             a.verify()
@@ -286,7 +310,13 @@ def run(
     failed_after_kill = [(t - killed, err) for t, _, ok, err, _ in creates.attempts if not ok and t > killed]
     failed_before_kill = [err for t, _, ok, err, _ in creates.attempts if not ok and t <= killed]
     window = (failed_after_kill[-1][0] - failed_after_kill[0][0] + create_every_s) if failed_after_kill else 0.0
+    routed = proxy.routed
     return {
+        # The API server's connections to the webhook through the Service stand-in (it keeps them open and reuses
+        # them, so few): to each replica before the kill, and the ones that found the killed replica gone.
+        "connections_to_a_before_kill": sum(1 for t, r, _ in routed if r == "a" and t <= killed),
+        "connections_to_b_before_kill": sum(1 for t, r, _ in routed if r == "b" and t <= killed),
+        "connections_refused_after_kill": sum(1 for t, _, ok in routed if not ok and t > killed),
         "takeover_lease_s": round(held_by_b - killed, 2),
         "takeover_first_admission_s": None if first_admission is None else round(first_admission - killed_wall, 2),
         "create_failure_window_s": round(window, 2),
@@ -305,6 +335,7 @@ def run(
         "admitted_twice": sorted(j for j, d in decisions.items() if len(d) > 1),
         "create_latency_after_kill_max_s": round(took_after_kill[-1], 2) if took_after_kill else None,
         "create_latency_after_kill_median_s": round(statistics.median(took_after_kill), 2) if took_after_kill else None,
-        "never_unsuspended": sorted(created - set(a_jobs) - set(b_jobs)),
+        "never_unsuspended": sorted(left),
+        "running_adopted_only": sorted(created - set(a_jobs) - set(b_jobs) - left),
         "failure_sample": failed_after_kill[0][1][:300] if failed_after_kill else "",
     }
