@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from daemon.cliargs import whole_number
 from daemon.domain.admission import EngineConfig
@@ -29,6 +30,13 @@ def _lease(text: str) -> tuple[str, str]:
     if not sep or not namespace or not name:
         raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {text!r}")
     return namespace, name
+
+
+def _webhook_url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme != "https" or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"expected https://HOST[:PORT], got {text!r}")
+    return text
 
 
 _positive_int = whole_number(1, "expected at least 1, got {value}")
@@ -55,7 +63,9 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     )
     p.add_argument(
         "--webhook-url",
-        help="register the webhook by URL, for running outside the cluster (e.g. https://127.0.0.1:9443)",
+        type=_webhook_url,
+        help="register the webhook by URL, for running outside the cluster (e.g. https://admitd.example.com:9443); "
+        "the self-made certificate names its host",
     )
     p.add_argument(
         "--webhook-service",
@@ -71,8 +81,31 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         help="while admitd is down: Fail refuses new Jobs in the managed namespaces (default, as Kueue); Ignore "
         "creates them unsuspended and admitd suspends the managed ones when it is back",
     )
-    p.add_argument("--no-register-webhook", action="store_true", help="do not create the MutatingWebhookConfiguration")
-    p.add_argument("--cert-dir", type=Path, default=Path("certs"), help="where the webhook's certificate is kept")
+    p.add_argument(
+        "--no-register-webhook",
+        action="store_true",
+        help="do not patch the webhook configurations and the CRDs' conversion (caBundle, URL or Service)",
+    )
+    p.add_argument(
+        "--create-webhook-configurations",
+        action="store_true",
+        help="outside the cluster, for development: create the Mutating- and ValidatingWebhookConfiguration admitd "
+        "when missing (needs create on them; config/ ships them and its RBAC does not grant it)",
+    )
+    p.add_argument(
+        "--cert-dir",
+        type=Path,
+        default=Path("certs"),
+        help="where the self-made webhook certificate is kept; holding tls.crt and tls.key (and ca.crt), as "
+        "cert-manager's Secret mounted, the operator's certificate: used as is and reloaded when it changes",
+    )
+    p.add_argument(
+        "--cert-secret",
+        type=_lease,
+        metavar="NS/NAME",
+        help="share one serving certificate between replicas in this kubernetes.io/tls Secret: created when "
+        "missing, renewed by the leader, reloaded by every replica (the HA overlay, config/ha)",
+    )
     p.add_argument("--health-port", type=int, default=8080, help="port of /healthz, /readyz and /metrics (8080)")
     p.add_argument(
         "--health-host",
@@ -167,7 +200,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         webhook_service=args.webhook_service,
         webhook_failure_policy=args.webhook_failure_policy,
         register_webhook=not args.no_register_webhook,
+        create_webhook_configurations=args.create_webhook_configurations,
         cert_dir=args.cert_dir,
+        cert_secret=args.cert_secret,
         health_host=args.health_host,
         health_port=args.health_port,
         metrics_auth=args.metrics_auth,

@@ -19,7 +19,6 @@ import random
 import secrets
 import signal
 import socket
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from daemon.domain.events import Event, WorkloadAdmitted
 from daemon.domain.state import State
 from daemon.eventlog import EventStore, LogReader, replay
 from daemon.eventlog.errors import ChainBroken, LogNotTrusted
-from daemon.kube import guard, webhook
+from daemon.kube import certs, guard, webhook
 from daemon.kube.actuate import JobActuator
 from daemon.kube.admission_key import AdmissionKeyError, load_or_make_key
 from daemon.kube.client import KubeClient, Obj, load_configuration
@@ -86,7 +85,10 @@ class RunOptions:
     webhook_service: tuple[str, str, int] | None = ("admitd-system", "admitd-webhook", 443)
     webhook_failure_policy: str = "Fail"
     register_webhook: bool = True
-    cert_dir: Path = Path("certs")
+    create_webhook_configurations: bool = False  # outside the cluster only: create them when missing
+    cert_dir: Path = Path("certs")  # self-made certificate kept here, or the operator's tls.crt/tls.key/ca.crt
+    cert_secret: tuple[str, str] | None = None  # namespace, name: the replicas' shared kubernetes.io/tls Secret
+    cert_reload_s: float = 5.0  # how often the operator's files or the shared Secret are read again
     health_host: str = "127.0.0.1"
     metrics_auth: bool = False  # /metrics on the webhook's HTTPS port, for callers RBAC allows (TokenReview + SAR)
     health_port: int = 8080
@@ -171,9 +173,10 @@ class Daemon:
         self.options = options
         self.ready = False
         self.stopping = False
-        self._cert_pem = b""
+        self._tls: certs.ServingTLS | None = None
         self._cert_names: list[str] = []
-        self._ssl: ssl.SSLContext | None = None
+        self._secret: certs.SharedSecret | None = None
+        self._hooks: tuple[webhook.Hook, ...] = (webhook.MUTATING,)
         self._leading = False
         self._new_jobs: webhook.NewJobPolicy | None = None
         self._scrape: Callable[[web.Request], Awaitable[web.Response]] | None = None
@@ -188,6 +191,7 @@ class Daemon:
         status_client = KubeClient(cfg, user_agent="admitd-status")  # its own count of requests, and its own pool
         async with KubeClient(cfg) as client, status_client, await EventStore.open(opts.db) as store:
             store.observer = metrics.write_observer()
+            cert = await self._first_cert(client, opts)  # a bad one stops the daemon before anything serves
             recorder = Recorder(store, state, clock, wait_durable=True)
             if accepting:  # before anything else is appended on top of the break
                 await self._record_acceptance(recorder, accepting, clock)
@@ -290,7 +294,7 @@ class Daemon:
             self._validate = partial(
                 guard.validation_response, admitd=admitd_users, policy=self._new_jobs, held=state.workloads.__contains__
             )
-            webhook_runner = await self._serve_webhook(client, opts)
+            webhook_runner = await self._serve_webhook(client, opts, cert)
             main = asyncio.current_task()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -312,6 +316,8 @@ class Daemon:
             except StageCrashed as e:
                 if isinstance(e.error, LeadershipLost):
                     log.warning("lost the lease; exiting so that a restart comes back as a standby")
+                if isinstance(e.error, webhook.RegistrationError | certs.CertError):
+                    raise StartupError(str(e.error)) from None
                 return 1
             finally:
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -322,8 +328,7 @@ class Daemon:
                     with contextlib.suppress(asyncio.CancelledError):
                         await elector.release()
                 await web_runner.cleanup()
-                if webhook_runner is not None:
-                    await webhook_runner.cleanup()
+                await webhook_runner.cleanup()
         log.info("stopped", seq=state.seq, api_requests=client.requests, status_requests=status_client.requests)
         return 0
 
@@ -445,81 +450,111 @@ class Daemon:
 
         return scrape
 
-    async def _serve_webhook(self, client: KubeClient, opts: RunOptions) -> web.AppRunner | None:
-        names = ["127.0.0.1", "localhost", socket.gethostname()]
-        if opts.webhook_service is not None:
-            ns, name, _ = opts.webhook_service
-            names += [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
-        cert = webhook.load_or_make_cert(opts.cert_dir, names)
-        app = webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs)
+    async def _first_cert(self, client: KubeClient, opts: RunOptions) -> certs.ServingCert:
+        self._cert_names = certs.serving_names(opts.webhook_url, opts.webhook_service)
+        if opts.cert_secret is not None:
+            self._secret = certs.SharedSecret(client, *opts.cert_secret, self._cert_names)
+        try:
+            return await self._read_cert(opts)
+        except certs.CertError as e:
+            raise StartupError(str(e)) from None
+
+    async def _serve_webhook(self, client: KubeClient, opts: RunOptions, cert: certs.ServingCert) -> web.AppRunner:
+        app = webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs, self._validate)
         if opts.metrics_auth and self._scrape is not None:  # the health server (started first) made it
             app.router.add_get("/metrics", self._guarded_scrape(client, self._scrape))
+        served = {r.canonical for r in app.router.resources()}
+        # The validating configuration is patched once this daemon serves its path (the tenant guard).
+        self._hooks = tuple(h for h in (webhook.MUTATING, webhook.VALIDATING) if h.path in served)
         runner = web.AppRunner(app, access_log=None)
-        routes = webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs, self._validate)
-        runner = web.AppRunner(routes, access_log=None)
         await runner.setup()
-        self._ssl = webhook.ssl_context(cert, opts.cert_dir)
-        await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=self._ssl).start()
-        log.info("webhook serving", host=opts.webhook_host, port=opts.webhook_port, metrics=opts.metrics_auth)
-        self._cert_pem, self._cert_names = cert.cert_pem, names
+        self._tls = certs.ServingTLS(cert)
+        await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=self._tls.context).start()
+        log.info(
+            "webhook serving",
+            host=opts.webhook_host,
+            port=opts.webhook_port,
+            certificate=self._cert_source(opts),
+            metrics=opts.metrics_auth,
+        )
         return runner
 
-    async def _renew_certificate(self, client: KubeClient, opts: RunOptions) -> None:
-        """Rotate the serving certificate while running: every `cert_check_s`, a certificate with less than 30 days
-        left is replaced; new TLS handshakes use the new one, and the leader writes it into the caBundles."""
-        while True:
-            await asyncio.sleep(opts.cert_check_s)
-            cert = webhook.load_or_make_cert(opts.cert_dir, self._cert_names)
-            if cert.cert_pem == self._cert_pem or self._ssl is None:
-                continue
-            self._ssl.load_cert_chain(opts.cert_dir / "webhook.crt", opts.cert_dir / "webhook.key")
-            self._cert_pem = cert.cert_pem
-            log.info("webhook certificate renewed", not_after=cert.not_after.isoformat())
+    def _cert_source(self, opts: RunOptions) -> str:
+        if self._secret is not None:
+            return f"Secret {self._secret.where}"
+        return str(opts.cert_dir / certs.TLS_CERT) if certs.given_by_operator(opts.cert_dir) else "self-made"
+
+    async def _read_cert(self, opts: RunOptions) -> certs.ServingCert:
+        """The certificate to serve now: the shared Secret's (renewed first by the leader when due), the
+        operator's files as they are, or the self-made one (renewed when due)."""
+        if self._secret is not None:
             if self._leading:
+                renewed = await self._secret.renew()
+                if renewed is not None:
+                    return renewed
+            return await self._secret.current()
+        if certs.given_by_operator(opts.cert_dir):
+            return certs.load_operator_cert(opts.cert_dir)
+        return certs.load_or_make_cert(opts.cert_dir, self._cert_names)
+
+    async def _renew_certificate(self, client: KubeClient, opts: RunOptions) -> None:
+        """Follow the serving certificate while running: new TLS handshakes use a changed one, and the leader
+        writes its CA into the caBundles. The operator's files and the shared Secret are read every
+        `cert_reload_s`; the self-made certificate is checked every `cert_check_s` (renewed 30 days before its end).
+        A certificate that turns bad is logged and the one in use kept."""
+        own = self._secret is None and not certs.given_by_operator(opts.cert_dir)
+        while True:
+            await asyncio.sleep(opts.cert_check_s if own else opts.cert_reload_s)
+            if self._tls is None:
+                continue
+            try:
+                cert = await self._read_cert(opts)
+            except certs.CertError as e:
+                log.error("the serving certificate cannot be used; keeping the one loaded", error=str(e))
+                continue
+            except (Temporary, Conflict) as e:
+                log.warning("reading the serving certificate failed; retrying", error=str(e))
+                continue
+            old = self._tls.cert
+            if cert == old:
+                continue
+            new_ca = cert.ca_bundle != old.ca_bundle
+            if new_ca and self._leading and self._secret is not None:
+                # The Secret's CA trusts the old and the new certificate: the caBundles first, then the switch.
+                await self._register_webhooks(client, opts)
+            self._tls.load(cert)
+            log.info("webhook certificate loaded", not_after=cert.not_after.isoformat(), source=self._cert_source(opts))
+            if new_ca and self._leading and self._secret is None:
                 await self._register_webhooks(client, opts)
 
     async def _register_webhooks(self, client: KubeClient, opts: RunOptions) -> None:
-        """Point the API server's mutating webhook and the CRDs' conversion at this replica (the leader's job)."""
-        if not opts.register_webhook:
+        """Point the API server's webhooks and the CRDs' conversion at this daemon, with the caBundle of the
+        certificate served now (the leader's job). A configuration that config/ did not install stops the daemon."""
+        if not opts.register_webhook or self._tls is None:
             return
         service = None if opts.webhook_url else opts.webhook_service
-        body = webhook.webhook_configuration(
-            self._cert_pem,
-            url=opts.webhook_url,
-            service=service,
-            failure_policy=opts.webhook_failure_policy,
-            namespaces=opts.engine.jobs.namespace_selector,  # every job there: the default LocalQueue, unlabelled jobs
-        )
+        ca_bundle = self._tls.cert.ca_bundle
         rng = random.Random()
         for attempt in itertools.count():
             try:
-                await webhook.register(client, body)
-                if opts.webhook_url is not None:
-                    await self._register_validating(client, webhook.validating_configuration(body, self._admitd_users))
-                await webhook.point_conversion(client, self._cert_pem, url=opts.webhook_url, service=service)
+                for hook in self._hooks:
+                    await webhook.register(
+                        client,
+                        hook,
+                        ca_bundle,
+                        url=opts.webhook_url,
+                        service=service,
+                        failure_policy=opts.webhook_failure_policy,
+                        namespaces=opts.engine.jobs.namespace_selector,  # every job there (the default LocalQueue)
+                        create=opts.create_webhook_configurations,
+                        match_conditions=webhook.not_admitd(self._admitd_users) if hook is webhook.VALIDATING else (),
+                    )
+                await webhook.point_conversion(client, ca_bundle, url=opts.webhook_url, service=service)
                 return
             except (Temporary, Conflict) as e:
                 delay = backoff_s(attempt, rng)
                 log.warning("registering the webhooks failed; retrying", error=str(e), retry_in_s=round(delay, 2))
                 await asyncio.sleep(delay)
-
-    @staticmethod
-    async def _register_validating(client: KubeClient, body: dict[str, Any]) -> None:
-        """The ValidatingWebhookConfiguration beside the mutating one, outside the cluster (`--webhook-url`, the
-        local control plane), where admitd's identity may write it. In the cluster it is installed from config/ and
-        admitd's role may not: that is said once, and admitd goes on (its observer still suspends and records every
-        job that runs without an admission it made)."""
-        group, plural = "admissionregistration.k8s.io", "validatingwebhookconfigurations"
-        name = webhook.CONFIGURATION_NAME
-        if not (
-            await guard.may(client, "create", group, plural) and await guard.may(client, "update", group, plural, name)
-        ):
-            log.warning(
-                "admitd may not write the ValidatingWebhookConfiguration admitd; install it from config/ (until then "
-                "tenants' changes to admission state are undone after the fact, not refused)"
-            )
-            return
-        await webhook.register(client, body)
 
     async def _lead(
         self,

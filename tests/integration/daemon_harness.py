@@ -196,6 +196,7 @@ class Daemon:
             f"https://127.0.0.1:{self.webhook_port}",
             "--cert-dir",
             str(self.workdir / "certs"),
+            "--create-webhook-configurations",  # outside the cluster: no config/ applied
             "--health-host",
             "127.0.0.1",
             "--health-port",

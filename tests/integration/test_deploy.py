@@ -90,9 +90,9 @@ RBAC: tuple[Call, ...] = (
         Call(
             "admissionregistration.k8s.io",
             kind,
-            ("get", "patch", "update"),
-            "webhook.py register: its own configurations, shipped in config/webhook, with the current caBundle "
-            "(never created: RBAC cannot limit create by name)",
+            ("get", "patch"),
+            "webhook.py register: its own configurations, shipped in config/webhook: caBundle and clientConfig (a "
+            "JSON patch; never created: RBAC cannot limit create by name)",
             names=(webhook.CONFIGURATION_NAME,),
         )
         for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")

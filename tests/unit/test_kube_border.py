@@ -6,9 +6,7 @@ no API server: raw objects are dicts shaped as the API server sends them.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +18,7 @@ from daemon.domain.state import State
 from daemon.domain.trust import SIGNATURE_ANNOTATION, sign
 from daemon.kube.actuate import JobActuator, placement_patch
 from daemon.kube.observe import Observer
-from daemon.kube.webhook import admission_response, load_or_make_cert, make_serving_cert, suspend_patch
+from daemon.kube.webhook import admission_response, suspend_patch
 from daemon.stages.ports import Done, Observed
 from tests.samples import admission, workload
 from tests.unit.test_kube_distributed import PatchingClient
@@ -153,19 +151,6 @@ def test_a_standby_frees_the_quota_of_an_adopted_job_that_the_leader_stopped() -
     observer.job_event("MODIFIED", raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""}, active=0))
     (evicted,) = put[0].events
     assert isinstance(evicted, ev.WorkloadEvicted) and evicted.reason == "SuspendedByAnotherReplica"
-
-
-def test_the_serving_certificate_is_kept_while_valid_and_renewed_30_days_before_it_ends(tmp_path: Path) -> None:
-    names = ["127.0.0.1", "admitd-webhook.admitd-system.svc"]
-    first = load_or_make_cert(tmp_path, names)
-    assert load_or_make_cert(tmp_path, names).cert_pem == first.cert_pem, "a valid certificate is kept"
-    assert load_or_make_cert(tmp_path, [*names, "other.example"]).cert_pem != first.cert_pem, "new names: new one"
-    old = make_serving_cert(names, now=dt.datetime.now(dt.UTC) - dt.timedelta(days=340))
-    (tmp_path / "webhook.crt").write_bytes(old.cert_pem)
-    (tmp_path / "webhook.key").write_bytes(old.key_pem)
-    renewed = load_or_make_cert(tmp_path, names)
-    assert renewed.cert_pem != old.cert_pem and not renewed.due(dt.datetime.now(dt.UTC))
-    assert (tmp_path / "webhook.crt").read_bytes() == renewed.cert_pem
 
 
 def test_a_queue_object_admitd_cannot_accept_is_one_rejection_naming_it_and_the_others_go_on() -> None:
