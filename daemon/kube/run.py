@@ -28,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from daemon.buildinfo import build_info
 from daemon.domain.actuation import Action, Order
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.events import Event, WorkloadAdmitted
@@ -172,6 +173,7 @@ class Daemon:
         status_client = KubeClient(cfg, user_agent="admitd-status")  # its own count of requests, and its own pool
         async with KubeClient(cfg) as client, status_client, await EventStore.open(opts.db) as store:
             store.observer = metrics.write_observer()
+            metrics.build_info_is(build_info())
             version = await check_crds(client)
             recorder = Recorder(store, state, clock, wait_durable=True)
             status = StatusWriter(
