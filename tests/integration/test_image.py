@@ -82,7 +82,7 @@ class Image:
 
 
 @pytest.fixture(scope="session")
-def image(pytestconfig: pytest.Config) -> Image:
+def image() -> Image:
     out = subprocess.run([str(BUILD)], capture_output=True, text=True, check=False, timeout=BUILD_TIMEOUT, cwd=REPO)
     assert out.returncode == 0, f"scripts/build-image failed: {out.stderr[-3000:]}"
     digest = (ARCHIVE.parent / "digest").read_text().strip()
@@ -164,6 +164,7 @@ def test_the_layers_are_whole_tars_of_one_time_with_no_shell_and_nothing_setuid(
     entries: dict[str, tarfile.TarInfo] = {}
     with tarfile.open(image.archive) as outer:
         index = json.load(_member(outer, "index.json"))
+        assert index["manifests"][0]["digest"] == image.digest  # build/image/digest names this manifest
         manifest = json.load(_member(outer, "blobs/" + index["manifests"][0]["digest"].replace(":", "/")))
         assert len(manifest["layers"]) == 2
         for layer in manifest["layers"]:
