@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 
+from daemon.buildinfo import build_info
 from daemon.cliargs import whole_number
 from daemon.domain.durations import format_seconds
 from daemon.eventlog import EventLogError, LogReader, default_db_path
@@ -131,6 +132,23 @@ def command_in(argv: Sequence[str]) -> str | None:
     return None
 
 
+class _VersionAction(argparse.Action):
+    """`--version`: the version, the source commit and the Python (daemon.buildinfo), read only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **_: object) -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="print the version, commit and Python",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(build_info().line())
+        parser.exit()
+
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -161,6 +179,7 @@ def _add_global_options_below(parser: argparse.ArgumentParser) -> None:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser, or (`command`) the top level with only that command's subparsers."""
     parser = argparse.ArgumentParser(prog="admitd", description=__doc__)
+    parser.add_argument("--version", action=_VersionAction)
     _add_global_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
 

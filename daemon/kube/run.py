@@ -28,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from daemon.buildinfo import build_info
 from daemon.domain import events as ev
 from daemon.domain import trust
 from daemon.domain.actuation import Action, Order
@@ -191,6 +192,7 @@ class Daemon:
         status_client = KubeClient(cfg, user_agent="admitd-status")  # its own count of requests, and its own pool
         async with KubeClient(cfg) as client, status_client, await EventStore.open(opts.db) as store:
             store.observer = metrics.write_observer()
+            metrics.build_info_is(build_info())
             cert = await self._first_cert(client, opts)  # a bad one stops the daemon before anything serves
             recorder = Recorder(store, state, clock, wait_durable=True)
             if accepting:  # before anything else is appended on top of the break
