@@ -22,12 +22,20 @@ from daemon.domain.trust import SIGNATURE_ANNOTATION, judge_claim, sign, signed
 from daemon.kube.actuate import JobActuator
 from daemon.kube.guard import queue_name_problem, refusal, validation_response
 from daemon.kube.observe import Observer, last_manager
-from daemon.kube.webhook import VALIDATE_JOBS_PATH, routes, validating_configuration, webhook_configuration
+from daemon.kube.webhook import (
+    VALIDATE_JOBS_PATH,
+    VALIDATING,
+    not_admitd,
+    registration_patch,
+    routes,
+    webhook_configuration,
+)
 from daemon.stages.ports import Done, Observed
 from tests.samples import admission, workload
 from tests.unit.test_kube_border import KEY, raw_job, signed_note
 from tests.unit.test_kube_distributed import PatchingClient
 
+SERVICE = ("admitd-system", "admitd-webhook", 443)
 ADMITD = frozenset({"system:serviceaccount:admitd-system:admitd"})
 TENANT = "system:serviceaccount:research:tenant"
 NOTE = admission_note(admission(cq="team-research"), 42, at=1_000)
@@ -245,7 +253,9 @@ def test_a_job_keeping_an_invalid_queue_name_is_not_refused_again() -> None:
 
 def test_the_validating_configuration_matches_the_mutating_one_on_create_and_update() -> None:
     mutating = webhook_configuration(b"ca", url="https://127.0.0.1:9443", service=None, failure_policy="Fail")
-    validating = validating_configuration(mutating)
+    validating = webhook_configuration(
+        b"ca", url="https://127.0.0.1:9443", service=None, failure_policy="Fail", hook=VALIDATING
+    )
     assert validating["kind"] == "ValidatingWebhookConfiguration"
     assert validating["metadata"]["name"] == "admitd"
     (hook,) = validating["webhooks"]
@@ -256,17 +266,33 @@ def test_the_validating_configuration_matches_the_mutating_one_on_create_and_upd
     assert {r["resources"][0] for r in hook["rules"]} == {"jobs", "pytorchjobs", "rayjobs", "jobsets"}
     assert all(r["operations"] == ["CREATE", "UPDATE"] for r in hook["rules"])
     assert "matchConditions" not in hook
-    (exempt,) = validating_configuration(mutating, ["system:serviceaccount:admitd-system:admitd", "o'brien"])[
-        "webhooks"
-    ][0]["matchConditions"]
+    (exempt,) = not_admitd(["system:serviceaccount:admitd-system:admitd", "o'brien"])
     assert exempt == {
         "name": "not-admitd",
         "expression": "!(request.userInfo.username in ['o\\'brien', 'system:serviceaccount:admitd-system:admitd'])",
     }
-    in_cluster = validating_configuration(
-        webhook_configuration(b"ca", url=None, service=("admitd-system", "admitd-webhook", 443), failure_policy="Fail")
+    with_exempt = webhook_configuration(
+        b"ca", url=None, service=SERVICE, failure_policy="Fail", hook=VALIDATING, match_conditions=[exempt]
     )
-    assert in_cluster["webhooks"][0]["clientConfig"]["service"]["path"] == VALIDATE_JOBS_PATH
+    assert with_exempt["webhooks"][0]["matchConditions"] == [exempt]
+    assert with_exempt["webhooks"][0]["clientConfig"]["service"]["path"] == VALIDATE_JOBS_PATH
+
+
+def test_the_registration_patch_sets_and_removes_the_exemption() -> None:
+    shipped = webhook_configuration(b"", url=None, service=SERVICE, failure_policy="Fail", hook=VALIDATING)
+    (exempt,) = not_admitd(["system:serviceaccount:admitd-system:admitd"])
+    args = {"url": None, "service": SERVICE, "failure_policy": "Fail", "namespaces": None}
+    ops = registration_patch(shipped, VALIDATING, b"ca", **args, match_conditions=[exempt])  # type: ignore[arg-type]
+    assert {"op": "add", "path": "/webhooks/0/matchConditions", "value": [exempt]} in ops
+    live = {**shipped, "webhooks": [{**shipped["webhooks"][0], "matchConditions": [exempt]}]}
+    assert not [
+        o
+        for o in registration_patch(live, VALIDATING, b"ca", **args, match_conditions=[exempt])
+        if "match" in o["path"]
+    ]  # type: ignore[arg-type]
+    assert {"op": "remove", "path": "/webhooks/0/matchConditions"} in registration_patch(
+        live, VALIDATING, b"ca", **args
+    )  # type: ignore[arg-type]
 
 
 # --- who changed it -----------------------------------------------------------------------------------------------
