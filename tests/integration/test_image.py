@@ -197,8 +197,9 @@ def _member(archive: tarfile.TarFile, name: str) -> IO[bytes]:
 class Runner:
     name: str
 
-    def argv(self, args: list[str], volume: Path | None) -> list[str]:
-        """The command that runs the image's entrypoint with `args`, `volume` mounted at /var/lib/admitd."""
+    def argv(self, args: list[str], volume: Path | None, command: list[str] | None = None) -> list[str]:
+        """The command that runs the image's entrypoint (or `command`, as a pod's `command:` replaces it) with
+        `args`, `volume` mounted at /var/lib/admitd."""
         raise NotImplementedError
 
     def cleanup(self) -> None:
@@ -226,10 +227,12 @@ class Podman(Runner):
             ["podman", *self.global_args, *args], capture_output=True, text=True, check=False, timeout=300
         )
 
-    def argv(self, args: list[str], volume: Path | None) -> list[str]:
+    def argv(self, args: list[str], volume: Path | None, command: list[str] | None = None) -> list[str]:
         name = f"admitd-test-{uuid.uuid4().hex[:8]}"
         self.names.append(name)
         mount = [] if volume is None else ["-v", f"{volume}:{VOLUME}"]
+        if command is not None:
+            mount += ["--entrypoint", json.dumps(command)]
         return [
             "podman",
             *self.global_args,
@@ -289,7 +292,7 @@ class Chroot(Runner):
         assert chroot is not None
         self.chroot = chroot
 
-    def argv(self, args: list[str], volume: Path | None) -> list[str]:
+    def argv(self, args: list[str], volume: Path | None, command: list[str] | None = None) -> list[str]:
         r = shlex.quote(str(self.rootfs))
         mounts = [
             f"mount --bind {r} {r}",
@@ -303,7 +306,8 @@ class Chroot(Runner):
             mounts.append(f"mount --bind {shlex.quote(str(volume))} {r}{VOLUME}")
         # chroot(8) changes to / in the new root; the bundle's cwd is the volume, which every command here can use
         # as given, so the entrypoint runs with absolute paths only.
-        run = ["env", "-i", *self.env, self.chroot, f"--userspec={self.user}", str(self.rootfs), *self.entry, *args]
+        entry = self.entry if command is None else command  # a bare name is found on the image's PATH
+        run = ["env", "-i", *self.env, self.chroot, f"--userspec={self.user}", str(self.rootfs), *entry, *args]
         script = " && ".join([*mounts, "exec " + shlex.join(run)])
         return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-ec", script]
 
@@ -339,6 +343,21 @@ def test_admitd_version_names_the_images_revision(runner: Runner, image: Image, 
     revision = image.labels["org.opencontainers.image.revision"]
     version = image.labels["org.opencontainers.image.version"]
     assert re.fullmatch(rf"admitd {re.escape(version)} \(commit {revision}, Python 3\.11\.\d+\)", out.stdout.strip())
+
+
+@pytest.mark.cluster
+def test_the_deployments_command_is_found_in_the_image(runner: Runner, tmp_path: Path) -> None:
+    """config/manager/deployment.yaml replaces the entrypoint with its `command:`, found on the image's PATH."""
+    deployment = yaml.safe_load((REPO / "config" / "manager" / "deployment.yaml").read_text())
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    command = container.get("command")
+    if command is None:
+        pytest.skip("the Deployment uses the image's entrypoint (the other tests run it)")
+    out = subprocess.run(
+        runner.argv(["--version"], volume(tmp_path), command), capture_output=True, text=True, check=False, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("admitd "), out.stdout
 
 
 def _table(stdout: str) -> list[str]:
