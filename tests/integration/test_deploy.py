@@ -390,11 +390,14 @@ def _apply_rbac(cluster: KubeCluster, rendered: list[dict[str, Any]]) -> None:
     apply(cluster, *(d for d in rendered if d["kind"] in kinds))
 
 
-def _apply_mutating_webhook_configuration(cluster: KubeCluster, rendered: list[dict[str, Any]]) -> None:
-    """config/webhook's MutatingWebhookConfiguration, as `kubectl apply -k config/` leaves it: admitd may only get and
-    patch it. (Not the ValidatingWebhookConfiguration: it points at the Service, which has no pod here, and with
-    failurePolicy Fail it would refuse every labelled Job until admitd patches it to its URL.)"""
-    apply(cluster, one(rendered, "MutatingWebhookConfiguration", webhook.CONFIGURATION_NAME))
+def _apply_webhook_configurations(cluster: KubeCluster, rendered: list[dict[str, Any]]) -> None:
+    """config/webhook's two configurations, as `kubectl apply -k config/` leaves them: admitd may only get and patch
+    them. Applied just before the daemon starts, which patches both to its URL before it reports ready (until then
+    they point at the Service, which has no pod here: a labelled Job would be refused, and none is created)."""
+    apply(cluster, *(one(rendered, kind, webhook.CONFIGURATION_NAME) for kind in WEBHOOK_KINDS))
+
+
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
 def test_the_api_server_authorizes_every_call_in_the_table_and_refuses_others(
@@ -478,7 +481,7 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
                 "spec": {"clusterQueue": cq},
             },
         )
-        _apply_mutating_webhook_configuration(installed, rendered)
+        _apply_webhook_configurations(installed, rendered)
         daemon.start()
         apply(installed, job(namespace, "train", queue="lq", gpus=4))
         wait_for(

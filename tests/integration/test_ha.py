@@ -65,13 +65,26 @@ def test_the_statefulset_runs_the_deployments_pod_with_leader_election_and_the_s
     assert sts["selector"] == deployment["selector"]
     template, expected = sts["template"], copy.deepcopy(deployment["template"])
     container = expected["spec"]["containers"][0]
-    container["args"] += ["--leader-elect", "--identity=$(POD_NAME)", f"--cert-secret={NAMESPACE}/{SECRET}"]
+    container["args"] += [
+        "--leader-elect",
+        "--identity=$(POD_NAME)",
+        f"--cert-secret={NAMESPACE}/{SECRET}",
+        "--admission-key-file=/etc/admitd-admission-key/key",
+    ]
+    container["volumeMounts"] = [
+        *container["volumeMounts"],
+        {"name": "admission-key", "mountPath": "/etc/admitd-admission-key", "readOnly": True},
+    ]
     container["env"] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         *container.get("env", []),
     ]
-    expected["spec"]["volumes"] = [v for v in expected["spec"]["volumes"] if v["name"] != "log"]
-    assert template == expected, "the pod is the Deployment's, with only the HA flags and the per-replica volume"
+    expected["spec"]["volumes"] = [v for v in expected["spec"]["volumes"] if v["name"] != "log"] + [
+        {"name": "admission-key", "secret": {"secretName": "admitd-admission-key", "defaultMode": 0o400}}
+    ]
+    assert template == expected, (
+        "the pod is the Deployment's, with only the HA flags, the shared admission key and the per-replica volume"
+    )
     [claim] = sts["volumeClaimTemplates"]
     assert claim["metadata"]["name"] == "log" and claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     assert any(m["name"] == "log" for m in container["volumeMounts"]), "the log's volume is mounted as in the base"

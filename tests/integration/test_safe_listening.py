@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from daemon.cli import build_parser
-from daemon.kube import webhook
+from daemon.kube import certs
 from tests.integration.conftest import REPO, KubeCluster
 from tests.integration.daemon_harness import Daemon, install_crds, kubectl, running_daemon
 
@@ -95,8 +95,8 @@ def test_the_webhook_port_speaks_tls_1_2(guarded: Daemon) -> None:
 def test_the_webhook_servers_context_refuses_anything_below_tls_1_2(tmp_path: Path) -> None:
     # Said in the server's context, not left to the Python or OpenSSL build (a client cannot test the refusal
     # reliably: its own OpenSSL often cannot offer TLS 1.1 any more).
-    cert = webhook.load_or_make_cert(tmp_path, ["127.0.0.1"])
-    assert webhook.ssl_context(cert, tmp_path).minimum_version == ssl.TLSVersion.TLSv1_2
+    cert = certs.load_or_make_cert(tmp_path, ["127.0.0.1"])
+    assert certs.ServingTLS(cert).context.minimum_version == ssl.TLSVersion.TLSv1_2
 
 
 @pytest.mark.parametrize(
