@@ -31,6 +31,7 @@ from daemon.stages.recorder import Recorder
 
 BACKOFF_FIRST_MS = 500
 BACKOFF_MAX_MS = 60_000
+_BATCH = 1000  # results that share one append, at most
 
 log = get_logger("admitd.actuate")
 
@@ -105,59 +106,93 @@ class Actuate:
             return False
         return bool(self.ready) or (bool(self._later) and self._later[0][0] <= self.clock.now())
 
-    def _start(self) -> None:
+    def _start(self, unrecorded: set[str]) -> None:
         """Start a lane for each ready order whose job is idle, in the order given, while the pool has room. An
-        order whose job is busy keeps its place; nothing else waits for it."""
-        now = self.clock.now()
-        while self._later and self._later[0][0] <= now:
-            self.ready.append(heapq.heappop(self._later)[2])
+        order whose job is busy, or whose job's last result is not appended yet (`unrecorded`), keeps its place;
+        nothing else waits for it."""
+        self._start_due()
         if not self.gate():
             return
         held: list[Order] = []
         while self.ready and len(self._lanes) < self.parallelism:
             order = self.ready.popleft()
-            if order.job in self._lanes:
+            if order.job in self._lanes or order.job in unrecorded:
                 held.append(order)
                 continue
             self._order_of[order.job] = order
             self._lanes[order.job] = asyncio.ensure_future(self._carry_out(order))
         self.ready.extendleft(reversed(held))
 
+    async def _wait(self) -> None:
+        """Until the first lane ends, a new order comes (it may belong to an idle job) or anything else wakes the
+        stage, or a retry comes due, whichever is first: a lane that takes long never holds the others back."""
+        self.wake.clear()
+        woken = asyncio.ensure_future(self.wake.wait())
+        due = self.next_due()
+        timeout = None if due is None else max(0.0, (due - self.clock.now()) / 1000)
+        try:
+            await asyncio.wait([*self._lanes.values(), woken], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            for task in self._lanes.values():  # stopping: a patch cut short is sent again after the restart
+                task.cancel()
+            raise
+        finally:
+            woken.cancel()
+
     async def step(self) -> None:
-        self._start()
-        if not self._lanes:
-            return
-        if not any(task.done() for task in self._lanes.values()):
-            # Wait for the first lane to end, for a new order (it may belong to an idle job) or any other wake-up,
-            # or for a retry's due time, whichever comes first: a lane that takes long holds the others back never.
-            self.wake.clear()
-            woken = asyncio.ensure_future(self.wake.wait())
-            due = self.next_due()
-            timeout = None if due is None else max(0.0, (due - self.clock.now()) / 1000)
-            try:
-                await asyncio.wait([*self._lanes.values(), woken], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            except asyncio.CancelledError:
-                for task in self._lanes.values():  # stopping: a patch cut short is sent again after the restart
-                    task.cancel()
-                raise
-            finally:
-                woken.cancel()
-        finished = [(job, task) for job, task in self._lanes.items() if task.done()]
-        if not finished:
+        if self.parallelism == 1:
+            await self._step_in_turn()
             return
         items: list[tuple[ev.Event, int | None]] = []
-        for job, task in finished:
-            del self._lanes[job]
-            order = self._order_of.pop(job)
-            result = task.result()  # an unexpected exception ends the stage (the runner's guard)
-            if not (isinstance(result, ev.ActuationFailed) and not result.permanent):
-                self._known.discard(_identity(order))  # else it waits for its retry, still on its way
-            if result is not None:
-                items.append((result, order.decision or None))
-        # One append for the lanes that ended together: each result points at its own decision. A job's next
-        # order starts only after this, so it sees its predecessor's result in the fold.
+        unrecorded: set[str] = set()
+        while True:
+            self._start(unrecorded)
+            if not self._lanes:
+                break
+            if not any(task.done() for task in self._lanes.values()):
+                await self._wait()
+            finished = [(job, task) for job, task in self._lanes.items() if task.done()]
+            for job, task in finished:
+                del self._lanes[job]
+                order = self._order_of.pop(job)
+                result = task.result()  # an unexpected exception ends the stage (the runner's guard)
+                if not (isinstance(result, ev.ActuationFailed) and not result.permanent):
+                    self._known.discard(_identity(order))  # else it waits for its retry, still on its way
+                if result is not None:
+                    items.append((result, order.decision or None))
+                    unrecorded.add(job)
+            # Go on without appending only while nothing is in flight (the simulator's calls, which end at once):
+            # the results of many orders then share one append. A lane still in flight ends the step, so that
+            # what has ended is recorded now, whatever the slow one does.
+            if not finished or self._lanes or not self.ready or len(items) >= _BATCH:
+                break
+        # One append for the lanes that ended: each result points at its own decision. A job's next order starts
+        # only after this, so it sees its predecessor's result in the fold.
         if items:
             await self.recorder.append(items)
+
+    async def _step_in_turn(self) -> None:
+        """One lane (the simulator's): the ready orders one after the other, in the step itself, results appended
+        together. Awaited in place, a call that ends at once gives the event loop no turn, so a simulation runs as
+        it always has."""
+        self._start_due()
+        batch: list[tuple[ev.Event, int | None]] = []
+        done = 0
+        while self.ready and done < _BATCH and self.gate():
+            order = self.ready.popleft()
+            done += 1
+            result = await self._carry_out(order)
+            if not (isinstance(result, ev.ActuationFailed) and not result.permanent):
+                self._known.discard(_identity(order))
+            if result is not None:
+                batch.append((result, order.decision or None))
+        if batch:
+            await self.recorder.append(batch)
+
+    def _start_due(self) -> None:
+        now = self.clock.now()
+        while self._later and self._later[0][0] <= now:
+            self.ready.append(heapq.heappop(self._later)[2])
 
     async def _carry_out(self, order: Order) -> ev.Event | None:
         current = self.recorder.state.outbox.get(order.job)
