@@ -109,6 +109,20 @@ RBAC: tuple[Call, ...] = (
     Call("authorization.k8s.io", "subjectaccessreviews", ("create",), "metricsauth.py: whether it may get /metrics"),
 )
 
+# Calls only the HA overlay's replicas make (admitd run --cert-secret), granted by config/ha's own Role (test_ha.py
+# checks it): the shared serving certificate, one Secret by name in admitd's namespace.
+HA_ONLY: tuple[Call, ...] = (
+    Call(
+        "",
+        "secrets",
+        ("get", "update"),
+        "certs.py SharedSecret: read and renew the shared serving certificate",
+        names=("admitd-serving-cert",),
+        namespace=NAMESPACE,
+    ),
+    Call("", "secrets", ("create",), "certs.py SharedSecret: the first replica makes it", namespace=NAMESPACE),
+)
+
 # Calls admitd never makes; the API server must refuse each.
 DENIED: tuple[tuple[str, str, str, str | None, str | None], ...] = (
     # (verb, group, resource, name, namespace)
@@ -321,7 +335,7 @@ _PATH = re.compile(
 
 def test_every_resource_the_daemon_names_in_a_request_path_is_in_the_table() -> None:
     """A cheap guard on the table: a new path in daemon/kube without a row fails here (verbs are read by hand)."""
-    rows = {(c.group, c.resource.split("/")[0]) for c in RBAC}
+    rows = {(c.group, c.resource.split("/")[0]) for c in (*RBAC, *HA_ONLY)}
     named: set[tuple[str, str]] = set()
     for path in sorted((REPO / "daemon" / "kube").glob("*.py")):
         for m in _PATH.finditer(path.read_text()):
@@ -385,11 +399,11 @@ def _apply_rbac(cluster: KubeCluster, rendered: list[dict[str, Any]]) -> None:
     apply(cluster, *(d for d in rendered if d["kind"] in kinds))
 
 
-def _apply_mutating_webhook_configuration(cluster: KubeCluster, rendered: list[dict[str, Any]]) -> None:
-    """config/webhook's MutatingWebhookConfiguration, as `kubectl apply -k config/` leaves it: admitd may only get and
-    patch it. (Not the ValidatingWebhookConfiguration: it points at the Service, which has no pod here, and with
-    failurePolicy Fail it would refuse every labelled Job until admitd patches it to its URL.)"""
-    apply(cluster, one(rendered, "MutatingWebhookConfiguration", webhook.CONFIGURATION_NAME))
+def _apply_webhook_configurations(cluster: KubeCluster, rendered: list[dict[str, Any]]) -> None:
+    """config/webhook's two configurations, as `kubectl apply -k config/` leaves them: admitd may only get and patch
+    them (here to its URL; until it has, they point at the Service, which has no pod here)."""
+    kinds = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    apply(cluster, *(one(rendered, kind, webhook.CONFIGURATION_NAME) for kind in kinds))
 
 
 def test_the_api_server_authorizes_every_call_in_the_table_and_refuses_others(
@@ -473,7 +487,7 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
                 "spec": {"clusterQueue": cq},
             },
         )
-        _apply_mutating_webhook_configuration(installed, rendered)
+        _apply_webhook_configurations(installed, rendered)
         daemon.start()
         apply(installed, job(namespace, "train", queue="lq", gpus=4))
         wait_for(
