@@ -109,6 +109,20 @@ RBAC: tuple[Call, ...] = (
     Call("authorization.k8s.io", "subjectaccessreviews", ("create",), "metricsauth.py: whether it may get /metrics"),
 )
 
+# Calls only the HA overlay's replicas make (admitd run --cert-secret), granted by config/ha's own Role (test_ha.py
+# checks it): the shared serving certificate, one Secret by name in admitd's namespace.
+HA_ONLY: tuple[Call, ...] = (
+    Call(
+        "",
+        "secrets",
+        ("get", "update"),
+        "certs.py SharedSecret: read and renew the shared serving certificate",
+        names=("admitd-serving-cert",),
+        namespace=NAMESPACE,
+    ),
+    Call("", "secrets", ("create",), "certs.py SharedSecret: the first replica makes it", namespace=NAMESPACE),
+)
+
 # Calls admitd never makes; the API server must refuse each.
 DENIED: tuple[tuple[str, str, str, str | None, str | None], ...] = (
     # (verb, group, resource, name, namespace)
@@ -321,7 +335,7 @@ _PATH = re.compile(
 
 def test_every_resource_the_daemon_names_in_a_request_path_is_in_the_table() -> None:
     """A cheap guard on the table: a new path in daemon/kube without a row fails here (verbs are read by hand)."""
-    rows = {(c.group, c.resource.split("/")[0]) for c in RBAC}
+    rows = {(c.group, c.resource.split("/")[0]) for c in (*RBAC, *HA_ONLY)}
     named: set[tuple[str, str]] = set()
     for path in sorted((REPO / "daemon" / "kube").glob("*.py")):
         for m in _PATH.finditer(path.read_text()):
@@ -392,12 +406,9 @@ def _apply_rbac(cluster: KubeCluster, rendered: list[dict[str, Any]]) -> None:
 
 def _apply_webhook_configurations(cluster: KubeCluster, rendered: list[dict[str, Any]]) -> None:
     """config/webhook's two configurations, as `kubectl apply -k config/` leaves them: admitd may only get and patch
-    them. Applied just before the daemon starts, which patches both to its URL before it reports ready (until then
-    they point at the Service, which has no pod here: a labelled Job would be refused, and none is created)."""
-    apply(cluster, *(one(rendered, kind, webhook.CONFIGURATION_NAME) for kind in WEBHOOK_KINDS))
-
-
-WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    them (here to its URL; until it has, they point at the Service, which has no pod here)."""
+    kinds = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    apply(cluster, *(one(rendered, kind, webhook.CONFIGURATION_NAME) for kind in kinds))
 
 
 def test_the_api_server_authorizes_every_call_in_the_table_and_refuses_others(

@@ -123,22 +123,22 @@ def test_the_shipped_webhook_configurations_are_what_admitd_registers_without_a_
     rendered: list[dict[str, Any]],
 ) -> None:
     engine, _ = load_config(REPO / "config" / "admitd.yaml")
-    built = webhook.webhook_configuration(
-        b"",
-        url=None,
-        service=("admitd-system", "admitd-webhook", 443),
-        failure_policy="Fail",
-        namespaces=engine.jobs.namespace_selector,
-    )
-    del built["webhooks"][0]["clientConfig"][
-        "caBundle"
-    ]  # applied, it would be owned by kubectl and blanked on re-apply
+    for hook in (webhook.MUTATING, webhook.VALIDATING):
+        built = webhook.webhook_configuration(
+            b"",
+            url=None,
+            service=("admitd-system", "admitd-webhook", 443),
+            failure_policy="Fail",
+            namespaces=engine.jobs.namespace_selector,
+            hook=hook,
+        )
+        # Applied, a caBundle would be owned by kubectl and blanked on every re-apply: admitd patches it in.
+        del built["webhooks"][0]["clientConfig"]["caBundle"]
+        assert one(rendered, hook.kind, webhook.CONFIGURATION_NAME) == built, hook.kind
     mutating = one(rendered, "MutatingWebhookConfiguration", webhook.CONFIGURATION_NAME)
-    assert mutating == built
     validating = one(rendered, "ValidatingWebhookConfiguration", webhook.CONFIGURATION_NAME)
     (mjob,), (vjob,) = mutating["webhooks"], validating["webhooks"]
     assert vjob["name"] == "vjob.admitd.io" and vjob["clientConfig"]["service"]["path"] == "/validate-jobs"
-    assert "caBundle" not in vjob["clientConfig"]
     assert {r["operations"] == ["CREATE", "UPDATE"] for r in vjob["rules"]} == {True}
     # The same objects as the mutating one: the same kinds, selectors, Service, failure policy.
     same = copy.deepcopy(vjob)
