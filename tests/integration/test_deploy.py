@@ -55,6 +55,7 @@ class Call:
 RBAC: tuple[Call, ...] = (
     Call("batch", "jobs", ("list", "watch"), "watch.py: a Reflector over Jobs in every namespace"),
     Call("batch", "jobs", ("patch",), "actuate.py: admit, preempt and restore, suspend_now"),
+    Call("batch", "jobs", ("get",), "actuate.py _recreated: after a 422 on a uid-tested patch, was the Job recreated"),
     Call(
         "batch",
         "jobs/finalizers",
