@@ -130,7 +130,7 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
         warnings.extend(printable(f"{_where(parsed)}: {w}") for w in parsed.warnings)
         identity = _identity(parsed)
         twice = identity is not None and identity in declared
-        if twice:
+        if identity is not None and twice:
             # kubectl apply would silently replace the first with the second; in one file that is a mistake.
             duplicate = ManifestError(
                 f"a {identity[0]} of this name was already declared at {declared[identity]}; "
