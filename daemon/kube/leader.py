@@ -154,7 +154,10 @@ class LeaderElector:
         deadline = time.monotonic() + self.duration_s + self.renew_s
         while not await self.try_once():
             if isinstance(self.error, Permanent):  # RBAC, a missing namespace: waiting changes nothing
-                raise LeaseHeld(f"cannot take the Lease {self.namespace}/{self.name}: {self.error}")
+                raise LeaseHeld(
+                    f"cannot take the Lease {self.namespace}/{self.name}: {self.error} (one daemon per cluster: "
+                    f"create the namespace {self.namespace}, or name another with --leader-election-lease NS/NAME)"
+                )
             if self.seen is not None:
                 first = first or self.seen
                 if self.seen != first or time.monotonic() > deadline:

@@ -436,6 +436,9 @@ def test_admitd_run_in_the_image_admits_a_job_on_the_local_control_plane(
         "127.0.0.1",
         "--health-port",
         str(health),
+        "--create-webhook-configurations",  # outside the cluster: config/ is not applied here
+        "--leader-election-lease",  # one daemon per cluster: a Lease of this test's own (the namespace exists)
+        f"default/admitd-image-{namespace}",
     ]
     log = tmp_path / "daemon.log"
     ns = namespace
@@ -467,7 +470,13 @@ def test_admitd_run_in_the_image_admits_a_job_on_the_local_control_plane(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
-        kubectl(kube_cluster, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+        kubectl(
+            kube_cluster,
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "admitd",
+            "--ignore-not-found",
+        )
         kubectl(kube_cluster, "delete", "clusterqueue", f"cq-{ns}", "--ignore-not-found", "--wait=false")
         kubectl(kube_cluster, "delete", "resourceflavor", f"h100-{ns}", "--ignore-not-found", "--wait=false")
 
