@@ -350,12 +350,7 @@ def test_every_resource_the_daemon_names_in_a_request_path_is_in_the_table() -> 
     # Granted to every authenticated user (the bootstrap ClusterRole system:basic-user), so in no role of admitd's:
     # guard.py asks who admitd is and what it may do.
     everyone = {("authentication.k8s.io", "selfsubjectreviews"), ("authorization.k8s.io", "selfsubjectaccessreviews")}
-    assert named - rows - everyone - HA_ONLY == set()
-
-
-# Calls made only with the HA overlay's flags (--cert-secret: the shared serving certificate), granted by
-# config/ha's own Role and checked in tests/integration/test_ha.py, not by config/'s roles.
-HA_ONLY = {("", "secrets")}
+    assert named - rows - everyone == set()
 
 
 def _reviews(cluster: KubeCluster, attributes: list[dict[str, Any]]) -> list[bool]:
