@@ -344,12 +344,14 @@ class FaultyCluster:
         checker: Checker | None = None,
         parallelism: int = ACTUATION_PARALLELISM,
         expect_all_end: bool = False,
+        idle_check: bool = True,
     ) -> None:
         from daemon.sim.run import VirtualClock  # noqa: PLC0415  (run imports nothing of this module; no cycle)
 
         self.scenario = scenario
         self.parallelism = parallelism
         self.expect_all_end = expect_all_end  # every job can end (the harness's scenarios): one that does not fails
+        self.idle_check = idle_check  # `not-reconsidered`: a second engine cycle at every idle moment
         self.faults = faults
         self.seed = seed
         self.rng = random.Random(seed)
@@ -754,7 +756,7 @@ class FaultyCluster:
     def _idle_check(self) -> None:
         """Nothing has work and nothing is in flight: a fresh cycle must find nothing to admit or preempt."""
         proc = self.process
-        if proc is None or proc.parked or proc.actuate.ready:
+        if not self.idle_check or proc is None or proc.parked or proc.actuate.ready:
             return
         due = proc.admit.next_due()
         if due is not None:
@@ -912,17 +914,26 @@ async def run_faulty(
     churn_window: Millis = 10_000,
     db_path: Path | None = None,
     expect_all_end: bool = False,
+    idle_check: bool = True,
 ) -> FaultyResult:
     """Run `scenario` against the faulty cluster from `seed`; the log is kept at `db_path` if given (new file).
     `expect_all_end`: every job of the scenario can end, so one that has not when nothing is left to happen fails
-    `run-ends` (without it, only a workload left being evicted does: a job that never fits is no fault)."""
+    `run-ends` (without it, only a workload left being evicted does: a job that never fits is no fault).
+    `idle_check=False` leaves out `not-reconsidered` (a second engine cycle at every idle moment: for large runs)."""
     checker = Checker(churn_window=churn_window)
     with contextlib.ExitStack() as stack:
         if db_path is None:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="admitd-dst-"))
             db_path = Path(tmp) / "dst.db"
         world = FaultyCluster(
-            scenario, faults, seed, db_path, config=config, checker=checker, expect_all_end=expect_all_end
+            scenario,
+            faults,
+            seed,
+            db_path,
+            config=config,
+            checker=checker,
+            expect_all_end=expect_all_end,
+            idle_check=idle_check,
         )
         try:
             await world.run()
