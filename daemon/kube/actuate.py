@@ -125,6 +125,11 @@ class JobActuator:
         for obj in items:
             self.seen("ADDED", obj)
 
+    def unsuspending(self, key: str) -> bool:
+        """Whether this process sent `key` an unsuspension and has not suspended it since: the Job as watched may
+        be older than that patch, so "suspended, no active pods" says nothing about its eviction (the observer)."""
+        return key in self._unsuspending
+
     def _never_unsuspended(self, order: Order) -> bool:
         """Whether nothing of an admission was ever carried out on the order's job, as the watch shows it."""
         if not order.decision or order.job in self._unsuspending:

@@ -110,10 +110,15 @@ class Observer:
         *,
         on_started_unsuspended: Callable[[str, str, str], None] | None = None,  # (job, uid, kind)
         is_leader: Callable[[], bool] = lambda: True,
+        unsuspending: Callable[[str], bool] = lambda key: False,
         pods_ready: bool = False,
         jobs: model.JobManagement | None = None,
     ) -> None:
         self.is_leader = is_leader
+        # `JobActuator.unsuspending`: an unsuspension of the job is on its way, so a watched version that shows it
+        # suspended and idle may predate it and is no evidence of its eviction (a preemption that overtook its own
+        # admission is then evicted from the answer to its suspension, `on_suspended`).
+        self.unsuspending = unsuspending
         # manageJobsWithoutQueueName / managedJobsNamespaceSelector: which jobs are managed at all
         self.jobs = jobs if jobs is not None else model.JobManagement()
         self.pods_ready = pods_ready  # waitForPodsReady: report when an admitted job's pods are all ready
@@ -199,7 +204,7 @@ class Observer:
             if self._first(key, ("ready",)):
                 out.append(ev.JobReady(job=key, at=now))
         elif view.suspended and view.active == 0:
-            if rec.evicting:
+            if rec.evicting and not self.unsuspending(key):
                 out += self._evicted(key, rec.eviction_reason or "Preempted", now)
             elif not self.is_leader() and key not in self.state.outbox:
                 # a standby sees the leader stop a job it had adopted

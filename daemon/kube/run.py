@@ -205,6 +205,7 @@ class Daemon:
                 clock,
                 on_started_unsuspended=starter,
                 is_leader=elector.is_leader if elector is not None else lambda: True,
+                unsuspending=cluster.actuator.unsuspending,
                 pods_ready=pods_ready is not None,
                 jobs=opts.engine.jobs,
             )

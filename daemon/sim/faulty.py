@@ -143,11 +143,22 @@ class SimObserver:
     """Job versions into events, by the rules of `daemon.kube.observe.Observer` (which the simulator may not import:
     the worlds do not know each other). A queued job found running unsuspended is suspended at once."""
 
-    def __init__(self, state: State, put: Callable[[Observed], None], clock: Any, suspend: Callable[[Order], None]):
+    def __init__(
+        self,
+        state: State,
+        put: Callable[[Observed], None],
+        clock: Any,
+        suspend: Callable[[Order], None],
+        unsuspending: Callable[[str], bool],
+    ) -> None:
         self.state = state
         self.put = put
         self.clock = clock
         self.suspend = suspend
+        # Whether this process sent the job an unsuspension and has not suspended it since (the real actuator's
+        # `JobActuator.unsuspending`): the watched version may be older than that patch, so "suspended, no pods"
+        # is no evidence of an eviction then. The suspension's answer is observed once it is carried out.
+        self.unsuspending = unsuspending
         self._sent: dict[str, tuple[WorkloadRecord | None, list[tuple[object, ...]]]] = {}
 
     def job(self, v: JobVersion) -> None:
@@ -206,7 +217,13 @@ class SimObserver:
                             placements=(),
                         )
                     )
-        elif v.suspended and v.active == 0 and rec.evicting and self._first(key, ("evicted",)):
+        elif (
+            v.suspended
+            and v.active == 0
+            and rec.evicting
+            and not self.unsuspending(key)
+            and self._first(key, ("evicted",))
+        ):
             out.append(ev.WorkloadEvicted(workload=key, at=now, reason=rec.eviction_reason or "Preempted"))
         return out
 
@@ -325,7 +342,10 @@ class _Process:
         )
         self.admit = Admit(self.recorder, AdmissionEngine(world.config), clock, self.actuate.submit)
         self.ingest = Ingest(self.recorder, self.admit.notify)
-        self.observer = SimObserver(state, self.ingest.put, clock, self.actuate.submit)
+        self.unsuspending: set[str] = set()  # as `JobActuator._unsuspending`: sent an unsuspension, not suspended since
+        self.observer = SimObserver(
+            state, self.ingest.put, clock, self.actuate.submit, unsuspending=self.unsuspending.__contains__
+        )
         self.stages = (self.ingest, self.actuate, self.admit)
         self.parked: dict[str, asyncio.Task[None]] = {}
 
@@ -444,11 +464,15 @@ class FaultyCluster:
 
         self._at(reply_at, answer)
         self.trail.add(now, f"call {order.action.value} {order.job} (decision {order.decision})", order.job)
+        if order.action is Action.UNSUSPEND:
+            proc.unsuspending.add(order.job)
         self._waiting += 1
         try:
             result = await reply
         finally:
             self._waiting -= 1
+        if isinstance(result, Done) and order.action is Action.SUSPEND and order.decision:
+            proc.unsuspending.discard(order.job)
         self.trail.add(self.clock.now(), f"reply {order.action.value} {order.job}: {result}", order.job)
         if isinstance(result, Done) and order.action is Action.SUSPEND and truth is not None:
             proc.observer.job(truth.version())  # the patch's answer is observed, as the real actuator does
