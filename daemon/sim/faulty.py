@@ -257,6 +257,9 @@ def _is_news(s: State, event: ev.Event) -> bool:
             return True
 
 
+_GOES_ON = {"cycle-fixed-point"}
+"""Violations after which the run goes on: the engine's, so that a seed still checks the stages to its end."""
+
 _NO_CHANGE = (ev.JobUnsuspended, ev.JobSuspended, ev.ActuationFailed)
 """Events that settle an order and change nothing a cycle reads (the fold only removes the order from its outbox)."""
 
@@ -374,7 +377,11 @@ class FaultyCluster:
         self.idle_check = idle_check  # `not-reconsidered`: a second engine cycle at every idle moment
         self.faults = faults
         self.seed = seed
-        self.rng = random.Random(seed)
+        # One stream of draws per job and one for the process (crashes, restarts): a job's faults do not move when
+        # another job is left out or a fault is turned off (every draw is made whether or not its fault is on), so
+        # that shrinking keeps a failure. str seeds are hashed with SHA-512: the same in every process.
+        self._streams: dict[str, random.Random] = {}
+        self.rng = self._stream("process")
         self.db_path = db_path
         self.config = config or EngineConfig()
         self.clock = VirtualClock()
@@ -416,6 +423,12 @@ class FaultyCluster:
         self.streams["config"] = _Stream("config")
         self.crashes = self.api_errors = self.timeouts = self.relists = 0
 
+    def _stream(self, name: str) -> random.Random:
+        r = self._streams.get(name)
+        if r is None:
+            r = self._streams[name] = random.Random(f"{self.seed}/{name}")
+        return r
+
     # --- the Cluster port ----------------------------------------------------------------------------------------
 
     def connect(self, inbox: Inbox) -> None:
@@ -429,19 +442,20 @@ class FaultyCluster:
         now = self.clock.now()
         truth = self.jobs.get(order.job)
         bound = f.unsuspend_latency if order.action is Action.UNSUSPEND else f.suspend_latency
-        latency = self.rng.randint(0, bound) if bound else 0
-        roll = self.rng.random()
+        r = self._stream(order.job)
+        latency, roll, pick, coin = _upto(r, bound), r.random(), r.random(), r.random()
+        chaos, chaos_stop, chaos_at = r.random(), _upto(r, f.evict_latency), r.random()
         reply_at = now + latency
         outcome: Outcome = Done()
         land = True
         if truth is None or not truth.exists or truth.deleted or (order.uid and order.uid != truth.sim.workload.uid):
             outcome, land = Failed(f"Job {order.job} no longer exists (404)", permanent=True), False
         elif roll < f.api_error:
-            code = self.rng.choice((409, 429, 500))
+            code = (409, 429, 500)[int(pick * 3)]
             outcome, land = Failed(f"the API server answered {code}", permanent=False), False
             self.api_errors += 1
         elif roll < f.api_error + f.timeout:
-            land = self.rng.random() < 0.5
+            land = coin < 0.5
             outcome = Failed(f"no reply within {f.call_timeout} ms (timeout)", permanent=False)
             reply_at = now + max(latency, f.call_timeout)
             self.timeouts += 1
@@ -449,12 +463,11 @@ class FaultyCluster:
             self._at(now + latency, lambda: self._land(order))
         if order.action is Action.SUSPEND and order.decision and truth is not None and truth.exists:
             # While it is being preempted (the patch on its way, then its pods stopping), the job may go.
-            within = latency + (self.rng.randint(0, f.evict_latency) if f.evict_latency else 0)
-            chaos = self.rng.random()
+            within = latency + chaos_stop
             if chaos < f.delete:
-                self._at(now + self.rng.randint(0, within), lambda: self._delete(order.job))
+                self._at(now + int(chaos_at * (within + 1)), lambda: self._delete(order.job))
             elif chaos < f.delete + f.complete:
-                self._at(now + self.rng.randint(0, within), lambda: self._complete(order.job))
+                self._at(now + int(chaos_at * (within + 1)), lambda: self._complete(order.job))
         reply: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
 
         def answer() -> None:
@@ -489,18 +502,19 @@ class FaultyCluster:
         stream, f = self.streams["jobs"], self.faults
         if stream.broken:
             return  # the list that ends the outage will show it
-        if f.watch_drop and self.rng.random() < f.watch_drop:
+        r = self._stream(truth.sim.workload.key)
+        drop, relist_in, delay, dup = r.random(), _upto(r, f.watch_delay), _upto(r, f.watch_delay), r.random()
+        if drop < f.watch_drop:
             stream.broken = True
             stream.generation += 1
             self.relists += 1
             self.trail.add(self.clock.now(), "job watch dropped")
-            self._at(self.clock.now() + 1 + self.rng.randint(0, f.watch_delay), self._relist)
+            self._at(self.clock.now() + 1 + relist_in, self._relist)
             return
-        delay = self.rng.randint(0, f.watch_delay) if f.watch_delay else 0
         due = max(stream.last_due, self.clock.now() + delay)
         stream.last_due = due
         version, generation = truth.version(), stream.generation
-        copies = 2 if f.watch_dup and self.rng.random() < f.watch_dup else 1
+        copies = 2 if dup < f.watch_dup else 1
         for _ in range(copies):
             self._at(due, lambda: self._deliver(generation, version))
 
@@ -523,13 +537,16 @@ class FaultyCluster:
         truth.exists = True
         self.trail.add(self.clock.now(), f"created {key}", key)
         self._emit(truth)
-        if self.faults.quota_change and self.cluster_queues and self.rng.random() < self.faults.quota_change:
-            self._change_quota()
+        r = self._stream(key)
+        roll, which, delay = r.random(), r.random(), _upto(r, self.faults.watch_delay)
+        if self.cluster_queues and roll < self.faults.quota_change:
+            self._change_quota(which, delay)
 
-    def _change_quota(self) -> None:
+    def _change_quota(self, which: float, delay: Millis) -> None:
         """A ClusterQueue's quota raised, observed through the queue-object watch (its own delays: out of order
         with the jobs' observations)."""
-        name = self.rng.choice(sorted(self.cluster_queues))
+        names = sorted(self.cluster_queues)
+        name = names[int(which * len(names))]
         cq = _raised_quota(self.cluster_queues[name])
         self.cluster_queues[name] = cq
         self._limits, self._running_changed = None, True
@@ -541,8 +558,8 @@ class FaultyCluster:
         now = self.clock.now()
         self.checker.quota_changed(now)
         self.trail.add(now, f"quota of ClusterQueue {name} raised")
-        stream, f = self.streams["config"], self.faults
-        due = max(stream.last_due, now + (self.rng.randint(0, f.watch_delay) if f.watch_delay else 0))
+        stream = self.streams["config"]
+        due = max(stream.last_due, now + delay)
         stream.last_due = due
         generation = stream.generation
 
@@ -591,7 +608,7 @@ class FaultyCluster:
             if truth.active:
                 truth.stopping = True
                 f, epoch, key = self.faults, truth.epoch, order.job
-                stop = self.rng.randint(0, f.evict_latency) if f.evict_latency else 0
+                stop = _upto(self._stream(key), f.evict_latency)
                 self._at(now + stop, lambda: self._gone(key, epoch))
         self._emit(truth)
 
@@ -688,7 +705,7 @@ class FaultyCluster:
         self.process = None
         self.checker.state = None
         lo = self.faults.restart_delay // 2
-        self._at(self.clock.now() + self.rng.randint(lo, max(lo, self.faults.restart_delay)), self._want_restart)
+        self._at(self.clock.now() + lo + _upto(self.rng, max(0, self.faults.restart_delay - lo)), self._want_restart)
 
     def _want_restart(self) -> None:
         self._restart_due = True
@@ -743,7 +760,7 @@ class FaultyCluster:
                     break
                 await asyncio.sleep(0.001)  # waiting for a thread (the log's writer): not the simulation's business
         proc.parked[name] = task
-        if self.faults.crash and self.rng.random() < self.faults.crash:
+        if self.rng.random() < self.faults.crash:
             await self._crash("mid-batch, patches in flight")
 
     async def _drain(self) -> None:
@@ -757,7 +774,7 @@ class FaultyCluster:
                     break
             else:
                 return
-            if self.faults.crash and self.rng.random() < self.faults.crash:
+            if self.rng.random() < self.faults.crash:
                 await self._crash(f"before a step of {stage.name}")
                 continue
             task = asyncio.ensure_future(stage.step())
@@ -801,9 +818,10 @@ class FaultyCluster:
                     f"the fold changed since the last cycle and no cycle followed; a cycle now would {what}",
                     jobs[:5],
                 )
-            else:
+            elif not any(v.invariant == "cycle-fixed-point" for v in self.checker.violations):
                 # Nothing that could change a decision happened since the last cycle: the engine's own output is
-                # not a fixed point (a cycle applied to its output must decide nothing new).
+                # not a fixed point (a cycle applied to its output must decide nothing new). Recorded once; the
+                # run goes on, so that the stages are still checked to the end.
                 self.checker.fail(
                     "cycle-fixed-point",
                     now,
@@ -826,7 +844,7 @@ class FaultyCluster:
                     self._restart_due = False
                     await self._restart()
                     continue
-                if len(self.checker.violations) > 0:
+                if any(v.invariant not in _GOES_ON for v in self.checker.violations):
                     return
                 self._idle_check()
                 proc = self.process
@@ -899,6 +917,11 @@ class FaultyCluster:
             await self._flush(proc)
             await proc.store.close()
             self.process = None
+
+
+def _upto(r: random.Random, bound: Millis) -> Millis:
+    """A whole number drawn uniformly from [0, bound], one draw whatever the bound (0 included)."""
+    return int(r.random() * (bound + 1))
 
 
 def _nothing_ready(loop: asyncio.AbstractEventLoop) -> bool:

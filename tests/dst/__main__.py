@@ -87,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
             "processes": args.jobs,
             "seconds": round(elapsed, 1),
             "seeds_per_second": round(len(outcomes) / elapsed, 3),
-            "failed": [{"seed": o.seed, "violation": o.violation} for o in outcomes if not o.ok],
+            "failed": [
+                {"seed": o.seed, "violation": o.violation, "invariants": list(o.invariants)}
+                for o in outcomes
+                if not o.ok
+            ],
             "admissions": sum(o.admissions for o in outcomes),
             "preemptions": sum(o.preemptions for o in outcomes),
             "churn": sum(o.churn for o in outcomes),
@@ -103,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     def progress(outcome: Outcome, done: int, total: int) -> None:
         seen.append(outcome)
         if not outcome.ok:  # at once: a long run shows its failures as they come
-            print(f"seed {outcome.seed}: {outcome.violation}", flush=True)
+            also = f" (also {', '.join(outcome.invariants[1:])})" if len(outcome.invariants) > 1 else ""
+            print(f"seed {outcome.seed}: {outcome.violation}{also}", flush=True)
         if done % 100 == 0 or done == total:
             rate = done / (time.perf_counter() - started)
             print(f"  {done}/{total} seeds, {rate:.2f} seeds/s", file=sys.stderr, flush=True)

@@ -37,8 +37,9 @@ class Outcome:
 
     seed: int
     ok: bool
-    invariant: str | None
+    invariant: str | None  # the first that failed
     violation: str | None
+    invariants: tuple[str, ...]  # every one that failed, in order
     churn: int
     preemptions: int
     admissions: int
@@ -67,6 +68,7 @@ def _outcome(case: Case) -> Outcome:
         ok=r.ok,
         invariant=first.invariant if first else None,
         violation=str(first) if first else None,
+        invariants=tuple(dict.fromkeys(v.invariant for v in r.violations)),
         churn=r.churn,
         preemptions=r.preemptions,
         admissions=r.admissions,
