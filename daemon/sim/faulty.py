@@ -401,6 +401,7 @@ class FaultyCluster:
         self._order = 0
         self.streams = {"jobs": _Stream("jobs")}
         self.process: _Process | None = None
+        self._store: _HeldStore | None = None  # the log's writer, opened at the first start, closed at the end
         self._incarnations = 0
         self._answered = False  # a reply was given to the process's parked step: it runs on
         self._waiting = 0  # patches of the live process waiting for their reply
@@ -656,11 +657,12 @@ class FaultyCluster:
 
     async def _start(self, state: State) -> None:
         self._incarnations += 1
-        if self._incarnations == 1:
+        if self._store is None:
             await _new_log(self.db_path)
-        store = await _HeldStore.open(self.db_path, clock=self.clock.now, max_batch=5000, durable=False)
-        assert isinstance(store, _HeldStore)  # EventStore.open builds the class it is called on
-        proc = _Process(self, store, state, self._incarnations)
+            store = await _HeldStore.open(self.db_path, clock=self.clock.now, max_batch=5000, durable=False)
+            assert isinstance(store, _HeldStore)  # EventStore.open builds the class it is called on
+            self._store = store
+        proc = _Process(self, self._store, state, self._incarnations)
         proc.recorder.listeners.append(self.checker.listener)
         proc.recorder.listeners.append(self._logged)
         self.checker.state = state
@@ -701,7 +703,10 @@ class FaultyCluster:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         proc.parked.clear()
-        await proc.store.close()
+        # The log's writer connection outlives the process: opening one is a dozen hand-offs to SQLite's thread,
+        # which on a loaded machine were most of a seed's wall time. Nothing is held (all was written above), so a
+        # new process appends to the same chain through it exactly as through a new connection; what it starts
+        # from is only what `_restart` reads back from the file.
         self.process = None
         self.checker.state = None
         lo = self.faults.restart_delay // 2
@@ -915,8 +920,10 @@ class FaultyCluster:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await self._flush(proc)
-            await proc.store.close()
             self.process = None
+        if self._store is not None:
+            await self._store.close()
+            self._store = None
 
 
 def _upto(r: random.Random, bound: Millis) -> Millis:
