@@ -187,6 +187,7 @@ class Daemon:
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
             cluster = KubeCluster(client)
+            cluster.actuator.assume_unsuspending(k for k, o in state.outbox.items() if o.action is Action.UNSUSPEND)
             actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_parallelism)
             pods_ready = opts.engine.wait_for_pods_ready
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit, pods_ready=pods_ready)

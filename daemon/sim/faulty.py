@@ -663,6 +663,9 @@ class FaultyCluster:
             assert isinstance(store, _HeldStore)  # EventStore.open builds the class it is called on
             self._store = store
         proc = _Process(self, self._store, state, self._incarnations)
+        # An admission whose unsuspension has no result in the log may have been sent by the process that died,
+        # and may land yet: until it is suspended, such a job counts as one with an unsuspension on its way.
+        proc.unsuspending.update(key for key, order in state.outbox.items() if order.action is Action.UNSUSPEND)
         proc.recorder.listeners.append(self.checker.listener)
         proc.recorder.listeners.append(self._logged)
         self.checker.state = state

@@ -23,7 +23,7 @@ from daemon.sim import faulty
 from daemon.sim.faults import ALL, Faults, parse_faults
 from daemon.stages import ingest as stages_ingest
 from tests.dst.harness import Case, run_case, run_seeds, shrink
-from tests.dst.scenarios import CI, Pick, build, job_plan
+from tests.dst.scenarios import CI, ISSUE, Pick, build, job_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "config" / "samples"
@@ -226,6 +226,14 @@ def test_ci_seeds_hold_every_invariant() -> None:
     assert len(outcomes) == len(CI_SEEDS)
     assert sum(o.preemptions for o in outcomes) > 0 and sum(o.crashes for o in outcomes) > 0
     print(f"{len(outcomes)} seeds in {time.perf_counter() - started:.1f} s")
+
+
+def test_an_unsuspension_sent_by_a_process_that_died_is_no_eviction_either() -> None:
+    """Issue-shape seed 1454 found it: a process sent an unsuspension and crashed; the next one preempted the workload
+    and took the Job, still suspended and idle, for evicted; the dead process's patch then started it unadmitted.
+    An admission whose unsuspension has no result in the log counts as one on its way after a restart."""
+    r = run_case(Case(1454, ISSUE, ALL))
+    assert r.ok, [str(v) for v in r.violations]
 
 
 def test_seeds_that_found_the_stale_idle_eviction_hold_every_invariant() -> None:

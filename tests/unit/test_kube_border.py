@@ -434,3 +434,14 @@ async def test_a_stale_idle_version_seen_while_an_unsuspension_is_on_its_way_is_
 
     assert await actuator.carry_out(state.outbox["research/train-a"]) == Done()  # the suspension
     assert [type(e) for o in put for e in o.events] == [ev.WorkloadEvicted]
+
+
+def test_after_a_restart_an_admission_without_a_recorded_unsuspension_counts_as_on_its_way() -> None:
+    """Found by the faulty simulation (issue-shape seed 1454): the unsuspension may have been sent by the process
+    that died; until the Job is suspended, a watched version showing it suspended and idle is no eviction."""
+    actuator = JobActuator(PatchingClient(raw_job(suspend=True)))  # type: ignore[arg-type]
+    assert not actuator.unsuspending("research/train-a")
+    actuator.assume_unsuspending(["research/train-a"])
+    assert actuator.unsuspending("research/train-a")
+    actuator.seen("DELETED", raw_job(suspend=True))
+    assert not actuator.unsuspending("research/train-a")
