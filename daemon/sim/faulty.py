@@ -305,6 +305,10 @@ class _HeldStore(EventStore):
     def held(self) -> int:
         return self._held_count
 
+    def drop_held(self) -> None:
+        """Forget what is held (appended by a process after the instant it crashed)."""
+        self._held, self._held_count = [], 0
+
     async def flush(self) -> None:
         """Write everything held, in order; raise if the log gives other seqs than were handed out."""
         held, self._held, self._held_count = self._held, [], 0
@@ -698,7 +702,12 @@ class FaultyCluster:
         self.trail.add(self.clock.now(), f"daemon crashed ({where})")
         # Everything appended before this instant is durable: the daemon acts only on durable decisions, and the
         # simulation crashes only between steps or while a patch is in flight, never inside an append.
+        # Writing yields to the event loop, and a stage step whose reply had arrived may run meanwhile and append
+        # (an actuation lane recording its result): that append is before the crash too, so write until nothing
+        # is held, and take the state the process dies with at that same instant.
         await self._flush(proc)
+        while proc.store.held:
+            await self._flush(proc)
         self._before_crash = proc.state.to_snapshot()
         for task in proc.parked.values():
             task.cancel()
@@ -706,6 +715,8 @@ class FaultyCluster:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         proc.parked.clear()
+        # What the cancelled steps appended while unwinding was never written by a process that is gone.
+        proc.store.drop_held()
         # The log's writer connection outlives the process: opening one is a dozen hand-offs to SQLite's thread,
         # which on a loaded machine were most of a seed's wall time. Nothing is held (all was written above), so a
         # new process appends to the same chain through it exactly as through a new connection; what it starts

@@ -236,6 +236,15 @@ def test_an_unsuspension_sent_by_a_process_that_died_is_no_eviction_either() -> 
     assert r.ok, [str(v) for v in r.violations]
 
 
+def test_a_crash_writes_what_a_step_appended_while_the_log_was_being_written() -> None:
+    """CI-shape seeds 37, 133 and 140 found it (after actuation lanes append each result as its call ends): the
+    crash's last write yielded to the event loop, an actuation lane whose reply had arrived appended its result
+    then, and the process died holding a state one event ahead of its log (`decision-lost`)."""
+    for seed in (37, 133, 140):
+        r = run_case(Case(seed, CI, ALL))
+        assert "decision-lost" not in {v.invariant for v in r.violations}, [str(v) for v in r.violations]
+
+
 def test_seeds_that_found_the_stale_idle_eviction_hold_every_invariant() -> None:
     """CI-shape seeds 88, 184 and 254 found it: a Job seen suspended and idle while its unsuspension was on its way
     was taken for evicted (quota released, the workload admitted again while the earlier patch started it)."""
