@@ -406,8 +406,8 @@ def _position(x: Explanation, state: State, rec: WorkloadRecord, cq_name: str, l
     in_lq = sum(1 for p in ahead if p.local_queue == lq_key)
     x.body["position"] = {"cluster_queue": idx, "local_queue": in_lq, "pending_in_cluster_queue": len(bucket)}
     x.say(
-        f"position {idx + 1} of {len(bucket)} pending in ClusterQueue {cq_name} ({idx} ahead of it), "
-        f"{in_lq + 1} in LocalQueue {lq_key}",
+        f"position {idx} of {len(bucket)} pending in ClusterQueue {cq_name} ({idx} ahead of it; 0-based, as "
+        f"Kueue's visibility API), position {in_lq} in LocalQueue {lq_key}",
         x.moment.seq,
     )
     shown = []
