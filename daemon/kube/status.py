@@ -37,6 +37,7 @@ _KINDS = {"wl": "workload", "ev": "event", "cq": "clusterqueue", "lq": "localque
 _RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 ROUTINE_SLACK_S = 10.0  # how much older a pending-reason update may be than an admission written before it
 QUEUE_SLACK_S = 5.0  # the same for a queue's status
+_PENDING_WL = "pending-wl:"  # the event id of a Workload's unsent pending Warning: this prefix and the job's key
 MAX_QUEUED_EVENTS = 10_000  # beyond this, the oldest unsent Events are dropped (Kubernetes Events are lossy)
 
 
@@ -189,6 +190,10 @@ class StatusWriter:
                         # events of one reason (the figures stay in the Workload, `admitd explain` and the log).
                         self._event(key, job, "Pending", so.pending_message(reason), "Normal", at, seq)
                         job.pending_kind = reason.kind
+                        if self.workload_objects:  # and a Warning on its Workload, as Kueue's scheduler sends
+                            eid = _PENDING_WL + key  # one per job: a newer one replaces the unsent one
+                            self._events[eid] = so.workload_pending_event(key, job.uid, job.kind, reason, at, seq)
+                            self._mark(("ev", eid), urgent=False)
             case ev.WorkloadAdmitted(workload=key, admission=admission, at=at):
                 job = self._jobs.get(key)
                 if job is not None:
@@ -346,6 +351,8 @@ class StatusWriter:
             job.held.append((reason, message, at, seq))
 
     def _drop_unsent_pending(self, key: str) -> None:
+        if self._events.pop(_PENDING_WL + key, None) is not None:
+            self._unmark(("ev", _PENDING_WL + key))
         stale = self._pending_event.pop(key, None)
         if stale is not None:  # an unsent Pending is superseded by what came after it
             self._events.pop(stale, None)
@@ -567,6 +574,9 @@ class StatusWriter:
             pass  # written by an earlier attempt whose answer was lost
         except NotFound:
             pass  # the namespace is gone
+        if self._events.get(eid) is not e:  # replaced while it was being sent (a Workload's Pending): send that too
+            self._mark(("ev", eid), urgent=False)
+            return
         self._events.pop(eid, None)
         if self._pending_event.get(f"{e.namespace}/{e.name}") == eid:
             del self._pending_event[f"{e.namespace}/{e.name}"]

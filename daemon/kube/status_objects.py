@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from daemon.domain import reasons
 from daemon.domain.model import Admission, ClusterQueue, LocalQueue, Millis, PendingReason, Toleration, Workload
 from daemon.domain.quantity import format_quantity
 
@@ -274,14 +275,17 @@ def workload_status(facts: WorkloadFacts, previous: Mapping[str, Any] | None, no
             conds = set_condition(conds, "Evicted", True, eviction_reason(p), eviction_message(p), now)
             if p.preemptor:
                 conds = set_condition(conds, "Preempted", True, p.reason, eviction_message(p), now)
+        # Kueue v0.19's granular reasons (daemon.domain.reasons), not v0.17's one `Pending`.
         if facts.pending is not None:
-            conds = set_condition(conds, "QuotaReserved", False, "Pending", facts.pending.message, now)
+            conds = set_condition(conds, "QuotaReserved", False, *reasons.quota_reserved(facts.pending), now)
         elif p is not None:
-            conds = set_condition(conds, "QuotaReserved", False, "Pending", eviction_message(p), now)
+            conds = set_condition(conds, "QuotaReserved", False, reasons.PENDING_EVALUATION, eviction_message(p), now)
         elif is_true(conds, "QuotaReserved"):
-            conds = set_condition(conds, "QuotaReserved", False, "Pending", "The workload is waiting for quota", now)
+            conds = set_condition(conds, "QuotaReserved", False, *reasons.quota_reserved(None), now)
         if condition(conds, "Admitted") is not None:
-            conds = set_condition(conds, "Admitted", False, "NoReservation", "The workload has no reservation", now)
+            conds = set_condition(
+                conds, "Admitted", False, reasons.NO_RESERVATION, "The workload has no reservation", now
+            )
     if conds:
         out["conditions"] = conds
     return out
@@ -486,7 +490,9 @@ class JobEvent:
 def event_object(e: JobEvent, *, instance: str) -> Obj:
     """A core/v1 Event, which `kubectl describe job` lists. Its name is the Job's and the log seq, so a retried
     POST finds its own Event (409) instead of writing a second one."""
-    api_version = _QUEUE_KINDS.get(e.kind) or _OWNERS.get(e.kind, ("batch/v1", "batch"))[0]
+    api_version = (
+        API_VERSION if e.kind == "Workload" else _QUEUE_KINDS.get(e.kind) or _OWNERS.get(e.kind, ("batch/v1", ""))[0]
+    )
     when = rfc3339(e.at)
     return {
         "apiVersion": "v1",
@@ -509,6 +515,25 @@ def event_object(e: JobEvent, *, instance: str) -> Obj:
         "reportingComponent": "admitd",
         "reportingInstance": instance,
     }
+
+
+def workload_pending_event(key: str, uid: str, kind: str, reason: PendingReason, at: Millis, seq: int) -> JobEvent:
+    """The Warning Event Kueue's scheduler records on a Workload it could not admit (pkg/scheduler
+    `requeueAndUpdate`): with v0.19's granular reasons, the Event's reason is the `QuotaReserved` condition's
+    (`WaitingForQuota`, `Misconfigured`, ...; v0.17 said `Pending`) and its message the condition's."""
+    namespace, _, name = key.partition("/")
+    why, message = reasons.quota_reserved(reason)
+    return JobEvent(
+        namespace=namespace,
+        name=workload_name(name, uid, kind, _OWNERS.get(kind, ("", "batch"))[1]),
+        uid="",  # the Workload's own uid is not kept; its name is unique to the Job's uid
+        kind="Workload",
+        reason=why,
+        message=message,
+        type="Warning",
+        at=at,
+        seq=seq,
+    )
 
 
 def flavors_text(admission: Admission) -> str:

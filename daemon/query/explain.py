@@ -15,6 +15,7 @@ from typing import Any
 from daemon.domain import events as ev
 from daemon.domain.model import FlavorResource, Milli, PendingReasonKind, selects
 from daemon.domain.quota import QuotaTree
+from daemon.domain.reasons import quota_reserved_reason
 from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import StoredEvent
@@ -319,14 +320,19 @@ def _pending(
     if reason is None or reason_seq is None:
         x.verdict = x.verdict or "not-evaluated"
         if lq is not None and cq is not None:
-            x.say("no admission cycle had evaluated it yet at this moment", x.moment.seq)
+            x.say("no admission cycle had evaluated it yet at this moment (Kueue: PendingEvaluation)", x.moment.seq)
         x.body["pending"] = None
     else:
         assert pending is not None
         x.verdict = (
             "never-fits" if reason.kind in NEVER else "blocked-by-configuration" if reason.kind in CONFIG else "waiting"
         )
-        x.say(f"pending since {clock.show(pending[0].recorded_at)}: {reason.kind.value}: {reason.message}", reason_seq)
+        kueue = quota_reserved_reason(reason.kind)
+        as_kueue = "" if kueue == reason.kind.value else f" (Kueue: {kueue})"
+        x.say(
+            f"pending since {clock.show(pending[0].recorded_at)}: {reason.kind.value}{as_kueue}: {reason.message}",
+            reason_seq,
+        )
         shortages = []
         for s in reason.shortages:
             short = max(0, s.requested - s.available)
@@ -349,6 +355,7 @@ def _pending(
             "seq": reason_seq,
             "time": clock.show(pending[0].recorded_at),
             "reason": reason.kind.value,
+            "kueue_reason": quota_reserved_reason(reason.kind),
             "message": reason.message,
             "blocked_by": reason.blocked_by,
             "shortages": shortages,

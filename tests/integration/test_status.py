@@ -90,7 +90,7 @@ def test_workloads_show_admission_pending_message_and_finish_and_queues_count_th
     apply(crds, job(ns, "second", queue="q"))
 
     def second_pending() -> bool:
-        return cond(workloads(crds, ns).get("second"), "QuotaReserved").get("reason") == "Pending"
+        return cond(workloads(crds, ns).get("second"), "QuotaReserved").get("reason") == "WaitingForQuota"
 
     wait_for("the second job's Workload to say it is pending", second_pending, timeout=30)
     wls = workloads(crds, ns)
@@ -114,7 +114,7 @@ def test_workloads_show_admission_pending_message_and_finish_and_queues_count_th
     assert cond(second, "QuotaReserved") | {"lastTransitionTime": None} == {
         "type": "QuotaReserved",
         "status": "False",
-        "reason": "Pending",
+        "reason": "WaitingForQuota",  # Kueue v0.19's granular reason (v0.17: Pending)
         "message": message,
         "lastTransitionTime": None,
     }
@@ -146,6 +146,20 @@ def test_workloads_show_admission_pending_message_and_finish_and_queues_count_th
     assert "Admitted" in described and f"Admitted by ClusterQueue {cq}" in described, described
     described = describe(crds, ns, "second")
     assert "Pending" in described and "WaitingForQuota" in described, described
+    # And on its Workload, as Kueue's scheduler: a Warning named after the QuotaReserved reason.
+    wl_name = workloads(crds, ns)["second"]["metadata"]["name"]
+
+    def warned() -> list[dict[str, Any]]:
+        listed = json.loads(
+            kubectl(crds, "get", "events", "-n", ns, "--field-selector", f"involvedObject.name={wl_name}", "-o", "json")
+        )
+        return [e for e in listed["items"] if e["involvedObject"]["kind"] == "Workload"]
+
+    wait_for("the Warning Event on the second job's Workload", lambda: bool(warned()), timeout=20)
+    (warning,) = warned()
+    assert (warning["type"], warning["reason"]) == ("Warning", "WaitingForQuota")
+    told = [e["payload"]["reason"]["message"] for e in of_type(mine(daemon, ns), "workload.pending", f"{ns}/second")]
+    assert warning["message"] in told, (warning, told)
 
     # The first job completes (kwok); its Workload stays, Finished, and the second runs.
     wait_for("the second job to run once the first finished", lambda: running(crds, ns, "second"), timeout=90)
