@@ -172,6 +172,26 @@ class ObjectRejected:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ObjectWarned:
+    """A queue object admitd accepted but ignores part of (a field it does not implement, a borrowingLimit without a
+    cohort): each warning names the field. Recorded after the object's observation, once per distinct set of
+    warnings, so the status writer can tell its owner (a condition and a Warning Event); an audit fact that changes
+    nothing the cycle reads. A later version without warnings is its observation alone."""
+
+    TYPE: ClassVar[str] = "object.warned"
+    VERSION: ClassVar[int] = 1
+    kind: str
+    name: str
+    namespace: str | None = None
+    warnings: tuple[str, ...]
+
+    @property
+    def subject(self) -> str:
+        ns = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind.lower()}/{ns}{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobObserved:
     """A managed job was seen (created or changed while pending). Carries its workload, already typed. Version 2:
     each pod set has `min_count` (partial admission)."""
@@ -504,6 +524,7 @@ Event = (
     | PriorityClassDeleted
     | NamespaceObserved
     | ObjectRejected
+    | ObjectWarned
     | JobObserved
     | JobFinished
     | JobDeleted
@@ -536,6 +557,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     PriorityClassDeleted,
     NamespaceObserved,
     ObjectRejected,
+    ObjectWarned,
     JobObserved,
     JobFinished,
     JobDeleted,

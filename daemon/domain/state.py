@@ -35,6 +35,7 @@ from daemon.domain.events import (
     LocalQueueObserved,
     NamespaceObserved,
     ObjectRejected,
+    ObjectWarned,
     PriorityClassDeleted,
     PriorityClassObserved,
     ResourceFlavorDeleted,
@@ -366,7 +367,7 @@ class State:
                 # A held queue edited into one admitd rejects: its older version is not enforced as if current.
                 self.rejected[f"{kind}/{name}"] = errors
                 self._config_changed()
-            case ObjectRejected() | ChainBreakAccepted():
+            case ObjectRejected() | ObjectWarned() | ChainBreakAccepted():
                 pass  # audit facts: they change nothing the cycle reads
             case JobTampered(job=key, uid=uid, generation=generation):
                 # The workload keeps what the log gave it (pending: no quota); only the record of the change is kept.

@@ -162,6 +162,7 @@ class Observer:
         self.clock = clock
         self.on_started_unsuspended = on_started_unsuspended
         self._rejected: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, ns/name) -> errors last reported
+        self._warned: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, ns/name) -> warnings last recorded
         # job -> (the fold's record when these were sent, facts sent about it since): see `_first`
         self._sent: dict[str, tuple[WorkloadRecord | None, list[tuple[object, ...]]]] = {}
         self._suspensions: dict[str, _Suspension] = {}  # batch/v1 Jobs this process is suspending
@@ -446,6 +447,8 @@ class Observer:
         return listed
 
     def _gone(self, kind: str, seen: set[str]) -> list[ev.Event]:
+        for key in [k for k in self._warned if k[0] == kind and k[1] not in seen]:
+            del self._warned[key]
         return [_deleted(kind, key) for key in _held(self.state, kind) if key not in seen]
 
     def _object(self, obj: Obj, *, deleted: bool) -> list[ev.Event]:
@@ -455,13 +458,28 @@ class Observer:
         s = self.state
         subject = f"{namespace}/{name}" if namespace else name
         if deleted:
+            self._warned.pop((kind, subject), None)
             return [_deleted(kind, subject)] if subject in _held(s, kind) else []
         parsed = parse_object(as_manifest(obj))
         if not parsed.ok or parsed.obj is None:
             return self._reject(kind, subject, tuple(str(e) for e in parsed.errors))
         self._rejected.pop((kind, subject), None)
         event = _observed(parsed.obj)
-        return [event] if event is not None and _is_news(s, event) else []
+        out: list[ev.Event] = [event] if event is not None and _is_news(s, event) else []
+        return out + self._warn(kind, subject, tuple(parsed.warnings))
+
+    def _warn(self, kind: str, subject: str, warnings: tuple[str, ...]) -> list[ev.Event]:
+        """`object.warned` when the fields admitd ignores in an accepted object change (after its observation);
+        warnings=() once a version has none. Remembered like rejections: a restart tells again, once."""
+        if self._warned.get((kind, subject), ()) == warnings:
+            return []
+        if warnings:
+            self._warned[(kind, subject)] = warnings
+            log.warning("object accepted with ignored fields", kind=kind, object=subject, warnings=list(warnings))
+        else:
+            self._warned.pop((kind, subject), None)
+        namespace, _, name = subject.rpartition("/")
+        return [ev.ObjectWarned(kind=kind, name=name, namespace=namespace or None, warnings=warnings)]
 
     def _reject(self, kind: str, subject: str, errors: tuple[str, ...]) -> list[ev.Event]:
         if self._rejected.get((kind, subject)) == errors:

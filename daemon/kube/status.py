@@ -38,7 +38,18 @@ _RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 ROUTINE_SLACK_S = 10.0  # how much older a pending-reason update may be than an admission written before it
 QUEUE_SLACK_S = 5.0  # the same for a queue's status
 _PENDING_WL = "pending-wl:"  # the event id of a Workload's unsent pending Warning: this prefix and the job's key
-MAX_QUEUED_EVENTS = 10_000  # beyond this, the oldest unsent Events are dropped (Kubernetes Events are lossy)
+MAX_QUEUED_EVENTS = 10_000
+_DELETIONS = (ev.ClusterQueueDeleted, ev.LocalQueueDeleted, ev.CohortDeleted, ev.ResourceFlavorDeleted)
+
+
+def _identity(e: ev.Event) -> tuple[str, str]:
+    """(kind, name or ns/name) of a queue object's deletion, as `_warned` keys it."""
+    match e:
+        case ev.LocalQueueDeleted(namespace=ns, name=name):
+            return ("LocalQueue", f"{ns}/{name}")
+        case ev.ClusterQueueDeleted(name=name) | ev.CohortDeleted(name=name) | ev.ResourceFlavorDeleted(name=name):
+            return (type(e).__name__.removesuffix("Deleted"), name)
+    return ("", "")  # beyond this, the oldest unsent Events are dropped (Kubernetes Events are lossy)
 
 
 @dataclass(slots=True)
@@ -121,6 +132,7 @@ class StatusWriter:
         self._cq_status: dict[str, Obj] = {}
         self._lq_status: dict[str, Obj] = {}
         self._rejected: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, name or ns/name) -> why, while so
+        self._warned: dict[tuple[str, str], tuple[str, ...]] = {}  # the same -> the fields it ignores, while so
         self._inactive: tuple[int, dict[str, tuple[str, str]]] = (-1, {})  # config generation -> the engine's verdicts
         self._events: dict[str, so.JobEvent] = {}  # event id -> event, unsent
         self._pending_event: dict[str, str] = {}  # job -> id of its unsent Pending event
@@ -269,9 +281,13 @@ class StatusWriter:
                     self._mark_cq_and_its_lqs(name)
             case ev.ObjectRejected(kind=kind, name=name, namespace=ns, errors=errors):
                 self._rejection(kind, name, ns, errors, seq)
+            case ev.ObjectWarned(kind=kind, name=name, namespace=ns, warnings=warnings):
+                self._warning(kind, name, ns, warnings, seq)
             case _:
                 pass
         self._forget_rejection(event)
+        if isinstance(event, _DELETIONS):
+            self._warned.pop(_identity(event), None)
 
     def _rejection(self, kind: str, name: str, namespace: str | None, errors: tuple[str, ...], seq: int) -> None:
         """Tell the object's owner: a Warning Event on it, and for a ClusterQueue or LocalQueue an Active=False
@@ -290,6 +306,23 @@ class StatusWriter:
         elif kind == "Cohort":
             for cq in self.state.cluster_queues:
                 self._mark_cq_and_its_lqs(cq)
+        elif kind == "LocalQueue":
+            self._mark(("lq", subject))
+
+    def _warning(self, kind: str, name: str, namespace: str | None, warnings: tuple[str, ...], seq: int) -> None:
+        """Accepted, but with fields admitd ignores: a Warning Event naming them, and on a ClusterQueue or LocalQueue
+        the `admitd.io/IgnoredSpec` condition (set, or turned False by warnings=())."""
+        subject = f"{namespace}/{name}" if namespace else name
+        if warnings:
+            self._warned[(kind, subject)] = warnings
+            self._event_ids += 1
+            eid = str(self._event_ids)
+            self._events[eid] = so.ignored_spec_event(kind, namespace, name, warnings, self.clock.now(), seq)
+            self._mark(("ev", eid))
+        else:
+            self._warned.pop((kind, subject), None)
+        if kind == "ClusterQueue":
+            self._mark(("cq", name))
         elif kind == "LocalQueue":
             self._mark(("lq", subject))
 
@@ -737,6 +770,7 @@ class StatusWriter:
                 previous,
                 self._now(),
                 inactive=verdict if verdict is not None and verdict[0] != "FlavorNotFound" else None,
+                warnings=self._warned.get(("ClusterQueue", name), ()),
             )
         await self._patch_status(f"{_BASE}/clusterqueues/{name}/status", desired, previous, "clusterqueue")
         self._cq_status[name] = desired
@@ -763,7 +797,9 @@ class StatusWriter:
             and cq.stop_policy.value == "None"
         )
         counts = self._lq_counts().get(key, so.QueueCounts(pending=0, reserving=0, usage={}))
-        desired = so.local_queue_status(lq, cq, active, counts, previous, self._now())
+        desired = so.local_queue_status(
+            lq, cq, active, counts, previous, self._now(), warnings=self._warned.get(("LocalQueue", key), ())
+        )
         await self._patch_status(path, desired, previous, "localqueue")
         self._lq_status[key] = desired
 

@@ -356,6 +356,7 @@ def cluster_queue_status(
     previous: Mapping[str, Any] | None,
     now: str,
     inactive: tuple[str, str] | None = None,
+    warnings: Sequence[str] = (),
 ) -> Obj:
     """A ClusterQueue's status as Kueue writes it; no admission checks here, so admitted == reserving.
     `inactive`: (reason, message) of the engine's own verdict (`QuotaTree.inactive`) where it is not a missing
@@ -373,7 +374,7 @@ def cluster_queue_status(
         active = (False, "Stopped", f"ClusterQueue is stopped ({cq.stop_policy.value})")
     else:
         active = (True, "Ready", "Can admit new workloads")
-    conds = set_condition(conds, "Active", *active, now)
+    conds = _ignored_spec(set_condition(conds, "Active", *active, now), "ClusterQueue", warnings, now)
     flavors = _flavor_list(cq, counts.usage, borrowed=True)
     return {
         "pendingWorkloads": counts.pending,
@@ -383,6 +384,45 @@ def cluster_queue_status(
         "flavorsUsage": flavors,
         "conditions": conds,
     }
+
+
+IGNORED_SPEC_CONDITION = "admitd.io/IgnoredSpec"
+IGNORED_SPEC_REASON = "IgnoredSpec"
+
+
+def ignored_spec_message(kind: str, warnings: Sequence[str]) -> str:
+    return f"admitd accepts this {kind} but ignores part of it: {'; '.join(warnings)}"
+
+
+def _ignored_spec(conds: list[Obj], kind: str, warnings: Sequence[str], now: str) -> list[Obj]:
+    """The `admitd.io/IgnoredSpec` condition: True naming each field admitd accepts and ignores (`object.warned`);
+    False once a version without them is applied; absent on an object that never had any."""
+    if warnings:
+        return set_condition(
+            conds, IGNORED_SPEC_CONDITION, True, IGNORED_SPEC_REASON, ignored_spec_message(kind, warnings), now
+        )
+    if condition(conds, IGNORED_SPEC_CONDITION) is not None:
+        return set_condition(
+            conds, IGNORED_SPEC_CONDITION, False, "Enforced", f"admitd enforces every field of this {kind}", now
+        )
+    return conds
+
+
+def ignored_spec_event(
+    kind: str, namespace: str | None, name: str, warnings: Sequence[str], at: Millis, seq: int
+) -> JobEvent:
+    """A Warning Event on a queue object admitd accepted but ignores part of, naming each field."""
+    return JobEvent(
+        namespace=namespace or EVENTS_OF_CLUSTER_OBJECTS,
+        name=name,
+        uid="",
+        kind=kind,
+        reason=IGNORED_SPEC_REASON,
+        message=ignored_spec_message(kind, warnings),
+        type="Warning",
+        at=at,
+        seq=seq,
+    )
 
 
 def rejected_status(kind: str, errors: Sequence[str], previous: Mapping[str, Any] | None, now: str) -> Obj:
@@ -422,6 +462,7 @@ def local_queue_status(
     counts: QueueCounts,
     previous: Mapping[str, Any] | None,
     now: str,
+    warnings: Sequence[str] = (),
 ) -> Obj:
     conds = [dict(c) for c in (previous or {}).get("conditions") or ()]
     if cq is None:
@@ -432,7 +473,7 @@ def local_queue_status(
         active = (False, "ClusterQueueIsInactive", "Can't submit new workloads to clusterQueue")
     else:
         active = (True, "Ready", "Can submit new workloads to localQueue")
-    conds = set_condition(conds, "Active", *active, now)
+    conds = _ignored_spec(set_condition(conds, "Active", *active, now), "LocalQueue", warnings, now)
     flavors = _flavor_list(cq, counts.usage, borrowed=False)
     return {
         "pendingWorkloads": counts.pending,

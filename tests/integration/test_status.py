@@ -253,3 +253,52 @@ def test_without_workload_objects_no_workload_exists_but_queues_and_events_are_w
     ran = "a" if running(crds, ns, "a") else "b"
     wait_for("the Admitted Event", lambda: f"Admitted by ClusterQueue {cq}" in describe(crds, ns, ran), timeout=20)
     assert workloads(crds, ns) == {}, "no Workload object with --no-workload-objects"
+
+
+def test_a_queue_admitd_accepts_but_ignores_part_of_says_so_in_a_condition_and_a_warning_event(
+    daemon: Daemon, crds: KubeCluster, namespace: str
+) -> None:
+    """A borrowingLimit without a cohort (admitd's CRDs let it through, Kueue's webhook would refuse it) and a
+    LocalQueue's admission fair sharing: accepted and enforced, with `admitd.io/IgnoredSpec` naming each field and
+    a Warning Event on each object (ClusterQueues' in namespace default); removing them turns the condition False."""
+    ns, rf, cq = namespace, f"h100-{namespace}", f"warned-{namespace}"
+    lq = local_queue(ns, "q", cq)
+    lq["spec"]["fairSharing"] = {"weight": "2"}
+    apply(crds, flavor(rf, **{"gpu-type": "h100"}), cluster_queue(cq, rf, 4, borrowing_limit=2), lq)
+    apply(crds, job(ns, "runs", queue="q"))
+    wait_for("the job to run in the queue that warns", lambda: running(crds, ns, "runs"))
+
+    def warned(kind: str, name: str, where: str | None) -> dict[str, Any]:
+        return cond({"status": queue_status(crds, kind, name, where)}, "admitd.io/IgnoredSpec")
+
+    wait_for(
+        "the ClusterQueue's IgnoredSpec condition", lambda: warned("clusterqueues", cq, None).get("status") == "True"
+    )
+    c = warned("clusterqueues", cq, None)
+    assert c["reason"] == "IgnoredSpec"
+    assert (
+        "spec.resourceGroups[0].flavors[0].resources[0].borrowingLimit has no effect until the ClusterQueue"
+        in c["message"]
+    )
+    wait_for("the LocalQueue's IgnoredSpec condition", lambda: warned("localqueues", "q", ns).get("status") == "True")
+    assert "spec.fairSharing" in warned("localqueues", "q", ns)["message"]
+
+    def warning_events(where: str, name: str) -> list[dict[str, Any]]:
+        listed = json.loads(
+            kubectl(crds, "get", "events", "-n", where, "--field-selector", f"involvedObject.name={name}", "-o", "json")
+        )
+        return [e for e in listed["items"] if e["reason"] == "IgnoredSpec"]
+
+    wait_for("the Warning Event on the ClusterQueue", lambda: bool(warning_events("default", cq)), timeout=20)
+    (event,) = warning_events("default", cq)
+    assert (event["type"], event["involvedObject"]["kind"]) == ("Warning", "ClusterQueue")
+    assert "borrowingLimit" in event["message"]
+    wait_for("the Warning Event on the LocalQueue", lambda: bool(warning_events(ns, "q")), timeout=20)
+    warned_events = [
+        e for e in daemon.events() if e["type"] == "object.warned" and e["subject"] == f"clusterqueue/{cq}"
+    ]
+    assert len(warned_events) == 1, warned_events
+
+    apply(crds, cluster_queue(cq, rf, 4))  # the borrowingLimit removed
+    wait_for("the condition to turn False", lambda: warned("clusterqueues", cq, None).get("status") == "False")
+    assert warned("clusterqueues", cq, None)["reason"] == "Enforced"

@@ -774,3 +774,54 @@ def test_without_workload_objects_there_is_no_workload_event() -> None:
     feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
     feed(w, state, _pending(1_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
     assert [e.kind for e in w._events.values()] == ["Job"]
+
+
+# --- queue objects admitd accepts but ignores part of ---------------------------------------------------------
+
+IGNORED = ("ClusterQueue team-research: spec.admissionChecksStrategy is not implemented by admitd and is ignored",)
+
+
+def test_a_queue_with_ignored_fields_says_so_in_a_condition_until_a_version_without_them() -> None:
+    counts = so.QueueCounts(pending=0, reserving=0, usage={})
+    warned = so.cluster_queue_status(cluster_queue(), counts, [], None, T0, warnings=IGNORED)
+    cond = next(c for c in warned["conditions"] if c["type"] == "admitd.io/IgnoredSpec")
+    assert (cond["status"], cond["reason"]) == ("True", "IgnoredSpec")
+    assert cond["message"] == f"admitd accepts this ClusterQueue but ignores part of it: {IGNORED[0]}"
+    assert conds(warned)["Active"] == ("True", "Ready", T0), "it is enforced, all but the named fields"
+    mended = so.cluster_queue_status(cluster_queue(), counts, [], warned, T1)
+    assert conds(mended)["admitd.io/IgnoredSpec"] == ("False", "Enforced", T1)
+    never = so.cluster_queue_status(cluster_queue(), counts, [], None, T0)
+    assert "admitd.io/IgnoredSpec" not in conds(never)
+    lq = LocalQueue(namespace="research", name="q", cluster_queue="team-research")
+    lq_status = so.local_queue_status(lq, cluster_queue(), True, counts, None, T0, warnings=("LocalQueue x: y",))
+    assert conds(lq_status)["admitd.io/IgnoredSpec"] == ("True", "IgnoredSpec", T0)
+
+
+def test_object_warned_sends_a_warning_event_naming_the_fields_and_marks_the_queue() -> None:
+    client = _PostedEvents()
+    state = State()
+    w = StatusWriter(cast(KubeClient, client), state, clock=cast(Any, _FixedClock()), monotonic=lambda: 0.0)
+    feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()))
+    w._queues.clear()
+    feed(w, state, ev.ObjectWarned(kind="ClusterQueue", name="team-research", warnings=IGNORED))
+    assert ("cq", "team-research") in w.marked()
+    assert w._warned == {("ClusterQueue", "team-research"): IGNORED}
+    _send_all(w)
+    (sent,) = client.posted
+    assert (sent["type"], sent["reason"], sent["metadata"]["namespace"]) == ("Warning", "IgnoredSpec", "default")
+    assert sent["involvedObject"] == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "name": "team-research",
+    }
+    assert IGNORED[0] in sent["message"]
+    feed(w, state, ev.ObjectWarned(kind="ClusterQueue", name="team-research", warnings=()))
+    assert w._warned == {} and [e for e in w._events.values()] == [], "no Event when the warnings go"
+    feed(w, state, ev.ObjectWarned(kind="ClusterQueue", name="team-research", warnings=IGNORED))
+    feed(w, state, ev.ClusterQueueDeleted(name="team-research"))
+    assert w._warned == {}, "a deleted queue's warnings go with it"
+
+
+class _FixedClock:
+    def now(self) -> int:
+        return 5_000
