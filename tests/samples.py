@@ -181,6 +181,7 @@ def one_of_each() -> list[ev.Event]:
             deactivated=False,
         ),
         ev.WorkloadRequeued(workload="research/train-a", at=1_007),
+        ev.WorkloadActiveChanged(workload="research/train-a", active=True, at=1_007),
         ev.JobFinished(job="research/train-a", at=1_008, succeeded=True),
         ev.JobDeleted(job="research/train-a", at=1_009),
         ev.PriorityClassDeleted(kind="PriorityClass", name="high"),

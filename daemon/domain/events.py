@@ -436,6 +436,23 @@ class WorkloadRequeued:
         return f"job/{self.workload}"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadActiveChanged:
+    """The Workload's `spec.active` was set (Kueue's `kubectl kueue stop workload` / `resume workload`). False: an
+    admitted workload is evicted (reason Deactivated, its Job suspended, its quota released when its pods are gone)
+    and, like a pending one, held out of its queue; true again: back in its queue, ordered from its eviction."""
+
+    TYPE: ClassVar[str] = "workload.active_changed"
+    VERSION: ClassVar[int] = 1
+    workload: str
+    active: bool
+    at: Millis
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.workload}"
+
+
 # --- actuations ---------------------------------------------------------------------------------------------
 
 
@@ -538,6 +555,7 @@ Event = (
     | WorkloadAdopted
     | WorkloadTimedOut
     | WorkloadRequeued
+    | WorkloadActiveChanged
     | JobUnsuspended
     | JobSuspended
     | ActuationFailed
@@ -571,6 +589,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     WorkloadAdopted,
     WorkloadTimedOut,
     WorkloadRequeued,
+    WorkloadActiveChanged,
     JobUnsuspended,
     JobSuspended,
     ActuationFailed,

@@ -22,6 +22,7 @@ from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.domain.trust import ANNOTATION_PREFIX, SIGNATURE_ANNOTATION, judge_claim
 from daemon.kube.client import Obj
 from daemon.kube.jobkinds import DISTRIBUTED, distributed_status
+from daemon.kube.status_objects import MANAGED_BY
 from daemon.manifests import ManifestError, adapter_for, parse_object
 from daemon.manifests.distributed import suspend_pointer
 from daemon.manifests.jobs import managed_owner
@@ -424,6 +425,41 @@ class Observer:
             return False
         entry[1].append(what)
         return True
+
+    # --- Workloads: spec.active ------------------------------------------------------------------------------
+
+    def workload_event(self, type_: str, obj: Obj) -> None:
+        events = [] if type_ == "DELETED" else self._activity(obj)
+        if events:
+            self.put(Observed(tuple(events)))
+
+    def workloads_listed(self, items: list[Obj]) -> None:
+        events = [e for obj in items for e in self._activity(obj)]
+        if events:
+            self.put(Observed(tuple(events)))
+
+    def _activity(self, obj: Obj) -> list[ev.Event]:
+        """`workload.active_changed` when admitd's Workload of a live job says `spec.active` other than the fold
+        (Kueue's `kubectl kueue stop workload` sets it false, `resume` true; absent is true)."""
+        meta = _meta(obj)
+        labels = meta.get("labels") or {}
+        if not isinstance(labels, Mapping) or labels.get(MANAGED_BY[0]) != MANAGED_BY[1]:
+            return []
+        owner = next(
+            (o for o in meta.get("ownerReferences") or () if isinstance(o, Mapping) and o.get("controller")), None
+        )
+        if owner is None:
+            return []
+        key = f"{meta.get('namespace', '')}/{owner.get('name', '')}"
+        rec = self.state.workloads.get(key)
+        if rec is None or rec.workload.uid != owner.get("uid"):
+            return []  # a finished, deleted or recreated Job's Workload
+        spec = obj.get("spec")
+        active = not (isinstance(spec, Mapping) and spec.get("active") is False)
+        if rec.inactive != active or not self._first(key, ("active", active)):
+            return []
+        log.info("workload activity changed", job=key, active=active)
+        return [ev.WorkloadActiveChanged(workload=key, active=active, at=self.clock.now())]
 
     # --- queue objects, namespaces, priority classes ----------------------------------------------------------
 

@@ -660,7 +660,8 @@ class StatusWriter:
         path = f"{_BASE}/namespaces/{namespace}/workloads"
         if job.finished is None:
             priority, ref = self._priority_ref(key)
-            obj = so.workload_object(self.state.workloads[key].workload, priority, ref)
+            rec = self.state.workloads[key]
+            obj = so.workload_object(rec.workload, priority, ref, active=not rec.inactive)
             if not job.name:
                 await self._token()
                 try:

@@ -131,7 +131,7 @@ def _quantities(amounts: Mapping[str, int]) -> dict[str, str]:
     return {r: format_quantity(amounts[r], r) for r in sorted(amounts)}
 
 
-def workload_object(wl: Workload, priority: int, priority_ref: PriorityRef | None) -> Obj:
+def workload_object(wl: Workload, priority: int, priority_ref: PriorityRef | None, *, active: bool = True) -> Obj:
     """The Workload Kueue would create for `wl`: owned by the Job (controller, so the garbage collector deletes
     it with the Job), with a minimal pod template per pod set (requests, nodeSelector, tolerations)."""
     api_version, _ = _OWNERS.get(wl.kind, ("batch/v1", "batch"))
@@ -146,7 +146,7 @@ def workload_object(wl: Workload, priority: int, priority_ref: PriorityRef | Non
         if ps.min_count is not None:
             pod_set["minCount"] = ps.min_count  # partial admission
         pod_sets.append(pod_set)
-    spec: Obj = {"active": True, "podSets": pod_sets, "priority": priority}
+    spec: Obj = {"active": active, "podSets": pod_sets, "priority": priority}  # the user's, once set (the fold's)
     if wl.queue_name:
         spec["queueName"] = wl.queue_name
     if priority_ref is not None:
@@ -231,6 +231,8 @@ def eviction_message(p: Preemption) -> str:
         return "The LocalQueue is stopped"
     if p.reason == "PodsReadyTimeout":
         return "Exceeded the PodsReady timeout (waitForPodsReady)"
+    if p.reason == "Deactivated":
+        return reasons.DEACTIVATED_MESSAGE
     if p.reason == "InactiveWorkload":
         return "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
     cause = _PREEMPTION_CAUSE.get(p.reason, p.reason)

@@ -165,6 +165,8 @@ def _say_preemption(x: Explanation, p: dict[str, Any]) -> None:
     who = (
         f"by {p['preemptor']} (ClusterQueue {p['preemptor_cluster_queue']})"
         if p["preemptor"]
+        else "for its Workload's spec.active: false"
+        if p["reason"] == "Deactivated"
         else "by its queue's stop policy"
     )
     x.say(f"preempted at {p['time']} {who}: {p['reason']}, allowed by {p['policy']}; freed {freed}", p["seq"])

@@ -206,6 +206,7 @@ _WORKLOAD_KEYED = (
     ev.WorkloadEvicted,
     ev.WorkloadTimedOut,
     ev.WorkloadRequeued,
+    ev.WorkloadActiveChanged,
     ev.WorkloadPending,
 )
 

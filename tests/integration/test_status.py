@@ -302,3 +302,47 @@ def test_a_queue_admitd_accepts_but_ignores_part_of_says_so_in_a_condition_and_a
     apply(crds, cluster_queue(cq, rf, 4))  # the borrowingLimit removed
     wait_for("the condition to turn False", lambda: warned("clusterqueues", cq, None).get("status") == "False")
     assert warned("clusterqueues", cq, None)["reason"] == "Enforced"
+
+
+def test_a_workload_set_inactive_stops_its_job_and_resumes_it_when_active_again(
+    daemon: Daemon, crds: KubeCluster, namespace: str
+) -> None:
+    """`kubectl kueue stop workload` is `spec.active: false` on the Workload: admitd evicts the running Job
+    (reason Deactivated: suspended, quota released), another job takes the quota, and the stopped one waits,
+    QuotaReserved=False reason Deactivated, until `spec.active: true` puts it back in its queue."""
+    ns, rf, cq = namespace, f"h100-{namespace}", f"active-{namespace}"
+    apply(crds, flavor(rf, **{"gpu-type": "h100"}), cluster_queue(cq, rf, 4), local_queue(ns, "q", cq))
+    apply(crds, job(ns, "stopped", queue="q"))
+    wait_for("the job to run", lambda: running(crds, ns, "stopped"))
+    apply(crds, job(ns, "waiting", queue="q"))
+    wait_for("the second job's Workload", lambda: "waiting" in workloads(crds, ns), timeout=20)
+    name = workloads(crds, ns)["stopped"]["metadata"]["name"]
+
+    def set_active(active: bool) -> None:
+        patch = json.dumps({"spec": {"active": active}})
+        kubectl(crds, "patch", "workload", name, "-n", ns, "--type=merge", "-p", patch)
+
+    set_active(False)
+    wait_for("the deactivated job to be suspended", lambda: suspended(crds, ns, "stopped"), timeout=30)
+    wait_for("the other job to take its quota", lambda: running(crds, ns, "waiting"), timeout=30)
+
+    def reason(type_: str) -> str | None:
+        return cond(workloads(crds, ns)["stopped"], type_).get("reason")
+
+    wait_for("the Workload to say Deactivated", lambda: reason("QuotaReserved") == "Deactivated", timeout=20)
+    assert reason("Evicted") == "Deactivated"
+    assert workloads(crds, ns)["stopped"]["spec"]["active"] is False, "the user's edit stays"
+    story = [e for e in mine(daemon, ns) if e["subject"] == f"job/{ns}/stopped"]
+    changed = [e for e in story if e["type"] == "workload.active_changed"]
+    assert [e["payload"]["active"] for e in changed] == [False]
+    preempted = of_type(mine(daemon, ns), "workload.preempted", f"{ns}/stopped")
+    assert [e["payload"]["reason"] for e in preempted] == ["Deactivated"]
+    assert preempted[0]["cause"] == changed[0]["seq"], "decided from the observation"
+
+    kubectl(crds, "delete", "job", "-n", ns, "waiting", "--wait=false")
+    set_active(True)
+    wait_for("the reactivated job to run again", lambda: running(crds, ns, "stopped"), timeout=30)
+    admitted = of_type(mine(daemon, ns), "workload.admitted", f"{ns}/stopped")
+    reactivated = of_type(mine(daemon, ns), "workload.active_changed", f"{ns}/stopped")[-1]
+    assert reactivated["payload"]["active"] is True
+    assert len(admitted) == 2 and admitted[1]["seq"] > reactivated["seq"], "not readmitted while inactive"
