@@ -110,6 +110,11 @@ def one_of_each() -> list[ev.Event]:
         ev.PriorityClassObserved(priority_class=PriorityClass(name="high", value=1000)),
         ev.NamespaceObserved(namespace=Namespace(name="research", labels={"team": "research"})),
         ev.ObjectRejected(kind="ClusterQueue", name="broken", errors=("spec.resourceGroups[0]: bad",)),
+        ev.ObjectWarned(
+            kind="ClusterQueue",
+            name="team-research",
+            warnings=("ClusterQueue team-research: spec.admissionChecks is not implemented by admitd and is ignored",),
+        ),
         # Seqs no sample log reaches, so that a log of these samples accepts no break of its own.
         ev.ChainBreakAccepted(
             seq=999_999, problem="stored hash does not match the row's contents", by="admitd-0", at=1_000
@@ -176,6 +181,7 @@ def one_of_each() -> list[ev.Event]:
             deactivated=False,
         ),
         ev.WorkloadRequeued(workload="research/train-a", at=1_007),
+        ev.WorkloadActiveChanged(workload="research/train-a", active=True, at=1_007),
         ev.JobFinished(job="research/train-a", at=1_008, succeeded=True),
         ev.JobDeleted(job="research/train-a", at=1_009),
         ev.PriorityClassDeleted(kind="PriorityClass", name="high"),

@@ -172,6 +172,26 @@ class ObjectRejected:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ObjectWarned:
+    """A queue object admitd accepted but ignores part of (a field it does not implement, a borrowingLimit without a
+    cohort): each warning names the field. Recorded after the object's observation, once per distinct set of
+    warnings, so the status writer can tell its owner (a condition and a Warning Event); an audit fact that changes
+    nothing the cycle reads. A later version without warnings is its observation alone."""
+
+    TYPE: ClassVar[str] = "object.warned"
+    VERSION: ClassVar[int] = 1
+    kind: str
+    name: str
+    namespace: str | None = None
+    warnings: tuple[str, ...]
+
+    @property
+    def subject(self) -> str:
+        ns = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind.lower()}/{ns}{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobObserved:
     """A managed job was seen (created or changed while pending). Carries its workload, already typed. Version 2:
     each pod set has `min_count` (partial admission)."""
@@ -416,6 +436,23 @@ class WorkloadRequeued:
         return f"job/{self.workload}"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadActiveChanged:
+    """The Workload's `spec.active` was set (Kueue's `kubectl kueue stop workload` / `resume workload`). False: an
+    admitted workload is evicted (reason Deactivated, its Job suspended, its quota released when its pods are gone)
+    and, like a pending one, held out of its queue; true again: back in its queue, ordered from its eviction."""
+
+    TYPE: ClassVar[str] = "workload.active_changed"
+    VERSION: ClassVar[int] = 1
+    workload: str
+    active: bool
+    at: Millis
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.workload}"
+
+
 # --- actuations ---------------------------------------------------------------------------------------------
 
 
@@ -504,6 +541,7 @@ Event = (
     | PriorityClassDeleted
     | NamespaceObserved
     | ObjectRejected
+    | ObjectWarned
     | JobObserved
     | JobFinished
     | JobDeleted
@@ -517,6 +555,7 @@ Event = (
     | WorkloadAdopted
     | WorkloadTimedOut
     | WorkloadRequeued
+    | WorkloadActiveChanged
     | JobUnsuspended
     | JobSuspended
     | ActuationFailed
@@ -536,6 +575,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     PriorityClassDeleted,
     NamespaceObserved,
     ObjectRejected,
+    ObjectWarned,
     JobObserved,
     JobFinished,
     JobDeleted,
@@ -549,6 +589,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     WorkloadAdopted,
     WorkloadTimedOut,
     WorkloadRequeued,
+    WorkloadActiveChanged,
     JobUnsuspended,
     JobSuspended,
     ActuationFailed,

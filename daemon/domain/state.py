@@ -35,10 +35,12 @@ from daemon.domain.events import (
     LocalQueueObserved,
     NamespaceObserved,
     ObjectRejected,
+    ObjectWarned,
     PriorityClassDeleted,
     PriorityClassObserved,
     ResourceFlavorDeleted,
     ResourceFlavorObserved,
+    WorkloadActiveChanged,
     WorkloadAdmitted,
     WorkloadAdopted,
     WorkloadEvicted,
@@ -78,6 +80,12 @@ STATE_VERSION = 7
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
 
 
+DEACTIVATED = "Deactivated"  # Kueue's eviction reason for spec.active false (WorkloadDeactivated)
+INACTIVE = PendingReason(
+    kind=PendingReasonKind.DEACTIVATED,
+    message="The workload is deactivated (its Workload's spec.active is false); it stays suspended until it is true",
+)
+"""Why a workload whose Workload has `spec.active: false` is held out of its queue."""
 _CLASS_HELD = (PendingReasonKind.WORKLOAD_PRIORITY_CLASS_NOT_FOUND, PendingReasonKind.PRIORITY_CLASS_NOT_FOUND)
 
 
@@ -101,6 +109,7 @@ class WorkloadRecord:
     eviction_reason: str | None = None  # while evicting: Preempted | ClusterQueueStopped | LocalQueueStopped
     evicted_at: Millis | None = None  # when it last stopped after an admission (kept when admitted again)
     pods: PodsReadyState | None = None  # waitForPodsReady: ready since this admission; timeouts, backoff
+    inactive: bool = False  # its Workload's spec.active is false: held out of its queue (evicted if admitted)
 
     @property
     def ready(self) -> bool:
@@ -223,6 +232,9 @@ class State:
         self._admitted_journal: list[tuple[AdmittedWorkload, int]] = []  # see ClusterView.admitted_journal
         self._evicting: dict[str, AdmittedWorkload] = {}
         self._unready: dict[str, tuple[Millis, int]] = {}  # see ClusterView.unready
+        # Admitted workloads whose Workload's spec.active is false and that are not stopping yet: the admit stage
+        # decides their eviction (`workload.preempted`, reason Deactivated).
+        self.deactivating: set[str] = set()
         self._backoff: dict[str, Millis] = {}  # see ClusterView.backoff
         self._pending_version: dict[str, int] = {}  # per ClusterQueue; derived, starts afresh on every load
         self._pending_version_counter = 0
@@ -351,6 +363,14 @@ class State:
                 pods = rec.pods if rec is not None and rec.phase is Phase.PENDING else None
                 if rec is not None and pods is not None and pods.requeue_at is not None:
                     self._set(replace(rec, pods=replace(pods, requeue_at=None), last_reason=None))
+            case WorkloadActiveChanged(workload=key, active=active):
+                rec = self.workloads.get(key)
+                if rec is not None and rec.inactive == active:
+                    # A fact: an admitted one is then in `deactivating` until the admit stage decides its eviction.
+                    pending = rec.phase is Phase.PENDING
+                    self._set(replace(rec, inactive=not active, last_reason=None if pending else rec.last_reason))
+                    if pending:
+                        self._config_changed()  # its queue gains or loses a workload the cycle must see
             case WorkloadPending(workload=key, reason=reason):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.PENDING:
@@ -366,7 +386,7 @@ class State:
                 # A held queue edited into one admitd rejects: its older version is not enforced as if current.
                 self.rejected[f"{kind}/{name}"] = errors
                 self._config_changed()
-            case ObjectRejected() | ChainBreakAccepted():
+            case ObjectRejected() | ObjectWarned() | ChainBreakAccepted():
                 pass  # audit facts: they change nothing the cycle reads
             case JobTampered(job=key, uid=uid, generation=generation):
                 # The workload keeps what the log gave it (pending: no quota); only the record of the change is kept.
@@ -507,6 +527,8 @@ class State:
                 self._unready[key] = (rec.admitted_at, 0)
             elif not pods.ready:
                 self._unready[key] = (rec.admitted_at, pods.timeouts)
+            if rec.inactive and not rec.evicting:
+                self.deactivating.add(key)
             return
         pw, cq = self._pending_of(rec, key)
         if cq is None:
@@ -531,7 +553,9 @@ class State:
         wl = rec.workload
         lq_key = f"{wl.namespace}/{wl.queue_name}" if wl.queue_name else ""
         held = self._missing_class(wl)
-        if rec.pods is not None and rec.pods.held:
+        if rec.inactive:
+            held = INACTIVE
+        elif rec.pods is not None and rec.pods.held:
             held = held_reason(rec.pods.timeouts, rec.pods.requeue_at)
             if rec.pods.requeue_at is not None:
                 self._backoff[key] = rec.pods.requeue_at
@@ -550,6 +574,7 @@ class State:
         """Drop `key` from the indexes; if it was pending in a ClusterQueue, return its workload and shape (None
         while the pending indexes are not built)."""
         self._unready.pop(key, None)
+        self.deactivating.discard(key)
         self._backoff.pop(key, None)
         aw = self._admitted.pop(key, None)
         if aw is not None:

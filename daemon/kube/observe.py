@@ -22,6 +22,7 @@ from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.domain.trust import ANNOTATION_PREFIX, SIGNATURE_ANNOTATION, judge_claim
 from daemon.kube.client import Obj
 from daemon.kube.jobkinds import DISTRIBUTED, distributed_status
+from daemon.kube.status_objects import MANAGED_BY
 from daemon.manifests import ManifestError, adapter_for, parse_object
 from daemon.manifests.distributed import suspend_pointer
 from daemon.manifests.jobs import managed_owner
@@ -167,6 +168,7 @@ class Observer:
         self.clock = clock
         self.on_started_unsuspended = on_started_unsuspended
         self._rejected: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, ns/name) -> errors last reported
+        self._warned: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, ns/name) -> warnings last recorded
         # job -> (the fold's record when these were sent, facts sent about it since): see `_first`
         self._sent: dict[str, tuple[WorkloadRecord | None, list[tuple[object, ...]]]] = {}
         self._suspensions: dict[str, _Suspension] = {}  # batch/v1 Jobs this process is suspending
@@ -429,6 +431,41 @@ class Observer:
         entry[1].append(what)
         return True
 
+    # --- Workloads: spec.active ------------------------------------------------------------------------------
+
+    def workload_event(self, type_: str, obj: Obj) -> None:
+        events = [] if type_ == "DELETED" else self._activity(obj)
+        if events:
+            self.put(Observed(tuple(events)))
+
+    def workloads_listed(self, items: list[Obj]) -> None:
+        events = [e for obj in items for e in self._activity(obj)]
+        if events:
+            self.put(Observed(tuple(events)))
+
+    def _activity(self, obj: Obj) -> list[ev.Event]:
+        """`workload.active_changed` when admitd's Workload of a live job says `spec.active` other than the fold
+        (Kueue's `kubectl kueue stop workload` sets it false, `resume` true; absent is true)."""
+        meta = _meta(obj)
+        labels = meta.get("labels") or {}
+        if not isinstance(labels, Mapping) or labels.get(MANAGED_BY[0]) != MANAGED_BY[1]:
+            return []
+        owner = next(
+            (o for o in meta.get("ownerReferences") or () if isinstance(o, Mapping) and o.get("controller")), None
+        )
+        if owner is None:
+            return []
+        key = f"{meta.get('namespace', '')}/{owner.get('name', '')}"
+        rec = self.state.workloads.get(key)
+        if rec is None or rec.workload.uid != owner.get("uid"):
+            return []  # a finished, deleted or recreated Job's Workload
+        spec = obj.get("spec")
+        active = not (isinstance(spec, Mapping) and spec.get("active") is False)
+        if rec.inactive != active or not self._first(key, ("active", active)):
+            return []
+        log.info("workload activity changed", job=key, active=active)
+        return [ev.WorkloadActiveChanged(workload=key, active=active, at=self.clock.now())]
+
     # --- queue objects, namespaces, priority classes ----------------------------------------------------------
 
     def object_event(self, type_: str, obj: Obj) -> None:
@@ -451,6 +488,8 @@ class Observer:
         return listed
 
     def _gone(self, kind: str, seen: set[str]) -> list[ev.Event]:
+        for key in [k for k in self._warned if k[0] == kind and k[1] not in seen]:
+            del self._warned[key]
         return [_deleted(kind, key) for key in _held(self.state, kind) if key not in seen]
 
     def _object(self, obj: Obj, *, deleted: bool) -> list[ev.Event]:
@@ -460,13 +499,28 @@ class Observer:
         s = self.state
         subject = f"{namespace}/{name}" if namespace else name
         if deleted:
+            self._warned.pop((kind, subject), None)
             return [_deleted(kind, subject)] if subject in _held(s, kind) else []
         parsed = parse_object(as_manifest(obj))
         if not parsed.ok or parsed.obj is None:
             return self._reject(kind, subject, tuple(str(e) for e in parsed.errors))
         self._rejected.pop((kind, subject), None)
         event = _observed(parsed.obj)
-        return [event] if event is not None and _is_news(s, event) else []
+        out: list[ev.Event] = [event] if event is not None and _is_news(s, event) else []
+        return out + self._warn(kind, subject, tuple(parsed.warnings))
+
+    def _warn(self, kind: str, subject: str, warnings: tuple[str, ...]) -> list[ev.Event]:
+        """`object.warned` when the fields admitd ignores in an accepted object change (after its observation);
+        warnings=() once a version has none. Remembered like rejections: a restart tells again, once."""
+        if self._warned.get((kind, subject), ()) == warnings:
+            return []
+        if warnings:
+            self._warned[(kind, subject)] = warnings
+            log.warning("object accepted with ignored fields", kind=kind, object=subject, warnings=list(warnings))
+        else:
+            self._warned.pop((kind, subject), None)
+        namespace, _, name = subject.rpartition("/")
+        return [ev.ObjectWarned(kind=kind, name=name, namespace=namespace or None, warnings=warnings)]
 
     def _reject(self, kind: str, subject: str, errors: tuple[str, ...]) -> list[ev.Event]:
         if self._rejected.get((kind, subject)) == errors:

@@ -38,6 +38,7 @@ from daemon.domain.state import State
 from daemon.eventlog import EventStore, LogReader, replay
 from daemon.eventlog.errors import ChainBroken, LogNotTrusted
 from daemon.kube import certs, guard, webhook
+from daemon.kube import status_objects as so
 from daemon.kube.actuate import JobActuator
 from daemon.kube.admission_key import AdmissionKeyError, load_or_make_key
 from daemon.kube.client import KubeClient, Obj, load_configuration
@@ -279,6 +280,13 @@ class Daemon:
             ]
             # The Job controller's FailedCreate Events: an admitted Job whose pods cannot be created (a missing
             # PriorityClass or ServiceAccount) is recorded, so that explain and history say why it does not run.
+            # Workloads: a user's `spec.active: false` (kubectl kueue stop workload) and its undoing, once the
+            # Jobs are listed (a Workload names its Job).
+            workloads = watch(
+                Resource("workloads", f"/apis/{so.GROUP}/{so.VERSION}/workloads"),
+                observer.workload_event,
+                observer.workloads_listed,
+            )
             failed_create = watch(
                 Resource("events", "/api/v1/events", "involvedObject.kind=Job,reason=FailedCreate"),
                 observer.pod_event,
@@ -308,6 +316,8 @@ class Daemon:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
                 others.append(("startup", self._startup(queue_reflectors, all_jobs)))
                 others.append(("watch-events", self._after(all_jobs.synced, failed_create.run)))
+                if opts.workload_objects:
+                    others.append(("watch-workloads", self._after(all_jobs.synced, workloads.run)))
                 others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, all_jobs.synced)))
                 others.append(("certificate", self._renew_certificate(client, opts)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run

@@ -37,7 +37,19 @@ _KINDS = {"wl": "workload", "ev": "event", "cq": "clusterqueue", "lq": "localque
 _RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 ROUTINE_SLACK_S = 10.0  # how much older a pending-reason update may be than an admission written before it
 QUEUE_SLACK_S = 5.0  # the same for a queue's status
-MAX_QUEUED_EVENTS = 10_000  # beyond this, the oldest unsent Events are dropped (Kubernetes Events are lossy)
+_PENDING_WL = "pending-wl:"  # the event id of a Workload's unsent pending Warning: this prefix and the job's key
+MAX_QUEUED_EVENTS = 10_000
+_DELETIONS = (ev.ClusterQueueDeleted, ev.LocalQueueDeleted, ev.CohortDeleted, ev.ResourceFlavorDeleted)
+
+
+def _identity(e: ev.Event) -> tuple[str, str]:
+    """(kind, name or ns/name) of a queue object's deletion, as `_warned` keys it."""
+    match e:
+        case ev.LocalQueueDeleted(namespace=ns, name=name):
+            return ("LocalQueue", f"{ns}/{name}")
+        case ev.ClusterQueueDeleted(name=name) | ev.CohortDeleted(name=name) | ev.ResourceFlavorDeleted(name=name):
+            return (type(e).__name__.removesuffix("Deleted"), name)
+    return ("", "")  # beyond this, the oldest unsent Events are dropped (Kubernetes Events are lossy)
 
 
 @dataclass(slots=True)
@@ -120,6 +132,7 @@ class StatusWriter:
         self._cq_status: dict[str, Obj] = {}
         self._lq_status: dict[str, Obj] = {}
         self._rejected: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, name or ns/name) -> why, while so
+        self._warned: dict[tuple[str, str], tuple[str, ...]] = {}  # the same -> the fields it ignores, while so
         self._inactive: tuple[int, dict[str, tuple[str, str]]] = (-1, {})  # config generation -> the engine's verdicts
         self._events: dict[str, so.JobEvent] = {}  # event id -> event, unsent
         self._pending_event: dict[str, str] = {}  # job -> id of its unsent Pending event
@@ -189,6 +202,10 @@ class StatusWriter:
                         # events of one reason (the figures stay in the Workload, `admitd explain` and the log).
                         self._event(key, job, "Pending", so.pending_message(reason), "Normal", at, seq)
                         job.pending_kind = reason.kind
+                        if self.workload_objects:  # and a Warning on its Workload, as Kueue's scheduler sends
+                            eid = _PENDING_WL + key  # one per job: a newer one replaces the unsent one
+                            self._events[eid] = so.workload_pending_event(key, job.uid, job.kind, reason, at, seq)
+                            self._mark(("ev", eid), urgent=False)
             case ev.WorkloadAdmitted(workload=key, admission=admission, at=at):
                 job = self._jobs.get(key)
                 if job is not None:
@@ -264,9 +281,13 @@ class StatusWriter:
                     self._mark_cq_and_its_lqs(name)
             case ev.ObjectRejected(kind=kind, name=name, namespace=ns, errors=errors):
                 self._rejection(kind, name, ns, errors, seq)
+            case ev.ObjectWarned(kind=kind, name=name, namespace=ns, warnings=warnings):
+                self._warning(kind, name, ns, warnings, seq)
             case _:
                 pass
         self._forget_rejection(event)
+        if isinstance(event, _DELETIONS):
+            self._warned.pop(_identity(event), None)
 
     def _rejection(self, kind: str, name: str, namespace: str | None, errors: tuple[str, ...], seq: int) -> None:
         """Tell the object's owner: a Warning Event on it, and for a ClusterQueue or LocalQueue an Active=False
@@ -285,6 +306,23 @@ class StatusWriter:
         elif kind == "Cohort":
             for cq in self.state.cluster_queues:
                 self._mark_cq_and_its_lqs(cq)
+        elif kind == "LocalQueue":
+            self._mark(("lq", subject))
+
+    def _warning(self, kind: str, name: str, namespace: str | None, warnings: tuple[str, ...], seq: int) -> None:
+        """Accepted, but with fields admitd ignores: a Warning Event naming them, and on a ClusterQueue or LocalQueue
+        the `admitd.io/IgnoredSpec` condition (set, or turned False by warnings=())."""
+        subject = f"{namespace}/{name}" if namespace else name
+        if warnings:
+            self._warned[(kind, subject)] = warnings
+            self._event_ids += 1
+            eid = str(self._event_ids)
+            self._events[eid] = so.ignored_spec_event(kind, namespace, name, warnings, self.clock.now(), seq)
+            self._mark(("ev", eid))
+        else:
+            self._warned.pop((kind, subject), None)
+        if kind == "ClusterQueue":
+            self._mark(("cq", name))
         elif kind == "LocalQueue":
             self._mark(("lq", subject))
 
@@ -346,6 +384,8 @@ class StatusWriter:
             job.held.append((reason, message, at, seq))
 
     def _drop_unsent_pending(self, key: str) -> None:
+        if self._events.pop(_PENDING_WL + key, None) is not None:
+            self._unmark(("ev", _PENDING_WL + key))
         stale = self._pending_event.pop(key, None)
         if stale is not None:  # an unsent Pending is superseded by what came after it
             self._events.pop(stale, None)
@@ -567,6 +607,9 @@ class StatusWriter:
             pass  # written by an earlier attempt whose answer was lost
         except NotFound:
             pass  # the namespace is gone
+        if self._events.get(eid) is not e:  # replaced while it was being sent (a Workload's Pending): send that too
+            self._mark(("ev", eid), urgent=False)
+            return
         self._events.pop(eid, None)
         if self._pending_event.get(f"{e.namespace}/{e.name}") == eid:
             del self._pending_event[f"{e.namespace}/{e.name}"]
@@ -617,7 +660,8 @@ class StatusWriter:
         path = f"{_BASE}/namespaces/{namespace}/workloads"
         if job.finished is None:
             priority, ref = self._priority_ref(key)
-            obj = so.workload_object(self.state.workloads[key].workload, priority, ref)
+            rec = self.state.workloads[key]
+            obj = so.workload_object(rec.workload, priority, ref, active=not rec.inactive)
             if not job.name:
                 await self._token()
                 try:
@@ -727,6 +771,7 @@ class StatusWriter:
                 previous,
                 self._now(),
                 inactive=verdict if verdict is not None and verdict[0] != "FlavorNotFound" else None,
+                warnings=self._warned.get(("ClusterQueue", name), ()),
             )
         await self._patch_status(f"{_BASE}/clusterqueues/{name}/status", desired, previous, "clusterqueue")
         self._cq_status[name] = desired
@@ -753,7 +798,9 @@ class StatusWriter:
             and cq.stop_policy.value == "None"
         )
         counts = self._lq_counts().get(key, so.QueueCounts(pending=0, reserving=0, usage={}))
-        desired = so.local_queue_status(lq, cq, active, counts, previous, self._now())
+        desired = so.local_queue_status(
+            lq, cq, active, counts, previous, self._now(), warnings=self._warned.get(("LocalQueue", key), ())
+        )
         await self._patch_status(path, desired, previous, "localqueue")
         self._lq_status[key] = desired
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from daemon.domain import reasons
 from daemon.domain.model import Admission, ClusterQueue, LocalQueue, Millis, PendingReason, Toleration, Workload
 from daemon.domain.quantity import format_quantity
 
@@ -130,7 +131,7 @@ def _quantities(amounts: Mapping[str, int]) -> dict[str, str]:
     return {r: format_quantity(amounts[r], r) for r in sorted(amounts)}
 
 
-def workload_object(wl: Workload, priority: int, priority_ref: PriorityRef | None) -> Obj:
+def workload_object(wl: Workload, priority: int, priority_ref: PriorityRef | None, *, active: bool = True) -> Obj:
     """The Workload Kueue would create for `wl`: owned by the Job (controller, so the garbage collector deletes
     it with the Job), with a minimal pod template per pod set (requests, nodeSelector, tolerations)."""
     api_version, _ = _OWNERS.get(wl.kind, ("batch/v1", "batch"))
@@ -145,7 +146,7 @@ def workload_object(wl: Workload, priority: int, priority_ref: PriorityRef | Non
         if ps.min_count is not None:
             pod_set["minCount"] = ps.min_count  # partial admission
         pod_sets.append(pod_set)
-    spec: Obj = {"active": True, "podSets": pod_sets, "priority": priority}
+    spec: Obj = {"active": active, "podSets": pod_sets, "priority": priority}  # the user's, once set (the fold's)
     if wl.queue_name:
         spec["queueName"] = wl.queue_name
     if priority_ref is not None:
@@ -230,6 +231,8 @@ def eviction_message(p: Preemption) -> str:
         return "The LocalQueue is stopped"
     if p.reason == "PodsReadyTimeout":
         return "Exceeded the PodsReady timeout (waitForPodsReady)"
+    if p.reason == "Deactivated":
+        return reasons.DEACTIVATED_MESSAGE
     if p.reason == "InactiveWorkload":
         return "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
     cause = _PREEMPTION_CAUSE.get(p.reason, p.reason)
@@ -274,14 +277,17 @@ def workload_status(facts: WorkloadFacts, previous: Mapping[str, Any] | None, no
             conds = set_condition(conds, "Evicted", True, eviction_reason(p), eviction_message(p), now)
             if p.preemptor:
                 conds = set_condition(conds, "Preempted", True, p.reason, eviction_message(p), now)
+        # Kueue v0.19's granular reasons (daemon.domain.reasons), not v0.17's one `Pending`.
         if facts.pending is not None:
-            conds = set_condition(conds, "QuotaReserved", False, "Pending", facts.pending.message, now)
+            conds = set_condition(conds, "QuotaReserved", False, *reasons.quota_reserved(facts.pending), now)
         elif p is not None:
-            conds = set_condition(conds, "QuotaReserved", False, "Pending", eviction_message(p), now)
+            conds = set_condition(conds, "QuotaReserved", False, reasons.PENDING_EVALUATION, eviction_message(p), now)
         elif is_true(conds, "QuotaReserved"):
-            conds = set_condition(conds, "QuotaReserved", False, "Pending", "The workload is waiting for quota", now)
+            conds = set_condition(conds, "QuotaReserved", False, *reasons.quota_reserved(None), now)
         if condition(conds, "Admitted") is not None:
-            conds = set_condition(conds, "Admitted", False, "NoReservation", "The workload has no reservation", now)
+            conds = set_condition(
+                conds, "Admitted", False, reasons.NO_RESERVATION, "The workload has no reservation", now
+            )
     if conds:
         out["conditions"] = conds
     return out
@@ -352,6 +358,7 @@ def cluster_queue_status(
     previous: Mapping[str, Any] | None,
     now: str,
     inactive: tuple[str, str] | None = None,
+    warnings: Sequence[str] = (),
 ) -> Obj:
     """A ClusterQueue's status as Kueue writes it; no admission checks here, so admitted == reserving.
     `inactive`: (reason, message) of the engine's own verdict (`QuotaTree.inactive`) where it is not a missing
@@ -369,7 +376,7 @@ def cluster_queue_status(
         active = (False, "Stopped", f"ClusterQueue is stopped ({cq.stop_policy.value})")
     else:
         active = (True, "Ready", "Can admit new workloads")
-    conds = set_condition(conds, "Active", *active, now)
+    conds = _ignored_spec(set_condition(conds, "Active", *active, now), "ClusterQueue", warnings, now)
     flavors = _flavor_list(cq, counts.usage, borrowed=True)
     return {
         "pendingWorkloads": counts.pending,
@@ -379,6 +386,45 @@ def cluster_queue_status(
         "flavorsUsage": flavors,
         "conditions": conds,
     }
+
+
+IGNORED_SPEC_CONDITION = "admitd.io/IgnoredSpec"
+IGNORED_SPEC_REASON = "IgnoredSpec"
+
+
+def ignored_spec_message(kind: str, warnings: Sequence[str]) -> str:
+    return f"admitd accepts this {kind} but ignores part of it: {'; '.join(warnings)}"
+
+
+def _ignored_spec(conds: list[Obj], kind: str, warnings: Sequence[str], now: str) -> list[Obj]:
+    """The `admitd.io/IgnoredSpec` condition: True naming each field admitd accepts and ignores (`object.warned`);
+    False once a version without them is applied; absent on an object that never had any."""
+    if warnings:
+        return set_condition(
+            conds, IGNORED_SPEC_CONDITION, True, IGNORED_SPEC_REASON, ignored_spec_message(kind, warnings), now
+        )
+    if condition(conds, IGNORED_SPEC_CONDITION) is not None:
+        return set_condition(
+            conds, IGNORED_SPEC_CONDITION, False, "Enforced", f"admitd enforces every field of this {kind}", now
+        )
+    return conds
+
+
+def ignored_spec_event(
+    kind: str, namespace: str | None, name: str, warnings: Sequence[str], at: Millis, seq: int
+) -> JobEvent:
+    """A Warning Event on a queue object admitd accepted but ignores part of, naming each field."""
+    return JobEvent(
+        namespace=namespace or EVENTS_OF_CLUSTER_OBJECTS,
+        name=name,
+        uid="",
+        kind=kind,
+        reason=IGNORED_SPEC_REASON,
+        message=ignored_spec_message(kind, warnings),
+        type="Warning",
+        at=at,
+        seq=seq,
+    )
 
 
 def rejected_status(kind: str, errors: Sequence[str], previous: Mapping[str, Any] | None, now: str) -> Obj:
@@ -418,6 +464,7 @@ def local_queue_status(
     counts: QueueCounts,
     previous: Mapping[str, Any] | None,
     now: str,
+    warnings: Sequence[str] = (),
 ) -> Obj:
     conds = [dict(c) for c in (previous or {}).get("conditions") or ()]
     if cq is None:
@@ -428,7 +475,7 @@ def local_queue_status(
         active = (False, "ClusterQueueIsInactive", "Can't submit new workloads to clusterQueue")
     else:
         active = (True, "Ready", "Can submit new workloads to localQueue")
-    conds = set_condition(conds, "Active", *active, now)
+    conds = _ignored_spec(set_condition(conds, "Active", *active, now), "LocalQueue", warnings, now)
     flavors = _flavor_list(cq, counts.usage, borrowed=False)
     return {
         "pendingWorkloads": counts.pending,
@@ -486,7 +533,9 @@ class JobEvent:
 def event_object(e: JobEvent, *, instance: str) -> Obj:
     """A core/v1 Event, which `kubectl describe job` lists. Its name is the Job's and the log seq, so a retried
     POST finds its own Event (409) instead of writing a second one."""
-    api_version = _QUEUE_KINDS.get(e.kind) or _OWNERS.get(e.kind, ("batch/v1", "batch"))[0]
+    api_version = (
+        API_VERSION if e.kind == "Workload" else _QUEUE_KINDS.get(e.kind) or _OWNERS.get(e.kind, ("batch/v1", ""))[0]
+    )
     when = rfc3339(e.at)
     return {
         "apiVersion": "v1",
@@ -509,6 +558,25 @@ def event_object(e: JobEvent, *, instance: str) -> Obj:
         "reportingComponent": "admitd",
         "reportingInstance": instance,
     }
+
+
+def workload_pending_event(key: str, uid: str, kind: str, reason: PendingReason, at: Millis, seq: int) -> JobEvent:
+    """The Warning Event Kueue's scheduler records on a Workload it could not admit (pkg/scheduler
+    `requeueAndUpdate`): with v0.19's granular reasons, the Event's reason is the `QuotaReserved` condition's
+    (`WaitingForQuota`, `Misconfigured`, ...; v0.17 said `Pending`) and its message the condition's."""
+    namespace, _, name = key.partition("/")
+    why, message = reasons.quota_reserved(reason)
+    return JobEvent(
+        namespace=namespace,
+        name=workload_name(name, uid, kind, _OWNERS.get(kind, ("", "batch"))[1]),
+        uid="",  # the Workload's own uid is not kept; its name is unique to the Job's uid
+        kind="Workload",
+        reason=why,
+        message=message,
+        type="Warning",
+        at=at,
+        seq=seq,
+    )
 
 
 def flavors_text(admission: Admission) -> str:

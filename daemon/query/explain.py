@@ -15,6 +15,7 @@ from typing import Any
 from daemon.domain import events as ev
 from daemon.domain.model import FlavorResource, Milli, PendingReasonKind, selects
 from daemon.domain.quota import QuotaTree
+from daemon.domain.reasons import quota_reserved_reason
 from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import StoredEvent
@@ -164,6 +165,8 @@ def _say_preemption(x: Explanation, p: dict[str, Any]) -> None:
     who = (
         f"by {p['preemptor']} (ClusterQueue {p['preemptor_cluster_queue']})"
         if p["preemptor"]
+        else "for its Workload's spec.active: false"
+        if p["reason"] == "Deactivated"
         else "by its queue's stop policy"
     )
     x.say(f"preempted at {p['time']} {who}: {p['reason']}, allowed by {p['policy']}; freed {freed}", p["seq"])
@@ -319,14 +322,19 @@ def _pending(
     if reason is None or reason_seq is None:
         x.verdict = x.verdict or "not-evaluated"
         if lq is not None and cq is not None:
-            x.say("no admission cycle had evaluated it yet at this moment", x.moment.seq)
+            x.say("no admission cycle had evaluated it yet at this moment (Kueue: PendingEvaluation)", x.moment.seq)
         x.body["pending"] = None
     else:
         assert pending is not None
         x.verdict = (
             "never-fits" if reason.kind in NEVER else "blocked-by-configuration" if reason.kind in CONFIG else "waiting"
         )
-        x.say(f"pending since {clock.show(pending[0].recorded_at)}: {reason.kind.value}: {reason.message}", reason_seq)
+        kueue = quota_reserved_reason(reason.kind)
+        as_kueue = "" if kueue == reason.kind.value else f" (Kueue: {kueue})"
+        x.say(
+            f"pending since {clock.show(pending[0].recorded_at)}: {reason.kind.value}{as_kueue}: {reason.message}",
+            reason_seq,
+        )
         shortages = []
         for s in reason.shortages:
             short = max(0, s.requested - s.available)
@@ -349,6 +357,7 @@ def _pending(
             "seq": reason_seq,
             "time": clock.show(pending[0].recorded_at),
             "reason": reason.kind.value,
+            "kueue_reason": quota_reserved_reason(reason.kind),
             "message": reason.message,
             "blocked_by": reason.blocked_by,
             "shortages": shortages,
@@ -406,8 +415,8 @@ def _position(x: Explanation, state: State, rec: WorkloadRecord, cq_name: str, l
     in_lq = sum(1 for p in ahead if p.local_queue == lq_key)
     x.body["position"] = {"cluster_queue": idx, "local_queue": in_lq, "pending_in_cluster_queue": len(bucket)}
     x.say(
-        f"position {idx + 1} of {len(bucket)} pending in ClusterQueue {cq_name} ({idx} ahead of it), "
-        f"{in_lq + 1} in LocalQueue {lq_key}",
+        f"position {idx} of {len(bucket)} pending in ClusterQueue {cq_name} ({idx} ahead of it; 0-based, as "
+        f"Kueue's visibility API), position {in_lq} in LocalQueue {lq_key}",
         x.moment.seq,
     )
     shown = []

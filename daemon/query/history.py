@@ -154,7 +154,13 @@ def history(reader: LogReader, key: str, clock: Clock, until: int | None = None)
                 preemptor=by, preemptor_cluster_queue=by_cq, reason=why, policy=policy, freed=freed
             ):
                 preemptions += 1
-                who = f"by {by} (ClusterQueue {by_cq})" if by else "by its queue's stop policy (drained)"
+                who = (
+                    f"by {by} (ClusterQueue {by_cq})"
+                    if by
+                    else "for its Workload's spec.active: false"
+                    if why == "Deactivated"
+                    else "by its queue's stop policy (drained)"
+                )
                 entries.append(
                     Entry(
                         row.seq,
@@ -174,7 +180,13 @@ def history(reader: LogReader, key: str, clock: Clock, until: int | None = None)
                 if running_since is not None:
                     running += t - running_since
                 running_since, queued_since, status = None, t, "pending"
-                then = "deactivated, not requeued" if why == "InactiveWorkload" else "back in its queue"
+                then = (
+                    "deactivated, not requeued"
+                    if why == "InactiveWorkload"
+                    else "held out of its queue while deactivated"
+                    if why == "Deactivated"
+                    else "back in its queue"
+                )
                 entries.append(Entry(row.seq, t, "evicted", f"evicted ({why}); {then}", {"reason": why}))
             case ev.JobFinished(succeeded=ok):
                 if running_since is not None:
@@ -218,6 +230,13 @@ def history(reader: LogReader, key: str, clock: Clock, until: int | None = None)
                 )
             case ev.WorkloadRequeued():
                 entries.append(Entry(row.seq, t, "requeued", "backoff over: back in its queue", {}))
+            case ev.WorkloadActiveChanged(active=active):
+                text = (
+                    "reactivated (spec.active: true): back in its queue"
+                    if active
+                    else "deactivated (spec.active: false): stopped if running, held out of its queue"
+                )
+                entries.append(Entry(row.seq, t, "reactivated" if active else "deactivated", text, {}))
             case ev.JobTampered(what=what, detail=detail, manager=manager, claimed_cluster_queue=claimed):
                 by = f" (changed by {manager})" if manager else ""
                 entries.append(

@@ -7,6 +7,7 @@ from typing import Any
 
 from daemon.domain import events as ev
 from daemon.domain.model import Milli
+from daemon.domain.reasons import quota_reserved_reason
 from daemon.domain.state import State
 from daemon.eventlog import LogReader
 from daemon.query.history import q
@@ -158,6 +159,7 @@ def pending_entries(
                     "requests": {r: q(v, r) for r, v in sorted(requests_of(p.workload).items())},
                     "reason": None if reason is None else reason.kind.value,
                     "message": None if reason is None else reason.message,
+                    "kueue_reason": quota_reserved_reason(None if reason is None else reason.kind),
                     "queued_seq": queued_seq,
                     "reason_seq": reason_seq if reason is not None else None,
                 }
@@ -176,6 +178,7 @@ def unrouted_entries(state: State, clock: Clock, seqs: Seqs | None = None) -> li
             "queued_at": clock.show(p.queue_order_at),
             "reason": None if p.last_reason is None else p.last_reason.kind.value,
             "message": None if p.last_reason is None else p.last_reason.message,
+            "kueue_reason": quota_reserved_reason(None if p.last_reason is None else p.last_reason.kind),
             **_seq_fields(seqs, p.key, p.last_reason is not None),
         }
         for _, p in sorted(view.pending_unrouted.items())

@@ -206,14 +206,15 @@ _WORKLOAD_KEYED = (
     ev.WorkloadEvicted,
     ev.WorkloadTimedOut,
     ev.WorkloadRequeued,
+    ev.WorkloadActiveChanged,
     ev.WorkloadPending,
 )
 
 
 def _touched(event: ev.Event) -> str | None:
     """The one workload record `State.apply` reads or writes for `event` (its key), "" for an event that changes
-    nothing (`object.rejected`, `log.break_accepted`), None for any other event (configuration: it may re-route or
-    re-prioritise any workload, so a partial state cannot fold it).
+    nothing (`object.rejected`, `object.warned`, `log.break_accepted`), None for any other event (configuration: it
+    may re-route or re-prioritise any workload, so a partial state cannot fold it).
 
     From an audit of `State.apply`: each job or workload event reads and writes only its own record (`job`,
     `workload`, or the observed workload's key) and, besides, the outbox and the generation counters, which no
@@ -225,7 +226,7 @@ def _touched(event: ev.Event) -> str | None:
         return event.job
     if isinstance(event, _WORKLOAD_KEYED):
         return event.workload
-    if isinstance(event, ev.ObjectRejected | ev.ChainBreakAccepted):
+    if isinstance(event, ev.ObjectRejected | ev.ObjectWarned | ev.ChainBreakAccepted):
         return ""
     return None
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from daemon.domain import podsready
+from daemon.domain import activity, podsready
 from daemon.domain.admission import EngineConfig, decide
-from daemon.domain.events import DECISION_TYPES, Event, WorkloadRequeued, WorkloadTimedOut
+from daemon.domain.events import DECISION_TYPES, Event, WorkloadPreempted, WorkloadRequeued, WorkloadTimedOut
 from daemon.domain.state import State
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import decode
@@ -37,8 +37,11 @@ def reproduce(reader: LogReader, config: EngineConfig | None = None) -> Reproduc
             i += 1
             continue
         at = event.at  # type: ignore[union-attr]
-        expected = (
-            podsready.decide(state.view(), at, config.wait_for_pods_ready)
+        deactivating = isinstance(event, WorkloadPreempted) and event.policy == activity.POLICY
+        expected: list[Event] = (
+            list(activity.deactivations(state, at))
+            if deactivating
+            else podsready.decide(state.view(), at, config.wait_for_pods_ready)
             if timed
             else decide(state.view(), at, config)
         )

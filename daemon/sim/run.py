@@ -36,6 +36,7 @@ from daemon.stages.runner import run_stepped
 
 _CREATE, _FINISH, _CONFIG = 0, 1, 2
 
+_ACTIVE, _INACTIVE = 4, 5  # a job's Workload's spec.active set to true / false (simulate.admitd.io/deactivate-at)
 _READY = 3  # waitForPodsReady: a job's pods all became ready (simulate.admitd.io/ready-after)
 
 log = get_logger("admitd.sim")
@@ -132,6 +133,10 @@ class SimulatedCluster:
             self._push(at, _CONFIG, str(index))
         for job in scenario.jobs:
             self._push(job.submit_at, _CREATE, job.workload.key)
+            if job.deactivate_at is not None:
+                self._push(max(job.deactivate_at, job.submit_at), _INACTIVE, job.workload.key)
+            if job.reactivate_at is not None:
+                self._push(job.reactivate_at, _ACTIVE, job.workload.key)
 
     def connect(self, inbox: Inbox) -> None:
         self._inbox = inbox
@@ -179,6 +184,10 @@ class SimulatedCluster:
                     self.created += 1
                 elif kind == _CONFIG:
                     observed.append(self.scenario.timed_config[int(key)][1])
+                elif kind in (_ACTIVE, _INACTIVE):
+                    observed.append(ev.WorkloadActiveChanged(workload=key, active=kind == _ACTIVE, at=at))
+                    if kind == _INACTIVE and self.by_key[key].reactivate_at is None:
+                        self.can_finish.discard(key)  # stopped for good
                 elif kind == _READY:
                     if self.epoch.get(key) == epoch and key in self.running:
                         observed.append(ev.JobReady(job=key, at=at))

@@ -32,6 +32,8 @@ from daemon.manifests.fields import printable
 SUBMIT_AT = "simulate.admitd.io/submit-at"
 RUNTIME = "simulate.admitd.io/runtime"
 READY_AFTER = "simulate.admitd.io/ready-after"
+DEACTIVATE_AT = "simulate.admitd.io/deactivate-at"  # its Workload's spec.active set to false then (from the start)
+REACTIVATE_AT = "simulate.admitd.io/reactivate-at"  # and back to true then
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +42,8 @@ class SimJob:
     submit_at: Millis  # when it is created: its annotation plus its place among jobs of the same instant
     runtime: Millis | None  # None: it never finishes
     ready_after: Millis | None = 0  # after each start, when its pods are all ready; None: never
+    deactivate_at: Millis | None = None  # `kubectl kueue stop workload` at this moment (None: never)
+    reactivate_at: Millis | None = None  # `kubectl kueue resume workload` at this moment (None: never)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +128,7 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
     unmanaged = 0
     seen_jobs: set[str] = set()
     ready_after_of: dict[str, Millis | None] = {}
+    activity_of: dict[str, tuple[Millis | None, Millis | None]] = {}
     declared: dict[tuple[str, str], str] = {}  # queue object -> where it was first declared
     for document in docs:
         parsed = document
@@ -199,6 +204,24 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
                 )
             except DurationError as e:
                 raise job_error(f"metadata.annotations[{READY_AFTER}]", f"{e} (or 'never')") from e
+            stops: list[Millis | None] = []
+            for name in (DEACTIVATE_AT, REACTIVATE_AT):
+                text = _annotation(parsed.raw_job, name)
+                try:
+                    stops.append(None if text is None else parse_duration(text))
+                except DurationError as e:
+                    raise job_error(f"metadata.annotations[{name}]", str(e)) from e
+            deactivate_at, reactivate_at = stops
+            if deactivate_at is not None and deactivate_at < submit_at:
+                raise job_error(
+                    f"metadata.annotations[{DEACTIVATE_AT}]",
+                    f"must not be before the job is submitted ({submit_text or '0s'})",
+                )
+            if reactivate_at is not None and (deactivate_at is None or reactivate_at <= deactivate_at):
+                raise job_error(
+                    f"metadata.annotations[{REACTIVATE_AT}]",
+                    f"needs {DEACTIVATE_AT} before it (a job is active until it is deactivated)",
+                )
             # The loader already ran the adapter; only the identity and creation time are the simulator's.
             workload = replace(parsed.workload, uid=f"sim-{parsed.doc_index}", queue_name=managed.queue_name)
         except ManifestError as e:
@@ -208,6 +231,7 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
             continue
         seen_jobs.add(key)
         ready_after_of[key] = ready_after
+        activity_of[key] = (deactivate_at, reactivate_at)
         timed.append((submit_at, len(timed), workload, runtime))
     # Jobs of the same instant are created in document order, 1 ms apart, so FIFO ties are well defined.
     timed.sort(key=lambda t: (t[0], t[1]))
@@ -223,6 +247,8 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
                 submit_at=created,
                 runtime=runtime,
                 ready_after=ready_after_of.get(workload.key, 0),
+                deactivate_at=activity_of.get(workload.key, (None, None))[0],
+                reactivate_at=activity_of.get(workload.key, (None, None))[1],
             )
         )
     return Scenario(

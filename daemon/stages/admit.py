@@ -15,8 +15,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from daemon.domain import activity, podsready
 from daemon.domain import events as ev
-from daemon.domain import podsready
 from daemon.domain.actuation import Order
 from daemon.domain.admission import AdmissionEngine
 from daemon.domain.model import Millis
@@ -133,6 +133,8 @@ class Admit:
         now = self.clock.now()
         if self.pods_ready is not None and self.deadlines_gate():
             await self._pods_ready_step(now)
+        if self.state.deactivating:
+            await self._deactivation_step(now)
         t0 = time.perf_counter()
         decisions = self.engine.decide(self.state.view(), now)
         engine_s = time.perf_counter() - t0
@@ -168,6 +170,20 @@ class Admit:
             pending=len(decisions) - admitted - preempted,
             engine_ms=round(engine_s * 1000, 3),
         )
+
+    async def _deactivation_step(self, now: int) -> None:
+        """Admitted workloads whose Workload's spec.active turned false are evicted, as Kueue's workload controller
+        evicts them (reason Deactivated): decided here, before the cycle, so the cycle sees their quota stopping.
+        The observation is their cause."""
+        decisions = activity.deactivations(self.state, now)
+        self.decisions += len(decisions)
+        seqs = await self.recorder.append([(d, self.cause) for d in decisions])
+        outbox = self.state.outbox
+        for decision, seq in zip(decisions, seqs, strict=True):
+            order = outbox.get(decision.workload)
+            if order is not None and order.decision == seq:
+                self.to_actuate(order)
+        log.debug("deactivated", at=now, evicted=[d.workload for d in decisions])
 
     async def _pods_ready_step(self, now: int) -> None:
         """waitForPodsReady's decisions due at `now` (timeouts, ends of backoff), recorded before the cycle so that

@@ -292,3 +292,22 @@ async def test_a_real_clock_log_reads_rfc3339_and_relative_times(tmp_path: Path)
     assert "2026-05-28T20:26:40.000Z" in early.stderr
     now = answer("queues", "--at", "-1h", "--db", str(db))  # an hour ago: after the last event, so the end
     assert now["at"]["seq"] == 3
+
+
+@pytest.mark.parametrize(("name", "at"), [("strict-fifo-blocked", "+1m"), ("never-fits-and-unselected", "-0s")])
+def test_explain_and_pending_give_one_position_counted_from_0(logs: dict[str, str], name: str, at: str) -> None:
+    """One convention, Kueue's visibility API's (positionInClusterQueue counts from 0): `pending`'s POS and LQ-POS,
+    `explain`'s JSON and `explain`'s text all give the same number, which is how many are ahead."""
+    db = logs[name]
+    p = answer("pending", "--at", at, "--db", db)
+    rows = [(cq, e) for cq, entries in p["cluster_queues"].items() for e in entries]
+    assert rows
+    for _cq, e in rows:
+        x = answer("explain", e["job"], "--at", at, "--db", db)
+        assert x["position"]["cluster_queue"] == e["position"]
+        assert x["position"]["local_queue"] == e["local_queue_position"]
+        assert x["ahead"]["count"] == e["position"]
+        text = admitd("explain", e["job"], "--at", at, "--db", db).stdout
+        assert f"position {e['position']} of " in text
+        assert f"position {e['local_queue_position']} in LocalQueue {e['local_queue']}" in text
+    assert sorted(e["position"] for cq, e in rows if cq == rows[0][0])[0] == 0

@@ -90,7 +90,7 @@ def test_workloads_show_admission_pending_message_and_finish_and_queues_count_th
     apply(crds, job(ns, "second", queue="q"))
 
     def second_pending() -> bool:
-        return cond(workloads(crds, ns).get("second"), "QuotaReserved").get("reason") == "Pending"
+        return cond(workloads(crds, ns).get("second"), "QuotaReserved").get("reason") == "WaitingForQuota"
 
     wait_for("the second job's Workload to say it is pending", second_pending, timeout=30)
     wls = workloads(crds, ns)
@@ -114,7 +114,7 @@ def test_workloads_show_admission_pending_message_and_finish_and_queues_count_th
     assert cond(second, "QuotaReserved") | {"lastTransitionTime": None} == {
         "type": "QuotaReserved",
         "status": "False",
-        "reason": "Pending",
+        "reason": "WaitingForQuota",  # Kueue v0.19's granular reason (v0.17: Pending)
         "message": message,
         "lastTransitionTime": None,
     }
@@ -146,6 +146,20 @@ def test_workloads_show_admission_pending_message_and_finish_and_queues_count_th
     assert "Admitted" in described and f"Admitted by ClusterQueue {cq}" in described, described
     described = describe(crds, ns, "second")
     assert "Pending" in described and "WaitingForQuota" in described, described
+    # And on its Workload, as Kueue's scheduler: a Warning named after the QuotaReserved reason.
+    wl_name = workloads(crds, ns)["second"]["metadata"]["name"]
+
+    def warned() -> list[dict[str, Any]]:
+        listed = json.loads(
+            kubectl(crds, "get", "events", "-n", ns, "--field-selector", f"involvedObject.name={wl_name}", "-o", "json")
+        )
+        return [e for e in listed["items"] if e["involvedObject"]["kind"] == "Workload"]
+
+    wait_for("the Warning Event on the second job's Workload", lambda: bool(warned()), timeout=20)
+    (warning,) = warned()
+    assert (warning["type"], warning["reason"]) == ("Warning", "WaitingForQuota")
+    told = [e["payload"]["reason"]["message"] for e in of_type(mine(daemon, ns), "workload.pending", f"{ns}/second")]
+    assert warning["message"] in told, (warning, told)
 
     # The first job completes (kwok); its Workload stays, Finished, and the second runs.
     wait_for("the second job to run once the first finished", lambda: running(crds, ns, "second"), timeout=90)
@@ -239,3 +253,96 @@ def test_without_workload_objects_no_workload_exists_but_queues_and_events_are_w
     ran = "a" if running(crds, ns, "a") else "b"
     wait_for("the Admitted Event", lambda: f"Admitted by ClusterQueue {cq}" in describe(crds, ns, ran), timeout=20)
     assert workloads(crds, ns) == {}, "no Workload object with --no-workload-objects"
+
+
+def test_a_queue_admitd_accepts_but_ignores_part_of_says_so_in_a_condition_and_a_warning_event(
+    daemon: Daemon, crds: KubeCluster, namespace: str
+) -> None:
+    """A borrowingLimit without a cohort (admitd's CRDs let it through, Kueue's webhook would refuse it) and a
+    LocalQueue's admission fair sharing: accepted and enforced, with `admitd.io/IgnoredSpec` naming each field and
+    a Warning Event on each object (ClusterQueues' in namespace default); removing them turns the condition False."""
+    ns, rf, cq = namespace, f"h100-{namespace}", f"warned-{namespace}"
+    lq = local_queue(ns, "q", cq)
+    lq["spec"]["fairSharing"] = {"weight": "2"}
+    apply(crds, flavor(rf, **{"gpu-type": "h100"}), cluster_queue(cq, rf, 4, borrowing_limit=2), lq)
+    apply(crds, job(ns, "runs", queue="q"))
+    wait_for("the job to run in the queue that warns", lambda: running(crds, ns, "runs"))
+
+    def warned(kind: str, name: str, where: str | None) -> dict[str, Any]:
+        return cond({"status": queue_status(crds, kind, name, where)}, "admitd.io/IgnoredSpec")
+
+    wait_for(
+        "the ClusterQueue's IgnoredSpec condition", lambda: warned("clusterqueues", cq, None).get("status") == "True"
+    )
+    c = warned("clusterqueues", cq, None)
+    assert c["reason"] == "IgnoredSpec"
+    assert (
+        "spec.resourceGroups[0].flavors[0].resources[0].borrowingLimit has no effect until the ClusterQueue"
+        in c["message"]
+    )
+    wait_for("the LocalQueue's IgnoredSpec condition", lambda: warned("localqueues", "q", ns).get("status") == "True")
+    assert "spec.fairSharing" in warned("localqueues", "q", ns)["message"]
+
+    def warning_events(where: str, name: str) -> list[dict[str, Any]]:
+        listed = json.loads(
+            kubectl(crds, "get", "events", "-n", where, "--field-selector", f"involvedObject.name={name}", "-o", "json")
+        )
+        return [e for e in listed["items"] if e["reason"] == "IgnoredSpec"]
+
+    wait_for("the Warning Event on the ClusterQueue", lambda: bool(warning_events("default", cq)), timeout=20)
+    (event,) = warning_events("default", cq)
+    assert (event["type"], event["involvedObject"]["kind"]) == ("Warning", "ClusterQueue")
+    assert "borrowingLimit" in event["message"]
+    wait_for("the Warning Event on the LocalQueue", lambda: bool(warning_events(ns, "q")), timeout=20)
+    warned_events = [
+        e for e in daemon.events() if e["type"] == "object.warned" and e["subject"] == f"clusterqueue/{cq}"
+    ]
+    assert len(warned_events) == 1, warned_events
+
+    apply(crds, cluster_queue(cq, rf, 4))  # the borrowingLimit removed
+    wait_for("the condition to turn False", lambda: warned("clusterqueues", cq, None).get("status") == "False")
+    assert warned("clusterqueues", cq, None)["reason"] == "Enforced"
+
+
+def test_a_workload_set_inactive_stops_its_job_and_resumes_it_when_active_again(
+    daemon: Daemon, crds: KubeCluster, namespace: str
+) -> None:
+    """`kubectl kueue stop workload` is `spec.active: false` on the Workload: admitd evicts the running Job
+    (reason Deactivated: suspended, quota released), another job takes the quota, and the stopped one waits,
+    QuotaReserved=False reason Deactivated, until `spec.active: true` puts it back in its queue."""
+    ns, rf, cq = namespace, f"h100-{namespace}", f"active-{namespace}"
+    apply(crds, flavor(rf, **{"gpu-type": "h100"}), cluster_queue(cq, rf, 4), local_queue(ns, "q", cq))
+    apply(crds, job(ns, "stopped", queue="q"))
+    wait_for("the job to run", lambda: running(crds, ns, "stopped"))
+    apply(crds, job(ns, "waiting", queue="q"))
+    wait_for("the second job's Workload", lambda: "waiting" in workloads(crds, ns), timeout=20)
+    name = workloads(crds, ns)["stopped"]["metadata"]["name"]
+
+    def set_active(active: bool) -> None:
+        patch = json.dumps({"spec": {"active": active}})
+        kubectl(crds, "patch", "workload", name, "-n", ns, "--type=merge", "-p", patch)
+
+    set_active(False)
+    wait_for("the deactivated job to be suspended", lambda: suspended(crds, ns, "stopped"), timeout=30)
+    wait_for("the other job to take its quota", lambda: running(crds, ns, "waiting"), timeout=30)
+
+    def reason(type_: str) -> str | None:
+        return cond(workloads(crds, ns)["stopped"], type_).get("reason")
+
+    wait_for("the Workload to say Deactivated", lambda: reason("QuotaReserved") == "Deactivated", timeout=20)
+    assert reason("Evicted") == "Deactivated"
+    assert workloads(crds, ns)["stopped"]["spec"]["active"] is False, "the user's edit stays"
+    story = [e for e in mine(daemon, ns) if e["subject"] == f"job/{ns}/stopped"]
+    changed = [e for e in story if e["type"] == "workload.active_changed"]
+    assert [e["payload"]["active"] for e in changed] == [False]
+    preempted = of_type(mine(daemon, ns), "workload.preempted", f"{ns}/stopped")
+    assert [e["payload"]["reason"] for e in preempted] == ["Deactivated"]
+    assert preempted[0]["cause"] == changed[0]["seq"], "decided from the observation"
+
+    kubectl(crds, "delete", "job", "-n", ns, "waiting", "--wait=false")
+    set_active(True)
+    wait_for("the reactivated job to run again", lambda: running(crds, ns, "stopped"), timeout=30)
+    admitted = of_type(mine(daemon, ns), "workload.admitted", f"{ns}/stopped")
+    reactivated = of_type(mine(daemon, ns), "workload.active_changed", f"{ns}/stopped")[-1]
+    assert reactivated["payload"]["active"] is True
+    assert len(admitted) == 2 and admitted[1]["seq"] > reactivated["seq"], "not readmitted while inactive"

@@ -440,3 +440,47 @@ def test_after_a_restart_an_admission_without_a_recorded_unsuspension_counts_as_
     assert actuator.unsuspending("research/train-a")
     actuator.seen("DELETED", raw_job(suspend=True))
     assert not actuator.unsuspending("research/train-a")
+
+def test_an_accepted_queue_object_with_ignored_fields_is_warned_once_and_unwarned_when_they_go() -> None:
+    """`object.warned` after the observation, naming each field; the same warnings again are not news; a version
+    without them (even one the fold sees as unchanged: the ignored field removed) records warnings=()."""
+    state = State()
+    observer, put, _ = _observer(state, leader=False)
+    cq = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "solo", "uid": "u1", "resourceVersion": "7"},
+        "spec": {
+            "namespaceSelector": {},
+            "admissionChecksStrategy": {"admissionChecks": [{"name": "prov"}]},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu"],
+                    "flavors": [
+                        {"name": "h100", "resources": [{"name": "cpu", "nominalQuota": 4, "borrowingLimit": 2}]}
+                    ],
+                }
+            ],
+        },
+    }
+    observer.objects_listed("ClusterQueue")([cq])
+    events = put[0].events
+    assert [type(e) for e in events] == [ev.ClusterQueueObserved, ev.ObjectWarned]
+    warned = events[1]
+    assert isinstance(warned, ev.ObjectWarned)
+    assert (warned.kind, warned.name, warned.namespace) == ("ClusterQueue", "solo", None)
+    assert warned.warnings == (
+        "ClusterQueue solo: spec.admissionChecksStrategy is not implemented by admitd and is ignored",
+        "ClusterQueue solo: spec.resourceGroups[0].flavors[0].resources[0].borrowingLimit has no effect until the "
+        "ClusterQueue joins a cohort",
+    )
+    for seq, event in enumerate(events, start=1):
+        state.apply(event, seq)
+    put.clear()
+    observer.object_event("MODIFIED", cq)
+    assert put == [], "the same warnings are recorded once"
+    del cq["spec"]["admissionChecksStrategy"]  # type: ignore[attr-defined]
+    del cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["borrowingLimit"]  # type: ignore[index]
+    observer.object_event("MODIFIED", cq)
+    assert [type(e) for o in put for e in o.events] == [ev.ClusterQueueObserved, ev.ObjectWarned]
+    assert put[-1].events[-1] == ev.ObjectWarned(kind="ClusterQueue", name="solo", warnings=())

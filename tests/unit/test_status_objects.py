@@ -14,6 +14,7 @@ from typing import Any, cast
 import pytest
 
 from daemon.domain import events as ev
+from daemon.domain import reasons
 from daemon.domain.model import (
     Admission,
     ClusterQueue,
@@ -140,14 +141,14 @@ def test_a_workload_without_a_priority_class_has_no_reference() -> None:
 # --- the Workload's status through a life: pending, admitted, preempted, evicted, readmitted, finished --------
 
 
-def test_a_pending_workload_says_pending_with_the_engines_message() -> None:
+def test_a_pending_workload_says_kueues_granular_reason_with_the_engines_message() -> None:
     status = so.workload_status(so.WorkloadFacts(pending=WAITING), None, T0)
     assert status == {
         "conditions": [
             {
                 "type": "QuotaReserved",
                 "status": "False",
-                "reason": "Pending",
+                "reason": "WaitingForQuota",
                 "message": "insufficient unused quota for gpu",
                 "lastTransitionTime": T0,
             }
@@ -176,8 +177,38 @@ def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
     first = so.workload_status(so.WorkloadFacts(pending=WAITING), None, T0)
     other = PendingReason(kind=PendingReasonKind.BLOCKED_BY_HEAD, message="StrictFIFO: blocked by research/x")
     second = so.workload_status(so.WorkloadFacts(pending=other), first, T1)
-    assert conds(second)["QuotaReserved"] == ("False", "Pending", T0)
+    assert conds(second)["QuotaReserved"] == ("False", "PendingEvaluation", T0)
     assert second["conditions"][0]["message"] == "StrictFIFO: blocked by research/x"
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        (PendingReasonKind.LOCAL_QUEUE_NOT_FOUND, "Misconfigured"),
+        (PendingReasonKind.CLUSTER_QUEUE_NOT_FOUND, "Misconfigured"),
+        (PendingReasonKind.NAMESPACE_NOT_SELECTED, "Misconfigured"),
+        (PendingReasonKind.QUEUE_STOPPED, "Suspended"),
+        (PendingReasonKind.CLUSTER_QUEUE_INACTIVE, "Suspended"),
+        (PendingReasonKind.NO_MATCHING_FLAVOR, "NoMatchingFlavor"),
+        (PendingReasonKind.EXCEEDS_MAX_QUOTA, "ExceedsMaxQuota"),
+        (PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS, "WaitingForPreemptedWorkloads"),
+        (PendingReasonKind.WAITING_FOR_PODS_READY, "WaitingForPodsReady"),
+        (PendingReasonKind.DEACTIVATED, "Deactivated"),
+    ],
+)
+def test_each_pending_reason_is_written_as_kueues(kind: PendingReasonKind, reason: str) -> None:
+    status = so.workload_status(so.WorkloadFacts(pending=PendingReason(kind=kind, message="why")), None, T0)
+    assert (status["conditions"][0]["reason"], status["conditions"][0]["message"]) == (reason, "why")
+
+
+def test_every_pending_reason_has_a_kueue_reason_and_every_kueue_reason_is_exported() -> None:
+    for kind in PendingReasonKind:
+        assert reasons.quota_reserved_reason(kind) in reasons.QUOTA_RESERVED_REASONS
+    assert reasons.quota_reserved_reason(None) == "PendingEvaluation"
+    assert reasons.quota_reserved(None) == (
+        "PendingEvaluation",
+        "Workload is pending evaluation in the scheduling queue",
+    )
 
 
 def test_preemption_evicts_then_releases_and_readmission_clears_it() -> None:
@@ -195,7 +226,7 @@ def test_preemption_evicts_then_releases_and_readmission_clears_it() -> None:
     assert "research/vip" in message and "prioritization in the ClusterQueue" in message
     evicted = so.workload_status(so.WorkloadFacts(preemption=PREEMPTION), evicting, T2)
     assert conds(evicted) == {
-        "QuotaReserved": ("False", "Pending", T2),
+        "QuotaReserved": ("False", "PendingEvaluation", T2),
         "Admitted": ("False", "NoReservation", T2),
         "Evicted": ("True", "Preempted", T1),
         "Preempted": ("True", "InClusterQueue", T1),
@@ -360,10 +391,11 @@ def test_a_bucket_without_rate_or_burst_is_refused() -> None:
 # --- the writer's listener: marks, and coalesces Events --------------------------------------------------------
 
 
-def writer() -> tuple[StatusWriter, State]:
+def writer(*, workload_objects: bool = False) -> tuple[StatusWriter, State]:
+    """The Job's Events alone unless `workload_objects` (then the Workload's Warning Events too)."""
     state = State()
     client = cast(KubeClient, None)  # the listener never sends; only `run` does
-    w = StatusWriter(client, state, clock=cast(Any, None), monotonic=lambda: 0.0)
+    w = StatusWriter(client, state, clock=cast(Any, None), monotonic=lambda: 0.0, workload_objects=workload_objects)
     return w, state
 
 
@@ -480,7 +512,9 @@ def test_a_pending_reason_that_only_changes_its_figures_is_one_event_on_the_job(
     figures); a new kind of reason is one; after an admission and an eviction, pending again is one."""
     client = _PostedEvents()
     state = State()
-    w = StatusWriter(cast(KubeClient, client), state, clock=cast(Any, None), monotonic=lambda: 0.0)
+    w = StatusWriter(
+        cast(KubeClient, client), state, clock=cast(Any, None), monotonic=lambda: 0.0, workload_objects=False
+    )
 
     feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
     feed(w, state, _pending(1_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
@@ -509,7 +543,9 @@ def test_an_admission_undone_before_it_reached_the_job_does_not_repeat_its_pendi
     came, it was dropped unsent, and the same reason afterwards is told."""
     client = _PostedEvents()
     state = State()
-    w = StatusWriter(cast(KubeClient, client), state, clock=cast(Any, None), monotonic=lambda: 0.0)
+    w = StatusWriter(
+        cast(KubeClient, client), state, clock=cast(Any, None), monotonic=lambda: 0.0, workload_objects=False
+    )
 
     def undone_admission(at: int) -> None:
         feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=at, admission=admission()))
@@ -613,7 +649,7 @@ def test_what_users_act_on_goes_ahead_of_pending_reasons_but_nothing_waits_forev
     5 s for queues; a routine key marked urgent later moves ahead and keeps its first mark."""
     clock = _Clock()
     state = State()
-    w = StatusWriter(cast(KubeClient, None), state, clock=cast(Any, None), monotonic=clock)
+    w = StatusWriter(cast(KubeClient, None), state, clock=cast(Any, None), monotonic=clock, workload_objects=False)
     feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()))
     w._queues.clear()
     feed(w, state, ev.JobObserved(workload=wl()))  # at 0: a Workload to create (urgent), its LocalQueue's count
@@ -670,7 +706,9 @@ def test_a_refused_write_is_retried_in_its_own_lane_with_its_first_mark() -> Non
     jumps ahead of admissions nor loses its place to newer pending reasons."""
     client = _FlakyEvents()
     state = State()
-    w = StatusWriter(cast(KubeClient, client), state, clock=cast(Any, None), linger_s=0.01, parallelism=1)
+    w = StatusWriter(
+        cast(KubeClient, client), state, clock=cast(Any, None), linger_s=0.01, parallelism=1, workload_objects=False
+    )
     feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
     feed(w, state, _pending(1_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
     w._urgent.clear()
@@ -698,3 +736,92 @@ def test_a_refused_write_is_retried_in_its_own_lane_with_its_first_mark() -> Non
     asyncio.run(asyncio.wait_for(refuse_once(), 10))
     assert client.refused == 1
     assert lanes[0] == ({key: first_mark}, {}), "back in the routine lane, with its first mark"
+
+
+def test_a_waiting_workload_gets_kueues_warning_event_once_per_new_reason_the_newest_replacing_the_unsent() -> None:
+    """As Kueue's scheduler (requeueAndUpdate): a Warning Event on the Workload, named after the QuotaReserved
+    reason. Bounded as the Job's Pending is: a reason that only changes its figures is no new Event (Kueue's events
+    recorder folds repeats into a series), an unsent one is replaced by the newer one, an admission drops it."""
+    client = _PostedEvents()
+    state = State()
+    w = StatusWriter(cast(KubeClient, client), state, clock=cast(Any, None), monotonic=lambda: 0.0)
+    feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
+    feed(w, state, _pending(1_000, PendingReasonKind.LOCAL_QUEUE_NOT_FOUND, "LocalQueue research/q doesn't exist"))
+    feed(w, state, _pending(1_500, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
+    _send_all(w)
+    feed(w, state, _pending(2_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 1 more needed"))
+    _send_all(w)
+    feed(w, state, _pending(3_000, PendingReasonKind.QUEUE_STOPPED, "ClusterQueue team-research is stopped (Hold)"))
+    feed(w, state, ev.WorkloadAdmitted(workload="research/train-a", at=4_000, admission=admission()))
+    _send_all(w)
+    on_workload = [e for e in client.posted if e["involvedObject"]["kind"] == "Workload"]
+    assert [(e["type"], e["reason"], e["message"]) for e in on_workload] == [
+        ("Warning", "WaitingForQuota", "cpu: 2 more needed")
+    ]
+    (sent,) = on_workload
+    uid = wl().uid
+    assert sent["involvedObject"] == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "name": so.workload_name("train-a", uid),
+        "namespace": "research",
+    }
+    assert sent["metadata"]["namespace"] == "research"
+
+
+def test_without_workload_objects_there_is_no_workload_event() -> None:
+    w, state = writer(workload_objects=False)
+    feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()), ev.JobObserved(workload=wl()))
+    feed(w, state, _pending(1_000, PendingReasonKind.WAITING_FOR_QUOTA, "cpu: 2 more needed"))
+    assert [e.kind for e in w._events.values()] == ["Job"]
+
+
+# --- queue objects admitd accepts but ignores part of ---------------------------------------------------------
+
+IGNORED = ("ClusterQueue team-research: spec.admissionChecksStrategy is not implemented by admitd and is ignored",)
+
+
+def test_a_queue_with_ignored_fields_says_so_in_a_condition_until_a_version_without_them() -> None:
+    counts = so.QueueCounts(pending=0, reserving=0, usage={})
+    warned = so.cluster_queue_status(cluster_queue(), counts, [], None, T0, warnings=IGNORED)
+    cond = next(c for c in warned["conditions"] if c["type"] == "admitd.io/IgnoredSpec")
+    assert (cond["status"], cond["reason"]) == ("True", "IgnoredSpec")
+    assert cond["message"] == f"admitd accepts this ClusterQueue but ignores part of it: {IGNORED[0]}"
+    assert conds(warned)["Active"] == ("True", "Ready", T0), "it is enforced, all but the named fields"
+    mended = so.cluster_queue_status(cluster_queue(), counts, [], warned, T1)
+    assert conds(mended)["admitd.io/IgnoredSpec"] == ("False", "Enforced", T1)
+    never = so.cluster_queue_status(cluster_queue(), counts, [], None, T0)
+    assert "admitd.io/IgnoredSpec" not in conds(never)
+    lq = LocalQueue(namespace="research", name="q", cluster_queue="team-research")
+    lq_status = so.local_queue_status(lq, cluster_queue(), True, counts, None, T0, warnings=("LocalQueue x: y",))
+    assert conds(lq_status)["admitd.io/IgnoredSpec"] == ("True", "IgnoredSpec", T0)
+
+
+def test_object_warned_sends_a_warning_event_naming_the_fields_and_marks_the_queue() -> None:
+    client = _PostedEvents()
+    state = State()
+    w = StatusWriter(cast(KubeClient, client), state, clock=cast(Any, _FixedClock()), monotonic=lambda: 0.0)
+    feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()))
+    w._queues.clear()
+    feed(w, state, ev.ObjectWarned(kind="ClusterQueue", name="team-research", warnings=IGNORED))
+    assert ("cq", "team-research") in w.marked()
+    assert w._warned == {("ClusterQueue", "team-research"): IGNORED}
+    _send_all(w)
+    (sent,) = client.posted
+    assert (sent["type"], sent["reason"], sent["metadata"]["namespace"]) == ("Warning", "IgnoredSpec", "default")
+    assert sent["involvedObject"] == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "name": "team-research",
+    }
+    assert IGNORED[0] in sent["message"]
+    feed(w, state, ev.ObjectWarned(kind="ClusterQueue", name="team-research", warnings=()))
+    assert w._warned == {} and [e for e in w._events.values()] == [], "no Event when the warnings go"
+    feed(w, state, ev.ObjectWarned(kind="ClusterQueue", name="team-research", warnings=IGNORED))
+    feed(w, state, ev.ClusterQueueDeleted(name="team-research"))
+    assert w._warned == {}, "a deleted queue's warnings go with it"
+
+
+class _FixedClock:
+    def now(self) -> int:
+        return 5_000
