@@ -76,7 +76,7 @@ from daemon.domain.view import (
     queue_ordered,
 )
 
-STATE_VERSION = 7
+STATE_VERSION = 8
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
 
 
