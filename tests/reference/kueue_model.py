@@ -1,0 +1,439 @@
+"""A reference model of Kueue's scheduler (v0.17, classic preemption, fair sharing off): pure, slow and short.
+
+It is what the engine is compared with (tests/unit/test_engine_vs_model.py, bench/bench_model_diff.py), so it
+follows Kueue's structures, not admitd's: per ClusterQueue a heap and an inadmissible set
+(`pkg/cache/queue/cluster_queue.go`); a cycle pops one head per ClusterQueue (`Manager.Heads`), takes a fresh
+snapshot (`cache.Snapshot`), nominates every head (`Scheduler.nominate`), orders the entries as the classical
+iterator does (`makeClassicalIterator`), processes them one by one (`Scheduler.processEntry`) and requeues those
+not admitted (`Scheduler.requeueAndUpdate`, `ClusterQueue.RequeueIfNotPresent`). Cycles run until one changes
+nothing (no decision, no workload moved between a heap and an inadmissible set).
+
+What it shares with the engine, and so does not check: the quota arithmetic of `resource_node.go`
+(`daemon.domain.quota`), the flavor assigner with its preemption oracle (`daemon.domain.flavors`, Kueue's
+`flavorassigner.Assign` and `preemption.Oracle`) and classic victim selection (`daemon.domain.preemption`, Kueue's
+`classical` package). It does not remember a flavor scan across cycles (Kueue's `LastAssignment`, the
+TryNextFlavor resume point), has no partial admission, no fair sharing, no stop policies, no waitForPodsReady.
+
+The world around it is the simulator's: jobs arrive at their time, finish after their runtime, and a preempted job
+stops at once (its quota is released at the instant it is preempted) and queues again.
+Where admitd chooses to decide differently from Kueue, `Switches` names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from daemon.domain.flavors import Assignment, FlavorAssigner, Mode
+from daemon.domain.model import (
+    Admission,
+    ClusterQueue,
+    Cohort,
+    FlavorResource,
+    LocalQueue,
+    Millis,
+    Namespace,
+    PodSetAssignment,
+    PreemptionPolicy,
+    QueueingStrategy,
+    ResourceFlavor,
+    Workload,
+    selects,
+)
+from daemon.domain.preemption import Preemptor, Target, classical_targets, oracle_mode
+from daemon.domain.quota import Node, QuotaTree, Snapshot, fits
+from daemon.domain.view import AdmittedWorkload, PendingWorkload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Switches:
+    """Where admitd decides differently from Kueue on purpose (README, "The engine's contract with Kueue")."""
+
+    hold_evicted_until_next_instant: bool = True
+    """A workload stopped at an instant is not admitted again at that instant, neither into free room nor by
+    preempting in turn (issue 9: no instant undoes its own decisions); it is assessed again at the next instant.
+    Kueue has no such rule: there the eviction takes the pods' grace period, so the question does not arise."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    at: Millis
+    kind: str  # "admit" | "preempt"
+    workload: str
+    cluster_queue: str
+    flavors: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # admit: per pod set, resource -> flavor
+    preemptor: str | None = None  # preempt
+
+
+# Kueue's RequeueReason values (cluster_queue.go).
+GENERIC = ""
+FAILED_AFTER_NOMINATION = "FailedAfterNomination"
+NAMESPACE_MISMATCH = "NamespaceMismatch"
+PENDING_PREEMPTION = "PendingPreemption"
+NO_FIT = "NoFit"
+NO_CANDIDATES = "PreemptionNoCandidates"
+HELD = "Held"  # admitd's switch: back in the heap at the next instant
+
+
+@dataclass(slots=True)
+class _CQueue:
+    """Kueue's queue.ClusterQueue: the heap (`active`), the inadmissible set, the pop and requeue cycle counters,
+    and the preemptor workload (sticky at the head in BestEffortFIFO)."""
+
+    cq: ClusterQueue
+    active: set[str] = field(default_factory=set)
+    inadmissible: set[str] = field(default_factory=set)
+    pop_cycle: int = 0
+    queue_inadmissible_cycle: int = -1
+    preemptor: str | None = None
+    sticky: bool = False
+
+    @property
+    def strict(self) -> bool:
+        return self.cq.queueing_strategy is QueueingStrategy.STRICT_FIFO
+
+
+@dataclass(slots=True)
+class _Entry:
+    """Kueue's scheduler entry: one head, its assignment and targets, its status and requeue reason."""
+
+    pw: PendingWorkload
+    cq: str
+    assignment: Assignment | None = None
+    targets: list[Target] = field(default_factory=list)
+    status: str = ""  # "" (notNominated) | skipped | nominated | assumed
+    requeue_reason: str = GENERIC
+
+
+class KueueModel:
+    def __init__(
+        self,
+        *,
+        flavors: Mapping[str, ResourceFlavor],
+        cluster_queues: Mapping[str, ClusterQueue],
+        cohorts: Mapping[str, Cohort],
+        local_queues: Mapping[str, LocalQueue],
+        namespaces: Mapping[str, Namespace],
+        switches: Switches = Switches(),
+    ) -> None:
+        self.flavors = dict(flavors)
+        self.cluster_queues = dict(cluster_queues)
+        self.cohorts = dict(cohorts)
+        self.local_queues = dict(local_queues)
+        self.namespaces = dict(namespaces)
+        self.switches = switches
+        self.queues = {name: _CQueue(cq) for name, cq in sorted(cluster_queues.items())}
+        self.pending: dict[str, PendingWorkload] = {}
+        self.cq_of: dict[str, str] = {}
+        self.admitted: dict[str, AdmittedWorkload] = {}
+        self.held: set[str] = set()
+        self.decisions: list[Decision] = []
+        self.cycles = 0
+        self._structure = QuotaTree.build(self.cluster_queues, self.cohorts, self.flavors)
+
+    # --- the world's events -------------------------------------------------------------------------------------
+
+    def create(self, wl: Workload, priority: int) -> None:
+        """A new Workload: Manager.AddOrUpdateWorkload pushes it to its ClusterQueue's heap at once."""
+        lq = self.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
+        if lq is None or lq.cluster_queue not in self.queues:
+            return  # no queue sees it; the engine writes a reason, which is not a decision
+        pw = PendingWorkload(
+            workload=wl,
+            priority=priority,
+            local_queue=f"{wl.namespace}/{wl.queue_name}",
+            queue_order_at=wl.created_at,
+            last_reason=None,
+        )
+        self.pending[wl.key] = pw
+        self.cq_of[wl.key] = lq.cluster_queue
+        self.queues[lq.cluster_queue].active.add(wl.key)
+
+    def finish(self, key: str) -> None:
+        """The job finished: its quota is released, and the workload controller requeues the inadmissible
+        workloads of its cohort (WorkloadReconciler, Manager.QueueAssociatedInadmissibleWorkloadsAfter)."""
+        aw = self.admitted.pop(key, None)
+        if aw is not None:
+            self._release(aw.admission.cluster_queue)
+
+    def _evict(self, key: str, now: Millis) -> None:
+        """A preempted job stops at once (the simulator's world): quota released, the cohort's inadmissible
+        workloads requeued, and the workload itself back in its heap. Its queue order stays its creation time
+        (Ordering.GetQueueOrderTimestamp: only PodsReady timeouts and admission checks reorder it)."""
+        aw = self.admitted.pop(key)
+        cq = aw.admission.cluster_queue
+        self.pending[key] = PendingWorkload(
+            workload=aw.workload,
+            priority=aw.priority,
+            local_queue=f"{aw.workload.namespace}/{aw.workload.queue_name}",
+            queue_order_at=aw.workload.created_at,
+            last_reason=None,
+            evicted_at=now,
+        )
+        self.queues[cq].active.add(key)
+        self._release(cq)
+
+    def _release(self, cq_name: str) -> None:
+        """Manager.requeueWorkloadsCQ: every ClusterQueue of the root Cohort's tree moves its inadmissible
+        workloads to its heap, and records the pop cycle at which that happened (queueInadmissibleCycle)."""
+        root = self._structure.cqs[cq_name].root()
+        for name in _cqs_under(root):
+            q = self.queues[name]
+            q.active |= q.inadmissible
+            q.inadmissible = set()
+            q.queue_inadmissible_cycle = q.pop_cycle
+
+    # --- driving ------------------------------------------------------------------------------------------------
+
+    def settle(self, now: Millis) -> list[Decision]:
+        """Cycles at `now` until one changes nothing; the decisions of the instant, in order."""
+        start = len(self.decisions)
+        if self.held:
+            for key in sorted(self.held):
+                self.queues[self.cq_of[key]].active.add(key)
+            self.held = set()
+        for _ in range(10_000):
+            before = self._state()
+            made = len(self.decisions)
+            self._schedule(now)
+            if len(self.decisions) == made and self._state() == before:
+                return self.decisions[start:]
+        raise AssertionError(f"the model found no fixed point at {now} ms")
+
+    def wants_next_instant(self) -> bool:
+        return bool(self.held)
+
+    def _state(self) -> tuple[object, ...]:
+        queues = [(frozenset(q.active), frozenset(q.inadmissible), q.preemptor, q.sticky) for q in self.queues.values()]
+        return (*queues, frozenset(self.held))
+
+    # --- one cycle: Scheduler.schedule ---------------------------------------------------------------------------
+
+    def _schedule(self, now: Millis) -> None:
+        self.cycles += 1
+        # 1. Manager.Heads: one Pop per ClusterQueue with a non-empty heap.
+        heads: list[tuple[str, PendingWorkload]] = []
+        for name, q in self.queues.items():
+            if q.active:
+                key = min(q.active, key=self._heap_order_in(q))
+                q.active.discard(key)
+                q.pop_cycle += 1  # ClusterQueue.Pop
+                heads.append((name, self.pending[key]))
+        if not heads:
+            return
+        # 2. cache.Snapshot: a fresh one every cycle.
+        tree = QuotaTree.build(self.cluster_queues, self.cohorts, self.flavors)
+        by_cq: dict[str, dict[str, AdmittedWorkload]] = {}
+        for key, aw in self.admitted.items():
+            by_cq.setdefault(aw.admission.cluster_queue, {})[key] = aw
+        snap = Snapshot(tree, by_cq, {}, None)
+        # 3. nominate.
+        entries, inadmissible = self._nominate(heads, tree, snap)
+        # 4. makeClassicalIterator: not borrowing (lower level) first, then priority, then FIFO (ties: the key,
+        # where Kueue's order is that of a Go map).
+        entries.sort(key=_iterator_order)
+        # 5. processEntry, one by one, on the cycle's snapshot.
+        preempted: dict[str, AdmittedWorkload] = {}
+        victims: list[tuple[str, str]] = []
+        for e in entries:
+            self._process_entry(e, tree, snap, preempted, victims, now)
+        # 6. requeueAndUpdate for every entry not assumed.
+        for e in [*entries, *inadmissible]:
+            if e.status != "assumed":
+                self._requeue(e)
+        # The victims' pods stop at once: the workload controller sees their quota released.
+        for key, _ in victims:
+            self._evict(key, now)
+
+    def _heap_order_in(self, q: _CQueue) -> Callable[[str], tuple[int, int, int, str]]:
+        """baseCompareFunc: the sticky preemptor first (BestEffortFIFO), higher priority, earlier queue order
+        timestamp, then UID."""
+
+        def order(key: str) -> tuple[int, int, int, str]:
+            pw = self.pending[key]
+            sticky = 0 if q.sticky and q.preemptor == key else 1
+            return (sticky, -pw.priority, pw.queue_order_at, pw.workload.uid)
+
+        return order
+
+    def _nominate(
+        self, heads: list[tuple[str, PendingWorkload]], tree: QuotaTree, snap: Snapshot
+    ) -> tuple[list[_Entry], list[_Entry]]:
+        """Scheduler.nominate: an inactive ClusterQueue or a namespace it does not select makes the head an
+        inadmissible entry; every other head gets its assignment and targets (getInitialAssignments)."""
+        entries: list[_Entry] = []
+        inadmissible: list[_Entry] = []
+        for name, pw in heads:
+            e = _Entry(pw=pw, cq=name)
+            cq = self.cluster_queues[name]
+            ns = self.namespaces.get(pw.workload.namespace)
+            if name in tree.inactive:
+                inadmissible.append(e)
+            elif not selects(cq.namespace_selector, ns.labels if ns is not None else {}):
+                e.requeue_reason = NAMESPACE_MISMATCH
+                inadmissible.append(e)
+            else:
+                e.assignment, e.targets = self._assignments(pw, cq, tree.cqs[name], snap)
+                entries.append(e)
+        return entries, inadmissible
+
+    def _assignments(
+        self, pw: PendingWorkload, cq: ClusterQueue, node: Node, snap: Snapshot
+    ) -> tuple[Assignment, list[Target]]:
+        """Scheduler.getInitialAssignments: the flavor assigner with the preemption oracle; when its mode is
+        Preempt, preemptor.GetTargets (classic). No partial admission."""
+        p = Preemptor(pw=pw, cq=cq, node=node, usage={}, frs=frozenset(), excluded=set(), now=None)
+        assigner = FlavorAssigner(
+            cq=cq,
+            node=node,
+            flavors=self.flavors,
+            group_of={r: i for i, g in enumerate(cq.resource_groups) for r in g.covered_resources},
+            fair_sharing=False,
+            oracle=lambda fr, quantity: oracle_mode(p, snap, fr, quantity, classical_targets),
+        )
+        a = assigner.assign(pw.workload)
+        if a.mode is not Mode.PREEMPT:
+            return a, []
+        p.usage, p.frs = dict(a.usage), a.frs_need_preemption
+        return a, classical_targets(p, snap)
+
+    def _process_entry(
+        self,
+        e: _Entry,
+        tree: QuotaTree,
+        snap: Snapshot,
+        preempted: dict[str, AdmittedWorkload],
+        victims: list[tuple[str, str]],
+        now: Millis,
+    ) -> None:
+        """Scheduler.processEntry."""
+        a = e.assignment
+        assert a is not None
+        node = tree.cqs[e.cq]
+        if a.mode is Mode.NO_FIT:
+            e.requeue_reason = NO_FIT
+            return
+        if a.mode is Mode.PREEMPT and not e.targets:
+            # reserveCapacityForUnreclaimablePreempt: unless the ClusterQueue can always reclaim, it holds
+            # resourcesToReserve in this cycle's snapshot.
+            e.requeue_reason = NO_CANDIDATES
+            if self.cluster_queues[e.cq].preemption.reclaim_within_cohort is not PreemptionPolicy.ANY:
+                snap.add_usage(node, _resources_to_reserve(node, a))
+            return
+        if self.switches.hold_evicted_until_next_instant and e.pw.evicted_now(now):
+            e.requeue_reason = HELD  # admitd: not admitted again, nor preempting, at the instant it stopped
+            return
+        if any(t.victim.key in preempted for t in e.targets):
+            e.status = "skipped"  # "Workload has overlapping preemption targets with another workload"
+            return
+        if not _fits(snap, node, a.usage, [*preempted.values(), *(t.victim for t in e.targets)]):
+            e.status = "skipped"  # "Workload no longer fits after processing another workload"
+            return
+        for t in e.targets:
+            preempted[t.victim.key] = t.victim
+        snap.add_usage(node, a.usage)
+        if a.mode is Mode.PREEMPT:
+            for t in e.targets:  # Preemptor.IssuePreemptions
+                victim = t.victim
+                self.decisions.append(
+                    Decision(now, "preempt", victim.key, victim.admission.cluster_queue, preemptor=e.pw.key)
+                )
+                victims.append((victim.key, e.pw.key))
+            e.requeue_reason = PENDING_PREEMPTION
+            return
+        # admit: the workload is assumed in the cache.
+        e.status = "assumed"
+        admission = Admission(
+            cluster_queue=e.cq,
+            pod_sets=tuple(
+                PodSetAssignment(name=ps.name, count=ps.count, flavors=dict(ps.flavors), usage=dict(ps.usage))
+                for ps in a.pod_sets
+            ),
+        )
+        self.admitted[e.pw.key] = AdmittedWorkload(
+            workload=e.pw.workload,
+            priority=e.pw.priority,
+            admission=admission,
+            admitted_at=now,
+            queue_order_at=e.pw.queue_order_at,
+            evicted_at=e.pw.evicted_at,
+        )
+        del self.pending[e.pw.key]
+        q = self.queues[e.cq]
+        if q.preemptor == e.pw.key:  # ClusterQueue.delete clears the preemptor workload
+            q.preemptor, q.sticky = None, False
+        self.decisions.append(Decision(now, "admit", e.pw.key, e.cq, flavors=_flavors(admission)))
+
+    def _requeue(self, e: _Entry) -> None:
+        """requeueAndUpdate -> ClusterQueue.RequeueIfNotPresent -> requeueIfNotPresent."""
+        q = self.queues[e.cq]
+        key = e.pw.key
+        reason = e.requeue_reason
+        if e.status != "" and reason == GENERIC:
+            reason = FAILED_AFTER_NOMINATION
+        if reason == HELD:
+            self.held.add(key)
+            return
+        if q.strict:
+            immediate = reason != NAMESPACE_MISMATCH
+        else:
+            immediate = reason in (FAILED_AFTER_NOMINATION, PENDING_PREEMPTION)
+        if reason == PENDING_PREEMPTION:
+            q.preemptor, q.sticky = key, not q.strict
+        elif q.preemptor == key:
+            q.preemptor, q.sticky = None, False
+        if immediate or q.queue_inadmissible_cycle >= q.pop_cycle:
+            q.inadmissible.discard(key)
+            q.active.add(key)
+        elif key not in q.active:
+            q.inadmissible.add(key)
+
+
+def _iterator_order(e: _Entry) -> tuple[int, int, int, str]:
+    borrowing = e.assignment.borrowing if e.assignment is not None else 0
+    return (borrowing, -e.pw.priority, e.pw.queue_order_at, e.pw.key)
+
+
+def _fits(snap: Snapshot, node: Node, usage: Mapping[FlavorResource, int], removed: list[AdmittedWorkload]) -> bool:
+    """scheduler.fits: the ClusterQueue fits `usage` with this cycle's preempted workloads and the entry's own
+    targets removed from the snapshot (SimulateWorkloadRemoval), then restored."""
+    gone = list({aw.key: aw for aw in removed}.values())
+    for aw in gone:
+        snap.remove_workload(aw)
+    try:
+        return fits(node, usage)
+    finally:
+        for aw in gone:
+            snap.add_workload(aw)
+
+
+def _resources_to_reserve(node: Node, a: Assignment) -> dict[FlavorResource, int]:
+    """quotaResourcesToReserve: up to nominal, or up to nominal + borrowingLimit when the workload borrows."""
+    out: dict[FlavorResource, int] = {}
+    for fr, v in a.usage.items():
+        limits = node.quotas.get(fr)
+        nominal = limits.nominal if limits is not None else 0
+        used = node.usage.get(fr, 0)
+        if a.borrowing > 0:
+            if limits is None or limits.borrowing_limit is None:
+                out[fr] = v
+            else:
+                out[fr] = min(v, nominal + limits.borrowing_limit - used)
+        else:
+            out[fr] = max(0, min(v, nominal - used))
+    return out
+
+
+def _cqs_under(node: Node) -> list[str]:
+    if node.is_cq:
+        return [node.name]
+    out: list[str] = []
+    for child in node.child_cqs:
+        out.append(child.name)
+    for child in node.child_cohorts:
+        out.extend(_cqs_under(child))
+    return out
+
+
+def _flavors(admission: Admission) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    return tuple((ps.name, tuple(sorted(ps.flavors.items()))) for ps in admission.pod_sets)
