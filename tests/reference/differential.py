@@ -52,6 +52,20 @@ class Scenario:
         return "\n".join(lines)
 
 
+SPACES = {
+    "full": Space(),
+    "no-cohorts": Space(cohort_levels=0),
+    "no-preemption": Space(preemption=False),
+    "no-cohorts-one-flavor": Space(cohort_levels=0, flavors=1),
+    "one-flavor": Space(flavors=1),
+    "no-preemption-one-flavor": Space(preemption=False, flavors=1),
+    "no-cohorts-no-preemption": Space(cohort_levels=0, preemption=False),
+}
+CI_SPACE = SPACES["no-cohorts-no-preemption"]
+"""The part of the space where the engine and the model are equal (the unit test's); bench/RESULTS.md has the
+rest."""
+
+
 @st.composite
 def scenarios(draw: st.DrawFn, space: Space = Space()) -> Scenario:
     flavors = [f"f{i}" for i in range(draw(st.integers(1, space.flavors)))]
@@ -71,7 +85,7 @@ def scenarios(draw: st.DrawFn, space: Space = Space()) -> Scenario:
     n = draw(st.integers(1, space.max_queues))
     for i in range(n):
         b = cq(f"cq{i}")
-        parent = draw(st.one_of(st.none(), st.sampled_from(parents)))
+        parent = draw(st.one_of(st.none(), st.sampled_from(parents))) if parents else None
         if parent is not None:
             b = b.cohort(parent)
         if space.strict_fifo and draw(st.booleans()):
