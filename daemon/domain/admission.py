@@ -26,8 +26,12 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
 4. Preemption (classic, or fair sharing when `EngineConfig.fair_sharing`, which also replaces the classic order of
    a pass by Kueue's DRS tournament per quota tree, re-run after every processed entry): a preemptor claims its
    victims (emitting `WorkloadPreempted` for those not already evicting) and reserves its usage; it stays pending
-   with `WaitingForPreemptedWorkloads`. Victims claimed this cycle are never claimed again. A workload that would
-   fit once already-evicting workloads are gone waits for them without preempting anything new. With fair sharing,
+   with `WaitingForPreemptedWorkloads`. Victims claimed this cycle are never claimed again. A pass that preempts
+   is the cycle's last: Kueue's next cycle takes a fresh snapshot, in which the victims leave (at once in the
+   simulator) and the preemptor is its queue's head again, so the cycle ends and asks for the next
+   (`AdmissionEngine.deferred`); a queue never offers a second entry after its preemptor in one cycle. A workload
+   that would fit once already-evicting workloads are gone waits for them without preempting anything new. With
+   fair sharing,
    a workload that needs preemption in a tree where this cycle already admitted a workload it could preempt is not
    assessed: its queue waits for the next cycle (`_Kind.DEFERRED`; `AdmissionEngine.deferred` asks the caller for
    one), because Kueue chooses victims at a cycle's start, where every workload holding quota is a candidate.
@@ -170,8 +174,9 @@ class AdmissionEngine:
         self._usage_cache: dict[str, tuple[object, dict[FlavorResource, int]]] = {}
         self._memo = _Memo()
         self.deferred = False
-        """Whether the last cycle left a preemptor for the next one (see `_Kind.DEFERRED`): run another cycle once
-        its decisions are in the fold, even if nothing is observed meanwhile."""
+        """Whether the last cycle left work for the next one (it preempted, so it ended there; or with fair sharing
+        a preemptor was left, see `_Kind.DEFERRED`): run another cycle once its decisions are in the fold, even if
+        nothing is observed meanwhile."""
         self.retry_at: Millis | None = None
         """When the last cycle held back a workload stopped at its instant (`PendingWorkload.evicted_now`): the next
         instant, at which a cycle must run even if nothing is observed, or the workload would wait for whatever
@@ -402,6 +407,7 @@ class _Cycle:
         self.admitted_in: dict[str, set[str]] = {}  # per tree, the ClusterQueues where this cycle admitted
         self.deferred = False  # some queue waits for the next cycle (`_Kind.DEFERRED`)
         self.held_back = False  # some workload stopped at this instant was held back (`evicted_now`)
+        self.preempted = False  # this pass preempted: the cycle ends with it (see `run`)
         # waitForPodsReady.blockAdmission: while an admitted workload is not ready, nothing is admitted (preemptions
         # go on). After this cycle's first admission, that workload is the one not ready.
         self.pods_blocked = blocking(view, config.wait_for_pods_ready)
@@ -428,6 +434,9 @@ class _Cycle:
                 break
             if self.config.fair_sharing:
                 self._process_fairly(entries)
+                if self.preempted:
+                    self.deferred = True  # see below
+                    break
                 continue
             entries.sort(key=_Entry.order)
             lowest = _lowest_levels(entries)
@@ -440,6 +449,11 @@ class _Cycle:
                     bisect.insort(parked.setdefault(tree, []), (e.level(), e.queue), key=_level)
                     continue
                 self._process(e)
+            if self.preempted:
+                # Kueue's next cycle takes a fresh snapshot, in which the victims are gone once evicted: the cycle
+                # ends here, and asks the caller for the next one once its decisions are in the fold.
+                self.deferred = True
+                break
         self._remember(queues)
         return self.events
 
@@ -1145,6 +1159,7 @@ class _Cycle:
             self._claim(t.victim)
             if not t.victim.evicting:
                 self._preempted(t.victim, pw.key, q.name, t.reason, t.policy)
+                self.preempted = True
         self._reserve(q.node, a.usage)
         self._wait(q, pw, [t.victim for t in victims], "")
 
