@@ -8,21 +8,18 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
 2. One working snapshot of the quota tree holds "projected" usage: admitted usage, minus victims claimed this cycle
    (they leave soon), plus what waiting preemptors reserve. An admission must fit both the projected usage and the
    real usage (victims still counted), so nothing is ever over-committed, even while victims drain.
-3. GOING BEYOND KUEUE (which pops one head per ClusterQueue per cycle): the cycle runs *passes*. In each pass every
-   ClusterQueue offers its next candidate: walking its pending sequence (already in priority / FIFO order) from its
-   cursor, a BestEffortFIFO queue steps over workloads that cannot fit (writing their reason) until one that can be
-   acted on; a StrictFIFO queue offers its head, and when the head cannot be admitted the rest of the queue gets
-   `BlockedByHead`. The pass's entries are ordered as Kueue's classic iterator does (lower borrowing level first,
-   then priority, then FIFO, then key) and processed one by one against the snapshot, each admission's usage added
-   at once. An entry that no longer fits after an earlier one is offered again in the next pass. Passes repeat
-   until no queue offers anything, so one cycle admits everything that fits, in Kueue's order. That order's first
-   key holds across passes, per quota tree: an entry that borrows waits while its tree's pass has entries that
-   borrow less. Otherwise the pass after would find the room lent that a queue's own next workload needs, and that
-   workload would reclaim it at once (or, without reclaim, wait behind a borrower); in Kueue, one head per queue per
-   cycle, the same happens across cycles. A waiting entry's queue is parked: it stands at that entry and is not
-   walked again until its tree offers nothing that borrows less, then it is assessed again, so a cycle stays linear
-   in what it admits. What others admit only takes room; only a preemptor claiming the parked queue's own workloads
-   could let its entry borrow less meanwhile, and then it is served later in the cycle than its level would allow.
+3. The cycle runs *passes*, each one Kueue cycle (tests/reference/kueue_model.py is the reference): every
+   ClusterQueue offers its head (`Manager.Heads`), the pass's entries are ordered as Kueue's classic iterator does
+   (lower borrowing level first, then priority, then FIFO, then key) and processed one by one against the snapshot,
+   each admission's usage added at once. A BestEffortFIFO head that cannot be admitted gets its reason and is
+   stepped over (Kueue's inadmissible set): its queue offers its next workload in the next pass, except workloads
+   whose class was already found unfitting in the very same state, which step aside with it (Kueue's equivalence
+   classes; the walk by runs steps over them whole). A StrictFIFO queue offers its head, and when the head cannot be
+   admitted the rest of the queue gets `BlockedByHead`. An entry that no longer fits after an earlier one is
+   offered again in the next pass. A preemptor without candidates reserves quota for its pass only (Kueue's
+   resourcesToReserve lives in its cycle's snapshot), a StrictFIFO one for the rest of the cycle (it is its queue's
+   head in every cycle). Passes repeat until one offers nothing, so one call admits what Kueue's cycles at that
+   instant would, in Kueue's order. GOING BEYOND KUEUE: Kueue runs a cycle every 100 ms at most; these run at once.
 4. Preemption (classic, or fair sharing when `EngineConfig.fair_sharing`, which also replaces the classic order of
    a pass by Kueue's DRS tournament per quota tree, re-run after every processed entry): a preemptor claims its
    victims (emitting `WorkloadPreempted` for those not already evicting) and reserves its usage; it stays pending
@@ -45,7 +42,7 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
    (its own, or already leaving ones it waits for) is offered before the rest of its queue; one that names none
    (it waits only for room this cycle's victims free) keeps its place in queue order. A workload that needs
    preemption but has no candidates reserves capacity against other queues (Kueue's resourcesToReserve) unless its
-   queue may always reclaim; admitd does this once per queue per cycle, for the first such workload, and lifts it
+   queue may always reclaim; admitd does this once per queue per pass, for the first such workload, and lifts it
    while serving that workload's own queue.
 
 Pending reasons are written only when they differ from `last_reason`. To keep deep queues from flooding the log,
@@ -67,8 +64,8 @@ LowerOrNewerEqualPriority queues (whose outcome depends on each workload's age) 
 
 from __future__ import annotations
 
-import bisect
 import heapq
+from collections import ChainMap
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -349,7 +346,6 @@ class _Queue:
     hold_for: Assignment | None = None
     emitted: bool = False  # any event about this queue's pending workloads this cycle
     acted: bool = False  # offered an entry this cycle
-    parked: bool = False  # its entry borrows more than others of its tree: not walked until they are done
     volatile: bool = False  # some outcome depended on the instant (see `_Result.volatile`): not memoised
     equivalent: dict[tuple[object, ...], _Result] = field(default_factory=dict)
 
@@ -384,6 +380,10 @@ class _Cycle:
         self.tree = tree
         self.memo = memo
         self.snap = Snapshot(tree, view.admitted_by_cq, usage_cache, view.admitted_journal)
+        # Workloads admitted by this call's passes, per ClusterQueue: preemption candidates in the passes after
+        # (each pass is a Kueue cycle, whose snapshot holds what the cycles before admitted).
+        self.admitted_now: dict[str, dict[str, AdmittedWorkload]] = {}
+        self.snap.workloads_by_cq = _WithAdmitted(view.admitted_by_cq, self.admitted_now)
         self.events: list[Event] = []
         # Per tree: victims claimed this cycle and usage reserved by waiting preemptors, to recover real usage.
         self.claimed: dict[str, list[AdmittedWorkload]] = {}
@@ -408,6 +408,7 @@ class _Cycle:
         self.deferred = False  # some queue waits for the next cycle (`_Kind.DEFERRED`)
         self.held_back = False  # some workload stopped at this instant was held back (`evicted_now`)
         self.preempted = False  # this pass preempted: the cycle ends with it (see `run`)
+        self.known = False  # whether the last `_evaluate` found its class's result already known in this state
         # waitForPodsReady.blockAdmission: while an admitted workload is not ready, nothing is admitted (preemptions
         # go on). After this cycle's first admission, that workload is the one not ready.
         self.pods_blocked = blocking(view, config.wait_for_pods_ready)
@@ -419,61 +420,50 @@ class _Cycle:
         self._drain()
         queues = self._queues()
         self._keep_claims(queues)
-        parked: dict[str, list[tuple[int, _Queue]]] = {}  # per tree: queues whose entry waits, and its level
         while True:
+            # One pass is one Kueue cycle: every queue offers its head (`Manager.Heads`); a head that cannot be
+            # admitted is stepped over, and its queue offers the next one in the next pass.
             entries: list[_Entry] = []
+            stepped = False
             for q in queues:
-                if q.done or q.parked:
+                if q.done:
                     continue
                 entry = self._next_entry(q)
                 if entry is not None:
                     entries.append(entry)
-            if parked:
-                self._unpark(parked, entries)
-            if not entries:
+                elif not q.done:
+                    stepped = True
+            if not entries and not stepped:
                 break
             if self.config.fair_sharing:
                 self._process_fairly(entries)
-                if self.preempted:
-                    self.deferred = True  # see below
-                    break
-                continue
-            entries.sort(key=_Entry.order)
-            lowest = _lowest_levels(entries)
-            for e in entries:
-                tree = e.queue.node.tree
-                if e.level() > lowest[tree]:
-                    # It borrows while its tree still offers entries that borrow less: its queue stands at it,
-                    # and is not walked again (nor the entry assessed again) until those are done.
-                    e.queue.parked = True
-                    bisect.insort(parked.setdefault(tree, []), (e.level(), e.queue), key=_level)
-                    continue
-                self._process(e)
+            else:
+                entries.sort(key=_Entry.order)  # makeClassicalIterator
+                for e in entries:
+                    self._process(e)
             if self.preempted:
                 # Kueue's next cycle takes a fresh snapshot, in which the victims are gone once evicted: the cycle
                 # ends here, and asks the caller for the next one once its decisions are in the fold.
                 self.deferred = True
                 break
+            self._end_pass(queues)
         self._remember(queues)
         return self.events
 
-    def _unpark(self, parked: dict[str, list[tuple[int, _Queue]]], entries: list[_Entry]) -> None:
-        """Offer again the parked queues whose tree no longer offers an entry that borrows less than theirs did
-        when parked (the module's step 3 says when that level is stale)."""
-        floor = _lowest_levels(entries)
-        for tree in list(parked):
-            queued = parked[tree]  # kept by level
-            limit = floor.get(tree)
-            n = len(queued) if limit is None else bisect.bisect_right(queued, limit, key=_level)
-            for _, q in queued[:n]:
-                q.parked = False
-                entry = self._next_entry(q)
-                if entry is not None:
-                    entries.append(entry)
-            if n == len(queued):
-                del parked[tree]
-            else:
-                parked[tree] = queued[n:]
+    def _end_pass(self, queues: list[_Queue]) -> None:
+        """Kueue's reservation for a preemptor without candidates lives in its cycle's snapshot only: the next
+        pass starts without it. A StrictFIFO head stays its queue's head (requeued at once), so it reserves again in
+        every cycle: its hold stays."""
+        for q in queues:
+            hold = q.hold
+            if hold is None or q.strict:
+                continue
+            if hold.active:
+                self.snap.remove_usage(q.node, hold.usage)
+            self.reserved[q.node.tree].remove(hold)
+            self.snap.touch(q.node.tree)
+            q.hold = q.hold_for = None
+            q.reserved = False
 
     def _process_fairly(self, entries: list[_Entry]) -> None:
         """Fair sharing: within each quota tree, Kueue's tournament picks the next entry against the current usage
@@ -767,7 +757,7 @@ class _Cycle:
                     self._block(q, pw)
                     return None
                 self._advance(q, pw)
-                continue
+                return None  # its queue offers its next workload in the next pass
             if result.kind is _Kind.DEFERRED:
                 q.acted = q.volatile = q.done = self.deferred = True  # the queue waits for the next cycle
                 if result.assignment is not None:
@@ -787,7 +777,11 @@ class _Cycle:
                     self._block(q, pw)
                     return None
                 self._advance(q, pw)
-                continue
+                if self.known:
+                    # Its class was found unfitting in this very state: it steps aside with the head that was
+                    # (Kueue's equivalence classes), as the walk by runs steps over whole runs of it.
+                    continue
+                return None  # Kueue's inadmissible set: the queue's next workload is its head in the next pass
             q.acted = True
             return _Entry(q, pw, result)
         q.done = True
@@ -876,6 +870,7 @@ class _Cycle:
         untouched = self.snap.version(tree) == 0
         generation = self._generation(tree)
         eq_key = self._equivalence_key(q, pw)
+        self.known = eq_key in q.equivalent
         memo = self.memo.classes.get(q.name) if untouched and self.memo is not None else None
         if memo is not None and memo[0] == generation:
             hit = memo[1].get(eq_key[2:])
@@ -1216,6 +1211,14 @@ class _Cycle:
         self.events.append(
             WorkloadAdmitted(workload=pw.key, at=self.now, admission=admission, borrowed=tuple(borrowed))
         )
+        self.admitted_now.setdefault(q.name, {})[pw.key] = AdmittedWorkload(
+            workload=pw.workload,
+            priority=pw.priority,
+            admission=admission,
+            admitted_at=self.now,
+            queue_order_at=pw.queue_order_at,
+            evicted_at=pw.evicted_at,
+        )
         self._advance(q, pw)
 
     # --- memo bookkeeping ---------------------------------------------------------------------------------------
@@ -1251,23 +1254,34 @@ class _Cycle:
 # --- helpers ----------------------------------------------------------------------------------------------------
 
 
+class _WithAdmitted(Mapping[str, Mapping[str, AdmittedWorkload]]):
+    """The view's admitted workloads by ClusterQueue, with those admitted by this call's passes added."""
+
+    __slots__ = ("_added", "_base")
+
+    def __init__(
+        self, base: Mapping[str, Mapping[str, AdmittedWorkload]], added: dict[str, dict[str, AdmittedWorkload]]
+    ) -> None:
+        self._base = base
+        self._added = added
+
+    def __getitem__(self, cq: str) -> Mapping[str, AdmittedWorkload]:
+        added = self._added.get(cq)
+        if not added:
+            return self._base[cq]
+        base = self._base.get(cq)
+        return ChainMap(added, base) if base else added  # type: ignore[arg-type]  # only read
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._base.keys() | self._added.keys())
+
+    def __len__(self) -> int:
+        return len(self._base.keys() | self._added.keys())
+
+
 def _blocks_after_admission(config: EngineConfig) -> bool:
     """Whether an admission blocks the ones after it (blockAdmission: its pods are not ready yet)."""
     return config.wait_for_pods_ready is not None and config.wait_for_pods_ready.block_admission
-
-
-def _level(parked: tuple[int, _Queue]) -> int:
-    return parked[0]
-
-
-def _lowest_levels(entries: list[_Entry]) -> dict[str, int]:
-    """Per quota tree, the lowest borrowing level among `entries`."""
-    lowest: dict[str, int] = {}
-    for e in entries:
-        tree, level = e.queue.node.tree, e.level()
-        if level < lowest.get(tree, level + 1):
-            lowest[tree] = level
-    return lowest
 
 
 def _entry_usage(e: _Entry) -> dict[FlavorResource, int]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from daemon.domain.admission import _blocked_above  # the switch's rule is the engine's own
 from daemon.domain.flavors import Assignment, FlavorAssigner, Mode
 from daemon.domain.model import (
     Admission,
@@ -53,6 +54,18 @@ class Switches:
     """A workload stopped at an instant is not admitted again at that instant, neither into free room nor by
     preempting in turn (issue 9: no instant undoes its own decisions); it is assessed again at the next instant.
     Kueue has no such rule: there the eviction takes the pods' grace period, so the question does not arise."""
+
+    no_overcommit_while_victims_leave: bool = True
+    """Kueue's `fits` removes every workload preempted in the cycle from the snapshot, so an entry that fits only
+    once they are gone is admitted at once, over-committing their quota until they stop. admitd admits it only when
+    it also fits with them still holding their quota; otherwise it waits for them (holding the room it needs) and
+    is admitted in the cycle after they leave."""
+
+    no_hold_when_a_cohort_limit_blocks: bool = True
+    """Kueue's reserveCapacityForUnreclaimablePreempt holds resourcesToReserve for every preemptor without
+    candidates. admitd holds nothing when what keeps it out is a Cohort's borrowingLimit (it would fit if the
+    Cohorts above its ClusterQueue had none): the hold would only keep the tree's other queues off idle capacity
+    for as long as the limit stays (`daemon.domain.admission._blocked_above`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,7 +330,8 @@ class KueueModel:
             # reserveCapacityForUnreclaimablePreempt: unless the ClusterQueue can always reclaim, it holds
             # resourcesToReserve in this cycle's snapshot.
             e.requeue_reason = NO_CANDIDATES
-            if self.cluster_queues[e.cq].preemption.reclaim_within_cohort is not PreemptionPolicy.ANY:
+            blocked = self.switches.no_hold_when_a_cohort_limit_blocks and _blocked_above(node, a)
+            if self.cluster_queues[e.cq].preemption.reclaim_within_cohort is not PreemptionPolicy.ANY and not blocked:
                 snap.add_usage(node, _resources_to_reserve(node, a))
             return
         if self.switches.hold_evicted_until_next_instant and e.pw.evicted_now(now):
@@ -328,6 +342,15 @@ class KueueModel:
             return
         if not _fits(snap, node, a.usage, [*preempted.values(), *(t.victim for t in e.targets)]):
             e.status = "skipped"  # "Workload no longer fits after processing another workload"
+            return
+        if (
+            self.switches.no_overcommit_while_victims_leave
+            and a.mode is Mode.FIT
+            and preempted
+            and not _fits(snap, node, a.usage, [])
+        ):
+            snap.add_usage(node, a.usage)  # admitd: it waits for the victims, holding its room
+            e.status = "skipped"
             return
         for t in e.targets:
             preempted[t.victim.key] = t.victim
