@@ -65,7 +65,7 @@ LowerOrNewerEqualPriority queues (whose outcome depends on each workload's age) 
 from __future__ import annotations
 
 import heapq
-from collections import ChainMap
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -409,6 +409,7 @@ class _Cycle:
         self.held_back = False  # some workload stopped at this instant was held back (`evicted_now`)
         self.preempted = False  # this pass preempted: the cycle ends with it (see `run`)
         self.known = False  # whether the last `_evaluate` found its class's result already known in this state
+        self.holding: list[_Queue] = []  # queues whose preemptor without candidates holds quota (see `_end_pass`)
         # waitForPodsReady.blockAdmission: while an admitted workload is not ready, nothing is admitted (preemptions
         # go on). After this cycle's first admission, that workload is the one not ready.
         self.pods_blocked = blocking(view, config.wait_for_pods_ready)
@@ -446,15 +447,15 @@ class _Cycle:
                 # ends here, and asks the caller for the next one once its decisions are in the fold.
                 self.deferred = True
                 break
-            self._end_pass(queues)
+            self._end_pass()
         self._remember(queues)
         return self.events
 
-    def _end_pass(self, queues: list[_Queue]) -> None:
+    def _end_pass(self) -> None:
         """Kueue's reservation for a preemptor without candidates lives in its cycle's snapshot only: the next
         pass starts without it. A StrictFIFO head stays its queue's head (requeued at once), so it reserves again in
         every cycle: its hold stays."""
-        for q in queues:
+        for q in self.holding:
             hold = q.hold
             if hold is None or q.strict:
                 continue
@@ -464,6 +465,7 @@ class _Cycle:
             self.snap.touch(q.node.tree)
             q.hold = q.hold_for = None
             q.reserved = False
+        self.holding = [q for q in self.holding if q.hold is not None]
 
     def _process_fairly(self, entries: list[_Entry]) -> None:
         """Fair sharing: within each quota tree, Kueue's tournament picks the next entry against the current usage
@@ -1137,6 +1139,7 @@ class _Cycle:
             if q.cq.preemption.reclaim_within_cohort is not PreemptionPolicy.ANY:
                 q.hold = self._reserve(q.node, _to_reserve(q.node, a))
                 q.hold_for = a
+                self.holding.append(q)
                 self._lift(q)  # _process re-lays it
             self._after_head_failed(q, pw)
             return
@@ -1270,13 +1273,36 @@ class _WithAdmitted(Mapping[str, Mapping[str, AdmittedWorkload]]):
         if not added:
             return self._base[cq]
         base = self._base.get(cq)
-        return ChainMap(added, base) if base else added  # type: ignore[arg-type]  # only read
+        return _Joined(base, added) if base else added
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._base.keys() | self._added.keys())
 
     def __len__(self) -> int:
         return len(self._base.keys() | self._added.keys())
+
+
+class _Joined(Mapping[str, AdmittedWorkload]):
+    """Two disjoint mappings read as one (a workload admitted by this call was pending in the view)."""
+
+    __slots__ = ("_first", "_second")
+
+    def __init__(self, first: Mapping[str, AdmittedWorkload], second: Mapping[str, AdmittedWorkload]) -> None:
+        self._first = first
+        self._second = second
+
+    def __getitem__(self, key: str) -> AdmittedWorkload:
+        hit = self._second.get(key)
+        return hit if hit is not None else self._first[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.chain(self._first, self._second)
+
+    def __len__(self) -> int:
+        return len(self._first) + len(self._second)
+
+    def items(self) -> Iterator[tuple[str, AdmittedWorkload]]:  # type: ignore[override]  # only iterated
+        return itertools.chain(self._first.items(), self._second.items())
 
 
 def _blocks_after_admission(config: EngineConfig) -> bool:
