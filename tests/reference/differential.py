@@ -61,7 +61,7 @@ SPACES = {
     "no-preemption-one-flavor": Space(preemption=False, flavors=1),
     "no-cohorts-no-preemption": Space(cohort_levels=0, preemption=False),
 }
-CI_SPACE = SPACES["no-cohorts-no-preemption"]
+CI_SPACE = SPACES["no-cohorts"]
 """The part of the space where the engine and the model are equal (the unit test's); bench/RESULTS.md has the
 rest."""
 

@@ -203,7 +203,8 @@ class KueueModel:
         start = len(self.decisions)
         if self.held:
             for key in sorted(self.held):
-                self.queues[self.cq_of[key]].active.add(key)
+                if key in self.pending:
+                    self.queues[self.cq_of[key]].active.add(key)
             self.held = set()
         for _ in range(10_000):
             before = self._state()
@@ -396,7 +397,9 @@ class KueueModel:
             reason = FAILED_AFTER_NOMINATION
         if reason == HELD:
             self.held.add(key)
-            return
+            if not q.strict:
+                return
+            reason = GENERIC  # a StrictFIFO head held back stays its queue's head: it blocks the queue meanwhile
         if q.strict:
             immediate = reason != NAMESPACE_MISMATCH
         else:

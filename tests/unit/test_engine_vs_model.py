@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from tests.reference.differential import CI_SPACE, Scenario, first_difference, run_engine, run_model, scenarios, trees
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(sc=scenarios(CI_SPACE))
 def test_the_engine_admits_and_evicts_what_the_model_does_in_the_same_order_on_the_same_flavors(sc: Scenario) -> None:
     difference = first_difference(run_engine(sc), run_model(sc), trees(sc))
