@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 
+from daemon.buildinfo import build_info
 from daemon.cliargs import whole_number
 from daemon.domain.durations import format_seconds
 from daemon.eventlog import EventLogError, LogReader, default_db_path
@@ -51,8 +52,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         v = reader.check()
     # The head lets an operator compare with a copy kept elsewhere: a restored old copy, a lost -wal or a cut tail
     # leaves a shorter chain that is intact on its own.
+    chain = "hash chain intact"
+    if v.accepted:  # an operator ran admitd on these breaks (`run --accept-chain-break`); the log says when
+        chain += f" but for {len(v.accepted)} accepted break(s), at seq " + ", ".join(map(str, v.accepted))
     print(
-        f"{args.db}: ok, {v.events} events, hash chain intact, {v.snapshots} snapshots check; "
+        f"{args.db}: ok, {v.events} events, {chain}, {v.snapshots} snapshots check; "
         f"head seq {v.head_seq} hash {v.head_hash.hex()}"
     )
     return 0
@@ -128,15 +132,55 @@ def command_in(argv: Sequence[str]) -> str | None:
     return None
 
 
+class _VersionAction(argparse.Action):
+    """`--version`: the version, the source commit and the Python (daemon.buildinfo), read only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **_: object) -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="print the version, commit and Python",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(build_info().line())
+        parser.exit()
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The options every command takes, before or after its name (`admitd --log-level debug run` or `admitd run
+    --log-level debug`: an overlay can append to a container's args). Below the top level the default is SUPPRESS,
+    so that a subcommand's parser leaves the value given before it (or the top level's default) alone."""
+    parser.add_argument(
+        "--log-level",
+        default="warning" if top else argparse.SUPPRESS,
+        choices=LOG_LEVELS,
+        help="log lines on stderr: JSON off a terminal, readable on one (default: warning)",
+    )
+
+
+def _add_global_options_below(parser: argparse.ArgumentParser) -> None:
+    """The global options on every subcommand's parser, at every depth (`log verify` as much as `run`)."""
+    seen: set[int] = set()
+    for action in parser._actions:  # argparse has no public way to list the subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    _add_global_options(child, top=False)
+                    _add_global_options_below(child)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser, or (`command`) the top level with only that command's subparsers."""
     parser = argparse.ArgumentParser(prog="admitd", description=__doc__)
-    parser.add_argument(
-        "--log-level",
-        default="warning",
-        choices=["debug", "info", "warning", "error"],
-        help="log lines on stderr: JSON off a terminal, readable on one (default: warning)",
-    )
+    parser.add_argument("--version", action=_VersionAction)
+    _add_global_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
     log = sub.add_parser("log", help="read the event log (read-only; safe while the daemon runs)")
@@ -166,6 +210,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from daemon.sim.cli import add_simulate_parser  # noqa: PLC0415
 
         add_simulate_parser(sub)
+    _add_global_options_below(parser)
     return parser
 
 

@@ -110,6 +110,10 @@ def one_of_each() -> list[ev.Event]:
         ev.PriorityClassObserved(priority_class=PriorityClass(name="high", value=1000)),
         ev.NamespaceObserved(namespace=Namespace(name="research", labels={"team": "research"})),
         ev.ObjectRejected(kind="ClusterQueue", name="broken", errors=("spec.resourceGroups[0]: bad",)),
+        # Seqs no sample log reaches, so that a log of these samples accepts no break of its own.
+        ev.ChainBreakAccepted(
+            seq=999_999, problem="stored hash does not match the row's contents", by="admitd-0", at=1_000
+        ),
         ev.JobObserved(workload=with_min_count(workload(priority_class="high"), 1)),
         ev.WorkloadPending(workload="research/train-a", at=1_001, cluster_queue="team-research", reason=reason),
         ev.WorkloadAdmitted(
@@ -145,6 +149,22 @@ def one_of_each() -> list[ev.Event]:
         ev.WorkloadEvicted(workload="research/train-a", at=1_007, reason="Preempted"),
         ev.WorkloadAdopted(workload="research/train-a", at=1_007, admission=admission()),
         ev.JobReady(job="research/train-a", at=1_007),
+        ev.JobPodsNotCreated(
+            job="research/train-a",
+            at=1_007,
+            message='Error creating: pods "train-a-x7k2p" is forbidden: no PriorityClass with name high was found',
+        ),
+        ev.JobTampered(
+            job="research/train-a",
+            namespace="research",
+            uid="uid-train-a",
+            generation=3,
+            at=1_007,
+            what="ForgedAdmission",
+            detail="admitd.io/admission is not admitd's: its admitd.io/admission-signature annotation is missing",
+            manager="kubectl-patch",
+            claimed_cluster_queue="team-research",
+        ),
         ev.WorkloadTimedOut(
             workload="research/train-a",
             at=1_007,
@@ -158,6 +178,7 @@ def one_of_each() -> list[ev.Event]:
         ev.WorkloadRequeued(workload="research/train-a", at=1_007),
         ev.JobFinished(job="research/train-a", at=1_008, succeeded=True),
         ev.JobDeleted(job="research/train-a", at=1_009),
+        ev.PriorityClassDeleted(kind="PriorityClass", name="high"),
         ev.LocalQueueDeleted(namespace="research", name="research-queue"),
         ev.ClusterQueueDeleted(name="team-research"),
         ev.CohortDeleted(name="all-teams"),

@@ -221,6 +221,7 @@ class Admitd:
             "--kubeconfig", str(c.kubeconfig), "--db", str(workdir / "admitd.db"),
             "--webhook-host", "127.0.0.1", "--webhook-port", str(webhook_port),
             "--webhook-url", f"https://127.0.0.1:{webhook_port}", "--cert-dir", str(workdir / "certs"),
+            "--create-webhook-configurations",  # outside the cluster: no config/ applied
             "--health-host", "127.0.0.1", "--health-port", str(health_port),
             "--status-qps", f"{qps:g}", "--status-burst", str(burst), *self.extra_args,
         ]  # fmt: skip

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from daemon.domain.model import Admission, PodSet, PodSetAssignment, ResourceFlavor, Toleration, Workload
+from daemon.domain.model import Admission, Millis, PodSet, PodSetAssignment, ResourceFlavor, Toleration, Workload
 
 
 class Action(StrEnum):
@@ -101,7 +101,7 @@ class _Conflict(Exception):
 
 
 def unsuspend_order(
-    workload: Workload, admission: Admission, flavors: Mapping[str, ResourceFlavor], decision: int
+    workload: Workload, admission: Admission, flavors: Mapping[str, ResourceFlavor], decision: int, *, at: Millis = 0
 ) -> Order:
     """The order that carries out `admission`: each admitted pod set gets its flavors' nodeLabels and tolerations."""
     assigned = {a.name: a for a in admission.pod_sets}
@@ -124,7 +124,7 @@ def unsuspend_order(
         cluster_queue=admission.cluster_queue,
         placements=tuple(placements),
         conflict=conflict,
-        note=admission_note(admission, decision),
+        note=admission_note(admission, decision, at=at),
         resize=tuple(
             Resize(pod_set=ps.name, count=assigned[ps.name].count if ps.name in assigned else ps.count, full=ps.count)
             for ps in workload.pod_sets
@@ -136,11 +136,13 @@ def unsuspend_order(
 ADMISSION_ANNOTATION = "admitd.io/admission"
 
 
-def admission_note(admission: Admission, decision: int) -> str:
+def admission_note(admission: Admission, decision: int, *, at: Millis = 0) -> str:
     """The admission as the compact JSON written on the job (annotation `admitd.io/admission`): enough for
-    another admitd replica to adopt the running job with its quota (`read_admission_note`)."""
+    another admitd replica to adopt the running job with its quota (`read_admission_note`). `at`, when it was
+    decided, tells a note put back after its admission ended from a current one (`daemon.domain.trust`)."""
     return _NOTE_ENCODER.encode(
         {
+            "at": at,
             "clusterQueue": admission.cluster_queue,
             "decision": decision,
             "podSets": [{"name": ps.name, "count": ps.count, "flavors": dict(ps.flavors)} for ps in admission.pod_sets],

@@ -152,7 +152,7 @@ class EngineConfig:
 
 def decide(view: ClusterView, now: Millis, config: EngineConfig = EngineConfig()) -> list[Event]:
     """One admission cycle. Pure: same view, now and config -> the same events, in the same order."""
-    tree = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors)
+    tree = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors, view.rejected)
     return _Cycle(view, now, config, tree, {}, None).run()
 
 
@@ -167,7 +167,10 @@ class AdmissionEngine:
     def __init__(self, config: EngineConfig = EngineConfig()) -> None:
         self._config = config
         self._tree: QuotaTree | None = None
-        self._tree_key: tuple[dict[str, ClusterQueue], dict[str, Cohort], dict[str, ResourceFlavor]] | None = None
+        self._tree_key: (
+            tuple[dict[str, ClusterQueue], dict[str, Cohort], dict[str, ResourceFlavor], dict[str, tuple[str, ...]]]
+            | None
+        ) = None
         self._usage_cache: dict[str, tuple[object, dict[FlavorResource, int]]] = {}
         self._memo = _Memo()
         self.deferred = False
@@ -184,9 +187,9 @@ class AdmissionEngine:
             self.deferred = False
             self.retry_at = None
             return []
-        key = (dict(view.cluster_queues), dict(view.cohorts), dict(view.flavors))
+        key = (dict(view.cluster_queues), dict(view.cohorts), dict(view.flavors), dict(view.rejected or {}))
         if self._tree is None or self._tree_key != key:
-            self._tree = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors)
+            self._tree = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors, view.rejected)
             self._tree_key = key
             self._memo = _Memo()
         if len(self._usage_cache) > 2 * len(view.admitted) + 1024:

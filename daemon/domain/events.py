@@ -129,6 +129,21 @@ class PriorityClassObserved:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PriorityClassDeleted:
+    """A WorkloadPriorityClass or PriorityClass is gone: new jobs that name it wait (`...NotFound`); workloads that
+    already resolved their priority from it keep it, as in Kueue."""
+
+    TYPE: ClassVar[str] = "priorityclass.deleted"
+    VERSION: ClassVar[int] = 1
+    kind: str  # WorkloadPriorityClass | PriorityClass
+    name: str
+
+    @property
+    def subject(self) -> str:
+        return f"{self.kind.lower()}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NamespaceObserved:
     TYPE: ClassVar[str] = "namespace.observed"
     VERSION: ClassVar[int] = 1
@@ -200,11 +215,54 @@ class JobReady:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobPodsNotCreated:
+    """The Job controller could not create an admitted job's pods (its `FailedCreate` Event: a PriorityClass or a
+    ServiceAccount that does not exist, a quota of the namespace). The job keeps its quota, as in Kueue: with
+    waitForPodsReady its PodsReady timeout evicts it; without, it holds the quota until it is fixed or deleted,
+    and this fact is what `admitd explain` and `history` show. Recorded once per admission and message."""
+
+    TYPE: ClassVar[str] = "job.pods_not_created"
+    VERSION: ClassVar[int] = 1
+    job: str
+    at: Millis
+    message: str
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.job}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobDeleted:
     TYPE: ClassVar[str] = "job.deleted"
     VERSION: ClassVar[int] = 1
     job: str
     at: Millis
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.job}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobTampered:
+    """Security: a managed job ran, or claimed an admission, that admitd did not give it (`what`:
+    `ForgedAdmission`, an `admitd.io/admission` that is not admitd's, `detail` says why; `UnsuspendedWithoutAdmission`,
+    `suspend: false` with no admission at all). Recorded once per change of the job (`generation`), with the
+    managedFields `manager` of the last update that touched its suspension or an admitd.io annotation (None when
+    the object has no managedFields). The leader suspends the job at once; the workload holds no quota."""
+
+    TYPE: ClassVar[str] = "security.job_tampered"
+    VERSION: ClassVar[int] = 1
+    job: str  # namespace/name
+    namespace: str
+    uid: str
+    generation: int
+    at: Millis
+    what: str  # ForgedAdmission | UnsuspendedWithoutAdmission
+    detail: str
+    manager: str | None = None
+    claimed_cluster_queue: str | None = None  # what a forged note names, when it names one
 
     @property
     def subject(self) -> str:
@@ -410,6 +468,29 @@ class ActuationFailed:
         return f"job/{self.job}"
 
 
+# --- the log's own facts -------------------------------------------------------------------------------------
+
+BREAK_SUBJECT = "log/chain"
+"""The subject of every fact about the log's hash chain (one index lookup finds them all)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainBreakAccepted:
+    """An operator ran admitd on a log whose hash chain is broken at `seq` (`admitd run --accept-chain-break`):
+    from here on the walk takes the stored rows there as they are. Changes no queue state."""
+
+    TYPE: ClassVar[str] = "log.break_accepted"
+    VERSION: ClassVar[int] = 1
+    seq: int
+    problem: str
+    by: str
+    at: Millis
+
+    @property
+    def subject(self) -> str:
+        return BREAK_SUBJECT
+
+
 Event = (
     ResourceFlavorObserved
     | ResourceFlavorDeleted
@@ -420,12 +501,15 @@ Event = (
     | LocalQueueObserved
     | LocalQueueDeleted
     | PriorityClassObserved
+    | PriorityClassDeleted
     | NamespaceObserved
     | ObjectRejected
     | JobObserved
     | JobFinished
     | JobDeleted
     | JobReady
+    | JobPodsNotCreated
+    | JobTampered
     | WorkloadAdmitted
     | WorkloadPreempted
     | WorkloadPending
@@ -436,6 +520,7 @@ Event = (
     | JobUnsuspended
     | JobSuspended
     | ActuationFailed
+    | ChainBreakAccepted
 )
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -448,12 +533,15 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     LocalQueueObserved,
     LocalQueueDeleted,
     PriorityClassObserved,
+    PriorityClassDeleted,
     NamespaceObserved,
     ObjectRejected,
     JobObserved,
     JobFinished,
     JobDeleted,
     JobReady,
+    JobPodsNotCreated,
+    JobTampered,
     WorkloadAdmitted,
     WorkloadPreempted,
     WorkloadPending,
@@ -464,6 +552,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobUnsuspended,
     JobSuspended,
     ActuationFailed,
+    ChainBreakAccepted,
 )
 """Every current event class; the codec's registry is built from this tuple."""
 

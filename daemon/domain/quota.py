@@ -279,9 +279,11 @@ def lowest_subtree_that_fits(cq: Node, fr: FlavorResource, val: int) -> tuple[in
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Inactive:
-    """Why a ClusterQueue cannot admit: unknown flavors or a cohort cycle."""
+    """Why a ClusterQueue cannot admit: unknown flavors, a cohort cycle, or a latest version admitd rejected.
+    `reason`: the Active condition's reason (Kueue's names; `InvalidSpec` is admitd's own)."""
 
     message: str
+    reason: str = "FlavorNotFound"
 
 
 class QuotaTree:
@@ -300,8 +302,12 @@ class QuotaTree:
         cluster_queues: Mapping[str, ClusterQueue],
         cohorts: Mapping[str, Cohort],
         flavors: Mapping[str, ResourceFlavor],
+        rejected: Mapping[str, tuple[str, ...]] | None = None,
     ) -> QuotaTree:
+        """`rejected` (`ClusterView.rejected`): held queues whose latest version was rejected; a ClusterQueue so,
+        or in a Cohort so, is inactive."""
         tree = cls()
+        rejected = rejected or {}
         for name in sorted(cohorts):
             co = cohorts[name]
             tree.cohorts[name] = Node(
@@ -327,8 +333,17 @@ class QuotaTree:
             missing = sorted({fq.name for g in cq.resource_groups for fq in g.flavors if fq.name not in flavors})
             if missing:
                 tree.inactive[name] = Inactive(message=f"flavor {', '.join(missing)} not found")
+            why = rejected.get(f"ClusterQueue/{name}") or (cq.cohort and rejected.get(f"Cohort/{cq.cohort}"))
+            if why:
+                whose = "its" if f"ClusterQueue/{name}" in rejected else f"cohort {cq.cohort}'s"
+                tree.inactive[name] = Inactive(
+                    message=f"{whose} latest version was rejected ({'; '.join(why)}); the one before is kept",
+                    reason="InvalidSpec",
+                )
             if cq.cohort and cq.cohort in broken:
-                tree.inactive[name] = Inactive(message=f"cohort {cq.cohort} is in a cohort cycle")
+                tree.inactive[name] = Inactive(
+                    message=f"cohort {cq.cohort} is in a cohort cycle", reason="CohortCycleDetected"
+                )
                 node.tree = f"cq:{name}"
                 continue
             if cq.cohort:

@@ -17,6 +17,7 @@ from sortedcontainers import SortedKeyList
 from daemon.domain.actuation import Order, suspend_order, unsuspend_order
 from daemon.domain.events import (
     ActuationFailed,
+    ChainBreakAccepted,
     ClusterQueueDeleted,
     ClusterQueueObserved,
     CohortDeleted,
@@ -25,13 +26,16 @@ from daemon.domain.events import (
     JobDeleted,
     JobFinished,
     JobObserved,
+    JobPodsNotCreated,
     JobReady,
     JobSuspended,
+    JobTampered,
     JobUnsuspended,
     LocalQueueDeleted,
     LocalQueueObserved,
     NamespaceObserved,
     ObjectRejected,
+    PriorityClassDeleted,
     PriorityClassObserved,
     ResourceFlavorDeleted,
     ResourceFlavorObserved,
@@ -70,7 +74,7 @@ from daemon.domain.view import (
     queue_ordered,
 )
 
-STATE_VERSION = 6
+STATE_VERSION = 7
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
 
 
@@ -120,6 +124,8 @@ class StateSnapshot:
     config_generation: int
     counter: int
     outbox: tuple[Order, ...] = ()
+    rejected: tuple[tuple[str, tuple[str, ...]], ...] = ()  # `State.rejected`, sorted
+    tampered: tuple[tuple[str, str, int], ...] = ()  # (job, uid, generation): see `State.tampered`
     index: SnapshotIndex | None = None  # written into snapshot bodies (`to_snapshot(index=True)`); never loaded
 
 
@@ -193,6 +199,9 @@ class State:
         self.flavors: dict[str, ResourceFlavor] = {}
         self.cluster_queues: dict[str, ClusterQueue] = {}
         self.cohorts: dict[str, Cohort] = {}
+        # "ClusterQueue/<name>" or "Cohort/<name>" of a held object whose latest version was rejected: the cycle
+        # keeps the older version's shape but admits nothing new through it (`QuotaTree` marks it inactive).
+        self.rejected: dict[str, tuple[str, ...]] = {}
         self.local_queues: dict[str, LocalQueue] = {}
         self.namespaces: dict[str, Namespace] = {}
         self.priority_classes: dict[tuple[str, str], PriorityClass] = {}
@@ -200,6 +209,9 @@ class State:
         self.finished: dict[str, Millis] = {}
         # The outbox: per job, the decision that has no recorded actuation yet (what a restart must carry out).
         self.outbox: dict[str, Order] = {}
+        # Per live job, the (uid, generation) of its last recorded tampering (`JobTampered`): the same change seen
+        # again (a restart's list) is not a new security event.
+        self.tampered: dict[str, tuple[str, int]] = {}
         # Derived indexes, rebuilt from the above by _reindex(); never stored.
         self._pending_by_cq: dict[str, SortedKeyList] = {}
         # The same workloads, grouped for the cycle; None: not built yet (see `build_pending_indexes`).
@@ -233,15 +245,19 @@ class State:
                 self._config_changed()
             case ClusterQueueObserved(cluster_queue=cq):
                 self.cluster_queues[cq.name] = cq
+                self.rejected.pop(f"ClusterQueue/{cq.name}", None)
                 self._config_changed(reroute=True)
             case ClusterQueueDeleted(name=name):
                 self.cluster_queues.pop(name, None)
+                self.rejected.pop(f"ClusterQueue/{name}", None)
                 self._config_changed(reroute=True)
             case CohortObserved(cohort=cohort):
                 self.cohorts[cohort.name] = cohort
+                self.rejected.pop(f"Cohort/{cohort.name}", None)
                 self._config_changed()
             case CohortDeleted(name=name):
                 self.cohorts.pop(name, None)
+                self.rejected.pop(f"Cohort/{name}", None)
                 self._config_changed()
             case LocalQueueObserved(local_queue=lq):
                 self.local_queues[lq.key] = lq
@@ -253,6 +269,9 @@ class State:
                 # Kueue: a changed value does not re-prioritise existing workloads, only new ones.
                 self.priority_classes[(pc.kind, pc.name)] = pc
                 self._release_held()
+            case PriorityClassDeleted(kind=kind, name=name):
+                # Gone for new jobs only: a workload keeps the priority it resolved (Kueue's Workload keeps it).
+                self.priority_classes.pop((kind, name), None)
             case NamespaceObserved(namespace=ns_obj):
                 self.namespaces[ns_obj.name] = ns_obj
                 self._config_changed()
@@ -261,6 +280,7 @@ class State:
             case JobFinished(job=key, at=at) | JobDeleted(job=key, at=at):
                 self._remove_workload(key)
                 self.outbox.pop(key, None)
+                self.tampered.pop(key, None)
                 if isinstance(event, JobFinished):
                     self.finished[key] = at
             case WorkloadAdopted(workload=key, at=at, admission=admission):
@@ -268,7 +288,7 @@ class State:
             case WorkloadAdmitted(workload=key, at=at, admission=admission):
                 if self._admit(key, at, admission):
                     wl = self.workloads[key].workload
-                    self.outbox[key] = unsuspend_order(wl, admission, self.flavors, self.seq)
+                    self.outbox[key] = unsuspend_order(wl, admission, self.flavors, self.seq, at=at)
             case WorkloadPreempted(workload=key, preemptor=preemptor, reason=reason):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.ADMITTED and not rec.evicting:
@@ -305,6 +325,8 @@ class State:
                     self._set(replace(rec, pods=replace(rec.pods or PodsReadyState(), ready=True)))
                     # blockAdmission may now let a workload of any tree in: every tree's memo is stale.
                     self._config_changed()
+            case JobPodsNotCreated():
+                pass  # a fact for the reader: the job keeps its quota (waitForPodsReady, if set, times it out)
             case WorkloadTimedOut(workload=key):
                 rec = self.workloads.get(key)
                 if rec is not None and rec.phase is Phase.ADMITTED and not rec.evicting:
@@ -338,8 +360,18 @@ class State:
             case ActuationFailed(job=key, decision=decision, permanent=permanent):
                 if permanent:  # recorded and surfaced, never retried; a temporary failure stays in the outbox
                     self._settle(key, decision)
-            case ObjectRejected():
-                pass  # an audit fact: it changes nothing the cycle reads
+            case ObjectRejected(kind=kind, name=name, errors=errors) if (
+                kind == "ClusterQueue" and name in self.cluster_queues
+            ) or (kind == "Cohort" and name in self.cohorts):
+                # A held queue edited into one admitd rejects: its older version is not enforced as if current.
+                self.rejected[f"{kind}/{name}"] = errors
+                self._config_changed()
+            case ObjectRejected() | ChainBreakAccepted():
+                pass  # audit facts: they change nothing the cycle reads
+            case JobTampered(job=key, uid=uid, generation=generation):
+                # The workload keeps what the log gave it (pending: no quota); only the record of the change is kept.
+                if key in self.workloads:
+                    self.tampered[key] = (uid, generation)
             case _:
                 assert_never(event)
 
@@ -610,6 +642,11 @@ class State:
 
     # --- reading -----------------------------------------------------------------------------------------------
 
+    @property
+    def config_generation(self) -> int:
+        """A counter that every configuration change (queues, cohorts, flavors, a rejection) moves."""
+        return self._config_generation[0]
+
     def view(self) -> ClusterView:
         """A read-only view over the live state (no copies). Valid until the next `apply`."""
         return ClusterView(
@@ -629,6 +666,7 @@ class State:
             pending_version=self._pending_version,
             unready=self._unready,
             backoff=self._backoff,
+            rejected=self.rejected,
         )
 
     def to_snapshot(self, *, index: bool = False) -> StateSnapshot:
@@ -648,6 +686,8 @@ class State:
             config_generation=self._config_generation[0],
             counter=self._counter,
             outbox=tuple(self.outbox[k] for k in sorted(self.outbox)),
+            rejected=tuple(sorted(self.rejected.items())),
+            tampered=tuple((k, *self.tampered[k]) for k in sorted(self.tampered)),
             index=self._snapshot_index(keys) if index else None,
         )
 
@@ -675,6 +715,7 @@ class State:
         state.flavors = {f.name: f for f in snap.flavors}
         state.cluster_queues = {c.name: c for c in snap.cluster_queues}
         state.cohorts = {c.name: c for c in snap.cohorts}
+        state.rejected = dict(snap.rejected)
         state.local_queues = {q.key: q for q in snap.local_queues}
         state.namespaces = {n.name: n for n in snap.namespaces}
         state.priority_classes = {(p.kind, p.name): p for p in snap.priority_classes}
@@ -683,6 +724,7 @@ class State:
         state._config_generation = [snap.config_generation]
         state._counter = snap.counter
         state.outbox = {o.job: o for o in snap.outbox}
+        state.tampered = {job: (uid, generation) for job, uid, generation in snap.tampered}
         # The pending lists are built with one sort each rather than one insertion per workload, from queue keys made
         # once; the `PendingIndex`es are left until something reads them (`build_pending_indexes`), so a query that
         # never runs the cycle skips them, and so does its tail fold (the 1M-event benchmark's middle snapshot, 115,020

@@ -135,6 +135,9 @@ class ClusterView:
     backoff: Mapping[str, Millis] | None = None
     """Optional (waitForPodsReady): pending workloads evicted for PodsReadyTimeout that wait out their backoff, by
     key: when they may be requeued. They are held out of their queue (in `pending_unrouted`) until then."""
+    rejected: Mapping[str, tuple[str, ...]] | None = None
+    """"ClusterQueue/<name>" or "Cohort/<name>" of a held queue whose latest version admitd rejected, with why:
+    inactive until a valid version is observed (`QuotaTree.build`)."""
 
 
 # --- the grouped pending index ------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ EventLogError
 ├── AppendFailed          a batch was not written, none of it is durable; the writer then  (exit 1)
 │                         stops, and every pending and later append fails naming the cause
 ├── ChainBroken           `log verify`: a row whose hash does not fit; names the first seq (exit 1)
+├── LogNotTrusted         `admitd run`: the chain is broken where no accepted break covers it (exit 2)
 └── BadSnapshot           `log verify`: a snapshot that does not check; names its seq      (exit 1)
 """
 
@@ -83,12 +84,29 @@ class AppendFailed(EventLogError):
 
 
 class ChainBroken(EventLogError):
+    """`kind`: "mismatch" (a row's contents do not fit its hash), "gap" (rows missing inside the log) or "cut" (rows
+    missing at the end)."""
+
     exit_code = 1
 
-    def __init__(self, path: Path | str, seq: int, problem: str) -> None:
+    def __init__(self, path: Path | str, seq: int, problem: str, *, kind: str = "mismatch") -> None:
         super().__init__(f"{path}: hash chain broken at seq {seq}: {problem}")
         self.path = Path(path)
         self.seq = seq
+        self.problem = problem
+        self.kind = kind
+
+
+class LogNotTrusted(EventLogError):
+    """`admitd run` found the log's hash chain broken: it does not act on a state it cannot vouch for (exit 2)."""
+
+    def __init__(self, broken: ChainBroken) -> None:
+        super().__init__(
+            f"{broken}; admitd will not run on a log it cannot verify (`admitd log verify --db {broken.path}` shows "
+            f"the same). Restore the log from a copy, or run once with --accept-chain-break {broken.seq} to accept "
+            "the break (recorded in the log)"
+        )
+        self.broken = broken
 
 
 class BadSnapshot(EventLogError):

@@ -31,7 +31,7 @@ from daemon.domain.actuation import Order
 from daemon.domain.model import ClusterQueue, Cohort, LocalQueue, Millis, Namespace, PriorityClass, ResourceFlavor
 from daemon.domain.state import STATE_VERSION, SnapshotIndex, State, StateSnapshot, WorkloadRecord
 from daemon.eventlog import codec
-from daemon.eventlog.store import INTEGER_MAX, EventStore, LogReader
+from daemon.eventlog.store import INTEGER_MAX, AcceptedBreaks, EventStore, LogReader
 from daemon.obs.logging import get_logger
 
 _snapshot_decoder = msgspec.json.Decoder(StateSnapshot)
@@ -108,11 +108,14 @@ class UnreadSnapshot:
     config_generation: int
     counter: int
     outbox: tuple[Order, ...] = ()
+    rejected: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    tampered: tuple[tuple[str, str, int], ...] = ()
     index: SnapshotIndex | None = None
 
     def select(self, positions: Iterable[int]) -> State:
         """The state this snapshot holds with only the workloads at `positions` (in `workloads`); the rest of the
-        value (configuration, finished jobs, generations, outbox) whole. Built by `State.from_snapshot` itself."""
+        value (configuration, finished jobs, generations, outbox, tampering records) whole. Built by
+        `State.from_snapshot` itself."""
         decode = _record_decoder.decode
         return State.from_snapshot(
             StateSnapshot(
@@ -129,6 +132,8 @@ class UnreadSnapshot:
                 config_generation=self.config_generation,
                 counter=self.counter,
                 outbox=self.outbox,
+                rejected=self.rejected,
+                tampered=self.tampered,
             )
         )
 
@@ -168,12 +173,23 @@ def paused_gc(*, freeze: bool = False) -> Iterator[None]:
         gc.enable()
 
 
-def replay(reader: LogReader, *, use_snapshots: bool = True, upto: int | None = None) -> State:
+def replay(
+    reader: LogReader,
+    *,
+    use_snapshots: bool = True,
+    upto: int | None = None,
+    verify: bool = False,
+    accepted: AcceptedBreaks | None = None,
+) -> State:
     """The state after every event up to `upto` (default: the whole log), its pending indexes built (the cycle reads
     them; a query that reads no index builds its state with `decode_snapshot` and a fold, and never pays for them).
 
     A snapshot is used only if it checks against the hash chain and its digest (`LogReader.snapshot_at_or_before`)
     and decodes; otherwise a warning is logged and the replay starts from the first event.
+
+    `verify=True` (the daemon's start-up) checks every row it folds against the hash chain, from the snapshot's
+    row (the snapshot's digest vouches for the state before it) to the head, and raises ChainBroken at the first
+    break that `accepted` (default: the breaks the log records as accepted) does not cover.
     """
     state = State()
     since = 0
@@ -191,8 +207,9 @@ def replay(reader: LogReader, *, use_snapshots: bool = True, upto: int | None = 
                 log.warning("snapshot ignored; replaying from the first event", seq=found[0], problem=str(e))
                 state, since = State(), 0
     decode, apply = codec.decode, state.apply
+    rows = reader.iter_verified_payloads(since, accepted=accepted) if verify else reader.iter_payloads(since)
     with paused_gc():
-        for seq, type_, version, payload in reader.iter_payloads(since):
+        for seq, type_, version, payload in rows:
             if upto is not None and seq > upto:
                 break
             apply(decode(type_, version, payload if isinstance(payload, bytes) else payload.encode(), seq=seq), seq)

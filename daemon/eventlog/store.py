@@ -17,7 +17,7 @@ import os
 import resource
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import aiosqlite
 
-from daemon.domain.events import Event
+from daemon.domain.events import BREAK_SUBJECT, ChainBreakAccepted, Event
 from daemon.eventlog import codec
 from daemon.eventlog.codec import GENESIS_HASH, StoredEvent
 from daemon.eventlog.errors import (
@@ -289,6 +289,8 @@ class Verified:
     head_seq: int
     head_hash: bytes
     snapshots: int
+    accepted: tuple[int, ...] = ()
+    """The accepted breaks the walk passed (their seqs), which `log verify` names."""
 
 
 def _snapshot_problem(
@@ -302,6 +304,65 @@ def _snapshot_problem(
     if codec.snapshot_digest(seq, state_version, event_hash, body) != digest:
         return "its digest does not match its contents (the snapshot was edited or damaged)"
     return None
+
+
+AcceptedBreaks = frozenset[int]
+"""Seqs at which an operator accepted a break of the hash chain: there the walk takes the stored rows as they are
+(a row whose hash does not fit: its stored hash; rows missing, inside or cut off the end: the next stored row
+starts the chain anew)."""
+
+
+class _ChainWalk:
+    """The hash chain checked row by row from the row at `since` (GENESIS_HASH before seq 1)."""
+
+    def __init__(self, reader: LogReader, since: int, accepted: AcceptedBreaks) -> None:
+        self.reader, self.accepted = reader, accepted
+        self.expected = since + 1
+        self.accepted_seen: tuple[int, ...] = ()
+        if since == 0:
+            self.previous = GENESIS_HASH
+        else:
+            row = reader._one("SELECT hash FROM events WHERE seq = ?", (since,))
+            if row is None:
+                raise ChainBroken(reader.path, since, "the row a snapshot was taken at is missing")
+            self.previous = _bytes(row[0])
+
+    def rows(self, sql: str, size: int) -> Iterator[tuple[Any, ...]]:
+        for row in self.reader._stream(sql, (), size):
+            yield from self.checked((row,))
+
+    def checked(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+        previous, expected, accepted = self.previous, self.expected, self.accepted
+        row_bytes, chain_hash = codec.row_bytes, codec.chain_hash
+        for row in rows:
+            seq, at, type_, version, subject, payload, cause, stored = row
+            digest = _bytes(stored)
+            if seq != expected:
+                if expected not in accepted:
+                    self.previous, self.expected = previous, expected
+                    raise ChainBroken(
+                        self.reader.path, expected, f"row missing (next stored row is seq {seq})", kind="gap"
+                    )
+                self.accepted_seen += (expected,)
+            elif chain_hash(previous, row_bytes(seq, at, type_, version, subject, cause, _bytes(payload))) != digest:
+                if seq not in accepted:
+                    self.previous, self.expected = previous, expected
+                    raise ChainBroken(
+                        self.reader.path, seq, "stored hash does not match the row's contents", kind="mismatch"
+                    )
+                self.accepted_seen += (seq,)
+            previous = digest
+            expected = seq + 1
+            yield row
+        self.previous, self.expected = previous, expected
+
+    def check_tail(self) -> None:
+        # AUTOINCREMENT remembers the highest seq ever written, so a cut-off tail shows as well.
+        row = self.reader._one("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+        if row is not None and int(row[0]) >= self.expected and self.expected not in self.accepted:
+            raise ChainBroken(
+                self.reader.path, self.expected, f"rows {self.expected}..{row[0]} at the end are missing", kind="cut"
+            )
 
 
 class LogReader:
@@ -432,27 +493,15 @@ class LogReader:
         """The number of events, once `check` passes."""
         return self.check().events
 
-    def check(self) -> Verified:
+    def check(self, accepted: AcceptedBreaks | None = None) -> Verified:
         """Walk the hash chain and check every snapshot, all in one read transaction, so that a writer appending
-        meanwhile can never look like a cut tail. Raises ChainBroken at the first bad seq, BadSnapshot."""
+        meanwhile can never look like a cut tail. Raises ChainBroken at the first bad seq that `accepted` (default:
+        the breaks the log records as accepted) does not cover, BadSnapshot."""
         with self.consistent():
-            previous = GENESIS_HASH
-            expected = 1
-            row_bytes, chain_hash = codec.row_bytes, codec.chain_hash
-            for seq, at, type_, version, subject, payload, cause, stored in self._stream(
-                f"SELECT {_COLUMNS} FROM events ORDER BY seq"
-            ):
-                if seq != expected:
-                    raise ChainBroken(self.path, expected, f"row missing (next stored row is seq {seq})")
-                digest = chain_hash(previous, row_bytes(seq, at, type_, version, subject, cause, _bytes(payload)))
-                if digest != _bytes(stored):
-                    raise ChainBroken(self.path, seq, "stored hash does not match the row's contents")
-                previous = digest
-                expected += 1
-            # AUTOINCREMENT remembers the highest seq ever written, so a cut-off tail shows as well.
-            row = self._one("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
-            if row is not None and int(row[0]) >= expected:
-                raise ChainBroken(self.path, expected, f"rows {expected}..{row[0]} at the end are missing")
+            walk = _ChainWalk(self, 0, self.accepted_breaks() if accepted is None else accepted)
+            for _ in walk.rows(f"SELECT {_COLUMNS} FROM events ORDER BY seq", 5000):
+                pass
+            walk.check_tail()
             snapshots = 0
             for seq, version, event_hash, body, digest, in_chain in self._stream(
                 "SELECT s.seq, s.state_version, s.event_hash, s.body, s.digest, e.hash "
@@ -470,7 +519,41 @@ class LogReader:
                 if problem is not None:
                     raise BadSnapshot(self.path, seq, problem)
                 snapshots += 1
-        return Verified(events=expected - 1, head_seq=expected - 1, head_hash=previous, snapshots=snapshots)
+        return Verified(
+            events=walk.expected - 1,
+            head_seq=walk.expected - 1,
+            head_hash=walk.previous,
+            snapshots=snapshots,
+            accepted=walk.accepted_seen,
+        )
+
+    def iter_verified_payloads(
+        self, since: int = 0, *, accepted: AcceptedBreaks | None = None, chunk: int = 20000
+    ) -> Iterator[tuple[int, str, int, bytes]]:
+        """`iter_payloads`, each row checked against the hash chain as it is read, from the row at `since` (whose
+        stored hash a checked snapshot vouches for) to the head, the cut-tail check included; raises ChainBroken at
+        the first bad seq `accepted` does not cover (default: the breaks the log records as accepted), after the
+        rows before it. One read of the tail: what a start-up replays is what it verifies."""
+        walk = _ChainWalk(self, since, self.accepted_breaks() if accepted is None else accepted)
+        last = min(since, INTEGER_MAX)
+        while True:
+            rows = self._all(f"SELECT {_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?", (last, chunk))
+            if not rows:
+                break
+            for seq, _at, type_, version, _subject, payload, _cause, _stored in walk.checked(rows):
+                yield seq, type_, version, _bytes(payload)
+            last = rows[-1][0]
+        walk.check_tail()
+
+    def accepted_breaks(self) -> AcceptedBreaks:
+        """The chain breaks an operator accepted (`admitd run --accept-chain-break`), as the log records them
+        (`log.break_accepted`, subject `log/chain`: one index lookup)."""
+        seqs: set[int] = set()
+        for stored in self.events_of(BREAK_SUBJECT):
+            event = codec.decode(stored.type, stored.version, stored.payload, seq=stored.seq)
+            if isinstance(event, ChainBreakAccepted):
+                seqs.add(event.seq)
+        return frozenset(seqs)
 
     def snapshot_at_or_before(self, state_version: int, seq: int) -> tuple[int, bytes] | None:
         """`(seq, body)` of the newest snapshot of this shape at or before `seq`, if it checks against the chain
@@ -642,6 +725,7 @@ class EventStore:
         self._seq = 0
         self._tail_hash = GENESIS_HASH
         self._base_seq = 0
+        self._stored_last = 0  # the last seq in the file, as this writer left it (below _seq after a cut tail)
         self._submitted = 0
         self.observer: WriteObserver | None = None
 
@@ -682,6 +766,10 @@ class EventStore:
                 await conn.execute("PRAGMA cache_size=-65536")  # 64 MiB: the subject index stays in memory
                 async with conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1") as cur:
                     tail = await cur.fetchone()
+                # Rows cut off the end (an accepted break): the next seq is above the highest ever written, which
+                # the append-only trigger requires; the chain goes on from the last stored row.
+                async with conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'") as cur:
+                    highest = await cur.fetchone()
             except sqlite3.Error as e:
                 raise _classify(path, e) from e
         except BaseException:
@@ -692,7 +780,8 @@ class EventStore:
             raise
         store = cls(conn, path, clock, max_batch, lock)
         if tail is not None:
-            store._seq, store._tail_hash = int(tail[0]), _bytes(tail[1])
+            store._stored_last = int(tail[0])
+            store._seq, store._tail_hash = max(int(tail[0]), 0 if highest is None else int(highest[0])), _bytes(tail[1])
             store._base_seq = store._seq
         store._tasks = [
             asyncio.create_task(store._guard(store._prepare_loop), name="eventlog-prepare"),
@@ -901,13 +990,14 @@ class EventStore:
                     async with conn.execute("SELECT coalesce(max(seq), 0) FROM events") as cur:
                         row = await cur.fetchone()
                     last = 0 if row is None else int(row[0])
-                    if last != prepared.first_seq - 1:
+                    if last != self._stored_last:
                         raise AppendFailed(
-                            f"{self.path}: the log ends at seq {last}, expected {prepared.first_seq - 1}: "
+                            f"{self.path}: the log ends at seq {last}, expected {self._stored_last}: "
                             "another process is writing this file"
                         )
                     await conn.executemany(_INSERT, prepared.rows)
                     await conn.commit()
+                    self._stored_last = prepared.rows[-1][0]
                 except BaseException:
                     with contextlib.suppress(sqlite3.Error):
                         await conn.rollback()

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, Resize
+from daemon.domain.trust import SIGNATURE_ANNOTATION
 from daemon.kube.client import JSON_PATCH, KubeClient, Obj, pointer_token, resolve_pointer
 from daemon.kube.errors import Conflict, NotFound, Permanent, Temporary
 from daemon.kube.jobkinds import KINDS
@@ -35,6 +36,7 @@ log = get_logger("admitd.actuate")
 TEMPLATE_TRIES = 20  # x 0.25 s: how long a template change waits for the Job controller before it is retried later
 _NOTE_PATH = "/metadata/annotations/" + pointer_token(ADMISSION_ANNOTATION)
 _FULL_PATH = "/metadata/annotations/" + pointer_token(FULL_PARALLELISM_ANNOTATION)
+_SIGNATURE_PATH = "/metadata/annotations/" + pointer_token(SIGNATURE_ANNOTATION)
 
 
 def resize_patch(resize: Sequence[Resize]) -> list[dict[str, Any]]:
@@ -91,8 +93,15 @@ def placed_as(obj: Obj, kind: str, placements: Sequence[Placement]) -> bool:
 
 
 class JobActuator:
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(
+        self, client: KubeClient, sign: Callable[[str, str], str] | None = None, *, requests_in_flight: int = 16
+    ) -> None:
         self.client = client
+        # (uid, note) -> the note's signature (`daemon.domain.trust.sign` under admitd's key), written beside it
+        self.sign = sign
+        # The bound on this actuator's API calls at once. The actuate stage runs many jobs' lanes side by side; a
+        # lane that waits (a template change waiting for the Job controller) holds no call, so it delays no other.
+        self._calls = asyncio.Semaphore(requests_in_flight)
         self.skipped = 0  # suspensions that needed no request (the Job was never unsuspended)
         # job -> its uid, while its last watched version is suspended, has no active pods and carries no admission
         # note (nothing of an admission is on it)
@@ -105,6 +114,9 @@ class JobActuator:
         watch events). A job preempted before it was ever unsuspended is already suspended with no pods: the patch
         may change nothing, so no watch event would follow and the eviction would never be observed; the answer
         shows it at once."""
+        self.on_suspending: Callable[[str, str], None] | None = None
+        """Given the job and its kind before a suspension's first patch is sent (the observer then waits for the
+        Job controller to report the suspension before the quota is released)."""
         self.on_suspended_unsent: Callable[[str], None] | None = None
         """Given the job whose suspension needed no request (see `_never_unsuspended`): its eviction is observed."""
 
@@ -144,6 +156,8 @@ class JobActuator:
             if order.action is Action.UNSUSPEND:
                 ops = [*guard, *placement_patch(order.kind, order.placements)]
                 ops.append({"op": "add", "path": _NOTE_PATH, "value": order.note})
+                signature = self.sign(order.uid, order.note) if self.sign is not None else ""
+                ops.append({"op": "add", "path": _SIGNATURE_PATH, "value": signature})
                 ops += [*full_count_note(order.resize, running=True), *resize_patch(order.resize)]
                 ops.append({"op": "replace", "path": suspend, "value": False})
                 self._unsuspending.add(order.job)
@@ -160,7 +174,10 @@ class JobActuator:
                     notes = [
                         *full_count_note(order.resize, running=False),
                         {"op": "add", "path": _NOTE_PATH, "value": ""},
+                        {"op": "add", "path": _SIGNATURE_PATH, "value": ""},
                     ]
+                if order.decision and self.on_suspending is not None:
+                    self.on_suspending(order.job, order.kind)
                 body: list[dict[str, Any]] = [
                     *guard,
                     {"op": "add", "path": suspend, "value": True},
@@ -200,13 +217,17 @@ class JobActuator:
     async def _recreated(self, path: str, uid: str) -> bool:
         """Whether a 422 came from the uid test: the object at `path` now has another uid."""
         try:
-            current = await self.client.request("GET", path)
+            current = await self._request("GET", path)
         except (NotFound, Temporary, Permanent, Conflict):
             return False
         return bool((current.get("metadata") or {}).get("uid") != uid)
 
+    async def _request(self, method: str, path: str, body: Any = None, content_type: str = JSON_PATCH) -> Obj:
+        async with self._calls:
+            return await self.client.request(method, path, body=body, content_type=content_type)
+
     async def _patch(self, path: str, ops: list[dict[str, Any]]) -> Obj:
-        return await self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+        return await self._request("PATCH", path, ops, JSON_PATCH)
 
     async def _patch_template(self, path: str, ops: list[dict[str, Any]]) -> Obj:
         try:
@@ -216,7 +237,7 @@ class JobActuator:
             if e.status != 422 or not any(op["path"] == _NOTE_PATH for op in ops):
                 raise
             note = {"metadata": {"annotations": {ADMISSION_ANNOTATION: ""}}}  # an empty map would change nothing
-            await self.client.request("PATCH", path, body=note, content_type="application/merge-patch+json")
+            await self._request("PATCH", path, note, "application/merge-patch+json")
             return await self._patch_frozen(path, ops)
 
     async def _patch_frozen(self, path: str, ops: list[dict[str, Any]]) -> Obj:
@@ -225,7 +246,7 @@ class JobActuator:
         for that reason is retried for a few seconds before it is reported (as a temporary failure)."""
         for attempt in range(TEMPLATE_TRIES):
             try:
-                return await self.client.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+                return await self._patch(path, ops)
             except Permanent as e:
                 if not _template_frozen(e) or attempt == TEMPLATE_TRIES - 1:
                     raise

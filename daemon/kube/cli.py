@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from daemon.cliargs import whole_number
 from daemon.domain.admission import EngineConfig
@@ -30,10 +32,19 @@ def _lease(text: str) -> tuple[str, str]:
     return namespace, name
 
 
+def _webhook_url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme != "https" or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"expected https://HOST[:PORT], got {text!r}")
+    return text
+
+
 _positive_int = whole_number(1, "expected at least 1, got {value}")
+_seq = whole_number(1, "a seq is at least 1, got {value}", 2**63 - 1, "a seq is at most 2^63 - 1, got {value}")
 
 
 def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
+    listen = os.environ.get("POD_IP") or "127.0.0.1"  # never every interface unless asked: the pod's, or loopback
     p = sub.add_parser(
         "run",
         help="the daemon: watch the cluster, admit Jobs against quota, record every decision in the event log",
@@ -44,10 +55,17 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--config", type=Path, metavar="FILE", help="admitd settings (a Kueue Configuration file)")
     p.add_argument("--webhook-port", type=int, default=9443, help="HTTPS port of the webhook server (default 9443)")
-    p.add_argument("--webhook-host", default="0.0.0.0", help="address the webhook server binds (default 0.0.0.0)")
+    p.add_argument(
+        "--webhook-host",
+        default=listen,
+        help="address the webhook server binds (default: $POD_IP in a pod, else 127.0.0.1; 0.0.0.0 for every "
+        "interface, e.g. on a host whose API server runs elsewhere)",
+    )
     p.add_argument(
         "--webhook-url",
-        help="register the webhook by URL, for running outside the cluster (e.g. https://127.0.0.1:9443)",
+        type=_webhook_url,
+        help="register the webhook by URL, for running outside the cluster (e.g. https://admitd.example.com:9443); "
+        "the self-made certificate names its host",
     )
     p.add_argument(
         "--webhook-service",
@@ -63,10 +81,43 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         help="while admitd is down: Fail refuses new Jobs in the managed namespaces (default, as Kueue); Ignore "
         "creates them unsuspended and admitd suspends the managed ones when it is back",
     )
-    p.add_argument("--no-register-webhook", action="store_true", help="do not create the MutatingWebhookConfiguration")
-    p.add_argument("--cert-dir", type=Path, default=Path("certs"), help="where the webhook's certificate is kept")
+    p.add_argument(
+        "--no-register-webhook",
+        action="store_true",
+        help="do not patch the webhook configurations and the CRDs' conversion (caBundle, URL or Service)",
+    )
+    p.add_argument(
+        "--create-webhook-configurations",
+        action="store_true",
+        help="outside the cluster, for development: create the Mutating- and ValidatingWebhookConfiguration admitd "
+        "when missing (needs create on them; config/ ships them and its RBAC does not grant it)",
+    )
+    p.add_argument(
+        "--cert-dir",
+        type=Path,
+        default=Path("certs"),
+        help="where the self-made webhook certificate is kept; holding tls.crt and tls.key (and ca.crt), as "
+        "cert-manager's Secret mounted, the operator's certificate: used as is and reloaded when it changes",
+    )
+    p.add_argument(
+        "--cert-secret",
+        type=_lease,
+        metavar="NS/NAME",
+        help="share one serving certificate between replicas in this kubernetes.io/tls Secret: created when "
+        "missing, renewed by the leader, reloaded by every replica (the HA overlay, config/ha)",
+    )
     p.add_argument("--health-port", type=int, default=8080, help="port of /healthz, /readyz and /metrics (8080)")
-    p.add_argument("--health-host", default="0.0.0.0", help="address of the health server (default 0.0.0.0)")
+    p.add_argument(
+        "--health-host",
+        default=listen,
+        help="address of the health server (default: $POD_IP in a pod, else 127.0.0.1)",
+    )
+    p.add_argument(
+        "--metrics-auth",
+        action="store_true",
+        help="serve /metrics on the webhook's HTTPS port instead, only to callers whose bearer token the API server "
+        "authenticates and authorizes (get on the non-resource URL /metrics), as Kueue's metrics endpoint",
+    )
     p.add_argument(
         "--local-queue-metrics",
         action="store_true",
@@ -99,6 +150,30 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         help="the Lease (default admitd-system/admitd)",
     )
     p.add_argument("--identity", help="this replica's name in the Lease (default: host name and a random suffix)")
+    p.add_argument(
+        "--accept-chain-break",
+        type=_seq,
+        action="append",
+        default=[],
+        metavar="SEQ",
+        help="run on a log whose hash chain is broken at SEQ (the seq the refusal names; repeat for several): the "
+        "acceptance is recorded in the log, and later starts accept that break without the flag",
+    )
+    p.add_argument(
+        "--admission-key-file",
+        type=Path,
+        metavar="FILE",
+        help="the key admitd signs its admission notes with (made on first start when missing; default: "
+        "admission.key beside --db). Replicas must share it: mount one Secret in each",
+    )
+    p.add_argument(
+        "--admitd-username",
+        action="append",
+        default=[],
+        metavar="USER",
+        help="a user name the validating webhook lets change a queued job's admission state, besides the one the "
+        "API server knows admitd by (a SelfSubjectReview); repeatable",
+    )
     p.set_defaults(func=_cmd_run)
 
 
@@ -125,9 +200,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         webhook_service=args.webhook_service,
         webhook_failure_policy=args.webhook_failure_policy,
         register_webhook=not args.no_register_webhook,
+        create_webhook_configurations=args.create_webhook_configurations,
         cert_dir=args.cert_dir,
+        cert_secret=args.cert_secret,
         health_host=args.health_host,
         health_port=args.health_port,
+        metrics_auth=args.metrics_auth,
         local_queue_metrics=args.local_queue_metrics,
         leader_elect=args.leader_elect,
         leader_election_lease=args.leader_election_lease,
@@ -136,6 +214,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         status_qps=args.status_qps,
         status_burst=args.status_burst,
         status_parallelism=args.status_parallelism,
+        accept_chain_breaks=frozenset(args.accept_chain_break),
+        admission_key_file=args.admission_key_file or args.db.parent / "admission.key",
+        admitd_usernames=tuple(args.admitd_username),
     )
     try:
         return asyncio.run(run_daemon(options))

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import msgspec
+import yaml
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import Configuration
+from kubernetes_asyncio.config.kube_config import KubeConfigLoader
 
+from daemon.kube.credentials import CredentialError, ExecPlugin, Rotating, TokenFile
 from daemon.kube.errors import KubeError, Temporary, from_status
 
 Obj = dict[str, Any]
@@ -47,19 +51,120 @@ def resolve_pointer(obj: Any, pointer: str) -> Any:
     return obj
 
 
+SERVICE_TOKEN_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+SERVICE_CA_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
+
+
+def _kubeconfig_files(kubeconfig: Path | None) -> list[Path]:
+    """`kubeconfig`, else the files $KUBECONFIG lists (that exist), else ~/.kube/config if it exists."""
+    if kubeconfig is not None:
+        return [kubeconfig]
+    listed = os.environ.get("KUBECONFIG")
+    if listed:
+        return [Path(p).expanduser() for p in listed.split(os.pathsep) if p and Path(p).expanduser().exists()]
+    default = Path("~/.kube/config").expanduser()
+    return [default] if default.exists() else []
+
+
+def _named(doc: Mapping[str, Any], section: str, name: str) -> Mapping[str, Any] | None:
+    for entry in doc.get(section) or []:
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            inner = entry.get(section[:-1])
+            return inner if isinstance(inner, Mapping) else {}
+    return None
+
+
+def _merged(files: list[Path]) -> tuple[dict[str, Any], dict[tuple[str, str], Path]]:
+    """The kubeconfig `files` as one (the first file that names an entry wins, as in kubectl), and which file named
+    each (section, name)."""
+    merged: dict[str, Any] = {"clusters": [], "users": [], "contexts": []}
+    origin: dict[tuple[str, str], Path] = {}
+    for path in files:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(doc, dict):
+            raise kube_config.ConfigException(f"{path}: not a kubeconfig (a mapping)")
+        if not merged.get("current-context"):
+            merged["current-context"] = doc.get("current-context")
+        for section in ("clusters", "users", "contexts"):
+            for entry in doc.get(section) or []:
+                name = entry.get("name") if isinstance(entry, dict) else None
+                if isinstance(name, str) and (section, name) not in origin:
+                    origin[section, name] = path
+                    merged[section].append(entry)
+    return merged, origin
+
+
+def _relative_to(kubeconfig: Path, name: str) -> Path:
+    """A file a kubeconfig names: relative names are relative to the kubeconfig's directory, as in kubectl."""
+    path = Path(name).expanduser()
+    return path if path.is_absolute() else kubeconfig.parent / path
+
+
+async def _with_rotating_credentials(
+    files: list[Path], context: str | None, cfg: Configuration
+) -> Configuration | None:
+    """When the context's user has an `exec` plugin or a `tokenFile`: the configuration with that credential as a
+    refresh hook (run now, so that a failing plugin stops the start). None: the user has neither."""
+    merged, origin = _merged(files)
+    name = context or merged.get("current-context")
+    ctx = _named(merged, "contexts", name) if isinstance(name, str) else None
+    user_name = ctx.get("user") if ctx else None
+    user = _named(merged, "users", user_name) if isinstance(user_name, str) else None
+    if user is None or not ("exec" in user or "tokenFile" in user):
+        return None
+    assert isinstance(user_name, str) and ctx is not None
+    user_file = origin["users", user_name]
+    cluster_name = ctx.get("cluster")
+    cluster = _named(merged, "clusters", cluster_name) if isinstance(cluster_name, str) else None
+    hook: Rotating
+    if "exec" in user:
+        if not isinstance(user["exec"], Mapping):
+            raise CredentialError(f"{user_file}: user {user_name!r}", "exec: not a mapping")
+        hook = ExecPlugin(user["exec"], user=user_name, kubeconfig=user_file, cluster=cluster)
+    else:
+        hook = TokenFile(_relative_to(user_file, str(user["tokenFile"])))
+    # kubernetes_asyncio loads the rest (server, TLS) from the same document without the rotating credential: it
+    # would read a tokenFile once, and run an exec plugin with no cache and no clear error.
+    stripped = {k: v for k, v in user.items() if k not in {"exec", "tokenFile"}}
+    merged["users"] = [
+        {**e, "user": stripped} if isinstance(e, dict) and e.get("name") == user_name else e for e in merged["users"]
+    ]
+    base = origin.get(("clusters", cluster_name), user_file) if isinstance(cluster_name, str) else user_file
+    loader = KubeConfigLoader(config_dict=merged, active_context=name, config_base_path=str(base.parent))
+    await loader.load_and_set(cfg)
+    cfg.refresh_api_key_hook = hook
+    await hook(cfg)
+    return cfg
+
+
 async def load_configuration(kubeconfig: Path | None, context: str | None = None) -> Configuration:
-    """From `kubeconfig` if given, else $KUBECONFIG or ~/.kube/config, else the in-cluster service account."""
+    """From `kubeconfig` if given, else $KUBECONFIG or ~/.kube/config, else the in-cluster service account.
+
+    Credentials that rotate are reloaded (daemon.kube.credentials): the in-cluster token file and a kubeconfig
+    user's `tokenFile` are re-read every minute and after a 401; an `exec` plugin runs again when its token expires.
+    """
     cfg = Configuration()
+    files = _kubeconfig_files(kubeconfig)
     try:
-        if kubeconfig is not None:
-            await kube_config.load_kube_config(config_file=str(kubeconfig), context=context, client_configuration=cfg)
+        if files:
+            if await _with_rotating_credentials(files, context, cfg) is None:
+                paths = os.pathsep.join(map(str, files))  # kubernetes_asyncio merges a list as kubectl does
+                await kube_config.load_kube_config(config_file=paths, context=context, client_configuration=cfg)
         else:
-            try:
-                await kube_config.load_kube_config(context=context, client_configuration=cfg)
-            except (kube_config.ConfigException, FileNotFoundError, TypeError):
-                kube_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    except (kube_config.ConfigException, OSError) as e:
-        where = kubeconfig or "the default kubeconfig or the in-cluster service account"
+            kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=cfg,
+                token_filename=str(SERVICE_TOKEN_FILE),
+                cert_filename=str(SERVICE_CA_FILE),
+            )
+            token = TokenFile(SERVICE_TOKEN_FILE)  # instead of kubernetes_asyncio's hook: also re-read after a 401
+            cfg.refresh_api_key_hook = token
+            await token(cfg)
+    except CredentialError as e:
+        raise KubeError("CONFIG", e.path, None, e.message) from e
+    except (kube_config.ConfigException, OSError, yaml.YAMLError) as e:
+        where = kubeconfig or (
+            os.pathsep.join(map(str, files)) if files else "the default kubeconfig or the in-cluster service account"
+        )
         raise KubeError("CONFIG", str(where), None, f"cannot load the Kubernetes configuration: {e}") from e
     return cfg
 
@@ -102,6 +207,11 @@ class KubeClient:
             await self._session.close()
             self._session = None
 
+    def _credential_rotated(self) -> bool:
+        """After a 401: True when the credential rotates and will be fetched again for the next request."""
+        hook = self.cfg.refresh_api_key_hook
+        return isinstance(hook, TokenFile | ExecPlugin) and hook.invalidate()
+
     async def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": self.user_agent}
         # kubernetes_asyncio keeps a kubeconfig's or the service account's token (already "Bearer ...") under
@@ -123,33 +233,45 @@ class KubeClient:
         content_type: str = "application/json",
         deadline_s: float = 30.0,
     ) -> Obj:
-        """One call; the decoded JSON body. Raises a `daemon.kube.errors` error for any failure."""
+        """One call; the decoded JSON body. Raises a `daemon.kube.errors` error for any failure. A 401 with a
+        credential that rotates (a token file, an exec plugin) fetches it again and sends the call once more."""
         data = None if body is None else json.dumps(body).encode()
-        headers = await self._headers(content_type if data is not None else None)
-        self.requests += 1
-        try:
-            async with self.session.request(
-                method,
-                self.host + path,
-                params=params,
-                data=data,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=deadline_s),
-            ) as resp:
-                raw = await resp.read()
-                if resp.status >= 400:
-                    raise from_status(method, path, resp.status, _status_message(raw))
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            raise Temporary(method, path, None, f"API server unreachable: {type(e).__name__}: {e}") from e
+        for attempt in (0, 1):
+            headers = await self._headers(content_type if data is not None else None)
+            self.requests += 1
+            try:
+                async with self.session.request(
+                    method,
+                    self.host + path,
+                    params=params,
+                    data=data,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=deadline_s),
+                ) as resp:
+                    raw = await resp.read()
+                    status = resp.status
+            except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                raise Temporary(method, path, None, f"API server unreachable: {type(e).__name__}: {e}") from e
+            if status == 401 and attempt == 0 and self._credential_rotated():
+                continue
+            if status >= 400:
+                raise from_status(method, path, status, _status_message(raw))
+            break
         decoded = _decode(raw) if raw else {}
         if not isinstance(decoded, dict):
             raise Temporary(method, path, None, "the API server answered with something other than an object")
         return decoded
 
     async def stream(
-        self, path: str, params: Mapping[str, str], *, server_timeout_s: float
+        self,
+        path: str,
+        params: Mapping[str, str],
+        *,
+        server_timeout_s: float,
+        on_open: Callable[[], None] | None = None,
     ) -> AsyncIterator[tuple[str, Obj]]:
-        """A watch: (type, object) per line until the server closes the stream after `server_timeout_s` seconds."""
+        """A watch: (type, object) per line until the server closes the stream after `server_timeout_s` seconds.
+        `on_open` is called once the API server has accepted the watch (a quiet stream may send nothing for long)."""
         headers = await self._headers(None)
         self.requests += 1
         try:
@@ -161,6 +283,8 @@ class KubeClient:
             ) as resp:
                 if resp.status >= 400:
                     raise from_status("WATCH", path, resp.status, _status_message(await resp.read()))
+                if on_open is not None:
+                    on_open()
                 buffer = b""
                 async for chunk in resp.content.iter_any():
                     buffer += chunk
@@ -171,6 +295,10 @@ class KubeClient:
                             yield event.get("type", ""), event.get("object") or {}
         except (aiohttp.ClientError, TimeoutError, OSError, asyncio.IncompleteReadError) as e:
             raise Temporary("WATCH", path, None, f"stream broke: {type(e).__name__}: {e}") from e
+        except KubeError as e:
+            if e.status == 401:  # the watch is opened again after a backoff, with the credential fetched anew
+                self._credential_rotated()
+            raise
 
 
 def _status_message(raw: bytes) -> str:

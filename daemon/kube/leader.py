@@ -6,6 +6,9 @@ duration. The holder renews every `renew_s`; a replica takes the Lease when it h
 409). A leader that cannot renew stops acting `margin_s` before its lease could be taken, so the two never act at
 the same time even when the network splits them (as client-go's leader election does, we trust the clocks to be
 roughly in step).
+
+Without leader election the daemon takes the same Lease all the same (`claim`), so that two daemons, each with its
+own log, never act on one cluster side by side: the second refuses to start while the first renews it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from daemon.kube.client import KubeClient, Obj
-from daemon.kube.errors import Conflict, KubeError, NotFound
+from daemon.kube.errors import Conflict, KubeError, NotFound, Permanent
 from daemon.obs.logging import get_logger
 
 log = get_logger("admitd.leader")
@@ -55,6 +58,8 @@ class LeaderElector:
         self.on_elected = on_elected
         self._valid_until = 0.0  # monotonic: while before this, we hold the lease
         self.transitions = 0
+        self.seen: tuple[str, str] | None = None  # (holder, renewTime) of another holder, as the last round read it
+        self.error: KubeError | None = None  # why the last round failed, if it did
 
     def is_leader(self) -> bool:
         return time.monotonic() < self._valid_until
@@ -80,6 +85,7 @@ class LeaderElector:
     async def try_once(self) -> bool:
         """One round: renew our lease or take a free or expired one. True while we lead."""
         started = time.monotonic()
+        self.seen, self.error = None, None
         try:
             try:
                 current: Obj | None = await self.client.request("GET", f"{self.path}/{self.name}")
@@ -95,11 +101,13 @@ class LeaderElector:
                 renewed = _parse(spec.get("renewTime"))
                 duration = float(spec.get("leaseDurationSeconds") or self.duration_s)
                 if holder and renewed is not None and time.time() < renewed + duration:
+                    self.seen = (str(holder), str(spec.get("renewTime")))
                     return self._lost(holder)
                 await self.client.request("PUT", f"{self.path}/{self.name}", body=self._body(current, acquire=True))
         except Conflict:
             return self._lost("another replica")
         except KubeError as e:
+            self.error = e
             log.warning("leader election round failed", error=str(e))
             return self.is_leader()
         was = self.is_leader()
@@ -124,14 +132,64 @@ class LeaderElector:
                 return
             await asyncio.sleep(self.renew_s / 2)
 
-    async def keep(self) -> None:
+    async def keep(self, *, lapse_is_loss: bool = True) -> None:
         """Renew for as long as possible; raise LeadershipLost when the lease is lost or cannot be renewed in time,
-        so the process exits and restarts as a standby (its log replays; nothing is acted on twice)."""
+        so the process exits and restarts as a standby (its log replays; nothing is acted on twice). With
+        `lapse_is_loss` False (one daemon, no standby), a lease that lapsed only because the API server could not
+        be reached is renewed when it can be: `is_leader` is False meanwhile, so nothing is acted on; only another
+        holder ends the run."""
         while True:
             await asyncio.sleep(self.renew_s)
-            if not await self.try_once() or not self.is_leader():
-                raise LeadershipLost(f"lost the lease {self.namespace}/{self.name}; exiting to restart as a standby")
+            if await self.try_once() and self.is_leader():
+                continue
+            if not lapse_is_loss and self.seen is None:
+                continue
+            raise LeadershipLost(f"lost the lease {self.namespace}/{self.name}; exiting to restart as a standby")
+
+    async def claim(self) -> None:
+        """One daemon per cluster (`admitd run` without leader election): take the Lease now, or refuse. A holder
+        that no longer renews it (a daemon that was killed) is waited for, at most one lease duration, and the
+        Lease taken when it expires; a holder that renews it meanwhile is another daemon at work: LeaseHeld."""
+        first: tuple[str, str] | None = None
+        deadline = time.monotonic() + self.duration_s + self.renew_s
+        while not await self.try_once():
+            if isinstance(self.error, Permanent):  # RBAC, a missing namespace: waiting changes nothing
+                raise LeaseHeld(
+                    f"cannot take the Lease {self.namespace}/{self.name}: {self.error} (one daemon per cluster: "
+                    f"create the namespace {self.namespace}, or name another with --leader-election-lease NS/NAME)"
+                )
+            if self.seen is not None:
+                first = first or self.seen
+                if self.seen != first or time.monotonic() > deadline:
+                    holder, renewed = self.seen
+                    raise LeaseHeld(
+                        f"another admitd ({holder}) holds the Lease {self.namespace}/{self.name} and renews it "
+                        f"(last at {renewed}): one daemon per cluster; stop it, or run both with --leader-elect"
+                    )
+            elif time.monotonic() > deadline:
+                raise LeaseHeld(f"cannot take the Lease {self.namespace}/{self.name}: {self.error}")
+            await asyncio.sleep(min(1.0, self.renew_s / 2))
+
+    async def release(self) -> None:
+        """Give the Lease up on a clean stop, so that the next daemon takes it at once (client-go's
+        ReleaseOnCancel: no holder, a duration of 1 s)."""
+        if not self.is_leader():
+            return
+        self._valid_until = 0.0
+        try:
+            current = await self.client.request("GET", f"{self.path}/{self.name}")
+            if (current.get("spec") or {}).get("holderIdentity") != self.identity:
+                return
+            body = self._body(current, acquire=False)
+            body["spec"].update({"holderIdentity": "", "leaseDurationSeconds": 1})
+            await self.client.request("PUT", f"{self.path}/{self.name}", body=body)
+        except KubeError as e:
+            log.warning("could not release the lease; it expires on its own", error=str(e))
 
 
 class LeadershipLost(RuntimeError):
     pass
+
+
+class LeaseHeld(RuntimeError):
+    """`admitd run` without leader election found another daemon holding the Lease (or could not take it)."""

@@ -8,6 +8,7 @@ compared as a whole, so what disappeared while nobody watched is appended as del
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,12 +16,14 @@ from typing import Any
 
 from daemon.domain import events as ev
 from daemon.domain import model
-from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, read_admission_note
+from daemon.domain.actuation import ADMISSION_ANNOTATION, Action
 from daemon.domain.management import manage_existing_job, namespace_managed
 from daemon.domain.state import Phase, State, WorkloadRecord
+from daemon.domain.trust import ANNOTATION_PREFIX, SIGNATURE_ANNOTATION, judge_claim
 from daemon.kube.client import Obj
 from daemon.kube.jobkinds import DISTRIBUTED, distributed_status
 from daemon.manifests import ManifestError, adapter_for, parse_object
+from daemon.manifests.distributed import suspend_pointer
 from daemon.manifests.jobs import managed_owner
 from daemon.obs.logging import get_logger
 from daemon.stages.ports import Clock, Observed
@@ -99,8 +102,42 @@ def job_view(obj: Mapping[str, Any]) -> JobView:
     return JobView(suspended=bool(spec.get("suspend")), active=active, finished=finished, ready=ready)
 
 
+SUSPENSION_GRACE_S = 10.0  # how long a suspended Job the Job controller never reported resumed may stay silent
+
+
+def _suspended_condition(obj: Mapping[str, Any]) -> str | None:
+    """The status ("True", "False") of a batch/v1 Job's `Suspended` condition, None where it has none."""
+    for cond in (obj.get("status") or {}).get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == "Suspended":
+            return str(cond.get("status"))
+    return None
+
+
+@dataclass(slots=True)
+class _Suspension:
+    """A suspension this process sent, and the Job's status in the first version that showed it."""
+
+    status: object = None  # None until the first suspended version is seen
+    resumed: bool = False  # whether the Job controller had reported the Job resumed (`Suspended=False`) by then
+    grace_over: bool = False
+
+
 class Observer:
-    """Turns watch events and lists into `Observed` batches for the ingest stage."""
+    """Turns watch events and lists into `Observed` batches for the ingest stage.
+
+    A preempted batch/v1 Job's quota is released (its `workload.evicted` appended) only once its pods are gone, as
+    the Job controller reports it after it has seen the suspension. Its status right after the suspension says
+    nothing yet: when a Job was just unsuspended, the controller may have created pods and not yet written a status
+    that counts them. The controller writes a Job's status with an update on the version it synced from (an
+    optimistic-concurrency write: pkg/controller/job/job_controller.go, updateJobStatus), so a status that differs
+    from the one the suspension was answered with was written by a sync that saw `suspend: true`; in such a sync
+    (once every pod it created is in its cache) it deletes the active pods, counts them in `status.terminating`
+    and sets `Suspended=True`. So the quota is released when a status written after the suspension shows
+    `Suspended=True` and `active + terminating == 0`. A Job the controller never reported resumed (`Suspended` was
+    still True when it was suspended again) may have started no pod at all, and then no status is ever written
+    again: it is released when `SUSPENSION_GRACE_S` pass without any. Other kinds (and a Job this process did not
+    suspend, e.g. after a restart) are released when their status shows no active or terminating pods.
+    """
 
     def __init__(
         self,
@@ -112,8 +149,11 @@ class Observer:
         is_leader: Callable[[], bool] = lambda: True,
         pods_ready: bool = False,
         jobs: model.JobManagement | None = None,
+        admission_key: bytes | None = None,
     ) -> None:
         self.is_leader = is_leader
+        # what admitd signs its admission notes with (`daemon.domain.trust`); None: no note is honoured
+        self.admission_key = admission_key
         # manageJobsWithoutQueueName / managedJobsNamespaceSelector: which jobs are managed at all
         self.jobs = jobs if jobs is not None else model.JobManagement()
         self.pods_ready = pods_ready  # waitForPodsReady: report when an admitted job's pods are all ready
@@ -124,6 +164,12 @@ class Observer:
         self._rejected: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, ns/name) -> errors last reported
         # job -> (the fold's record when these were sent, facts sent about it since): see `_first`
         self._sent: dict[str, tuple[WorkloadRecord | None, list[tuple[object, ...]]]] = {}
+        self._suspensions: dict[str, _Suspension] = {}  # batch/v1 Jobs this process is suspending
+        self._last: dict[str, Obj] = {}  # their last version seen, for the end of the grace
+        self.suspension_grace_s = SUSPENSION_GRACE_S
+        self.call_later: Callable[[float, Callable[[], None]], object] = _call_later
+        # job -> (uid, resourceVersion) of the newest version seen, from a watch, a list or an actuation's answer
+        self._newest: dict[str, tuple[str, int]] = {}
 
     # --- jobs ------------------------------------------------------------------------------------------------
 
@@ -156,6 +202,13 @@ class Observer:
             return []
         meta = _meta(obj)
         key = job_key(obj)
+        if deleted:
+            self._newest.pop(key, None)
+        else:
+            uid, version = str(meta.get("uid", "")), _version(meta)
+            seen = self._newest.get(key)
+            if seen is None or seen[0] != uid or seen[1] < version:
+                self._newest[key] = (uid, version)
         if key not in self.state.workloads and (
             not self._managed(obj, adapter.is_managed(obj)) or managed_owner(obj) is not None
         ):
@@ -164,8 +217,11 @@ class Observer:
         now = self.clock.now()
         if deleted or key in self.state.finished:
             self._sent.pop(key, None)
+            self._suspensions.pop(key, None)
+            self._last.pop(key, None)
             return [ev.JobDeleted(job=key, at=now)] if deleted and rec is not None else []
         view = job_view(obj)
+        baseline = self._follow(key, obj, view)
         if view.finished is not None:
             if rec is None or not self._first(key, ("finished",)):
                 return []
@@ -181,29 +237,155 @@ class Observer:
             if (rec is None or rec.workload != wl) and self._first(key, ("observed", wl)):
                 out.append(ev.JobObserved(workload=wl))
             if not view.suspended:
-                annotations = meta.get("annotations") or {}
-                note = annotations.get(ADMISSION_ANNOTATION) if isinstance(annotations, Mapping) else None
-                adopted = read_admission_note(note, wl) if isinstance(note, str) and note else None
-                order = self.state.outbox.get(key)
-                if adopted is not None:
-                    # Admitted and carried out by another replica (a former leader): hold its quota, act on nothing.
-                    if self._first(key, ("adopted", note)):
-                        out.append(ev.WorkloadAdopted(workload=key, at=now, admission=adopted))
-                elif (
-                    (order is None or order.action is not Action.UNSUSPEND)
-                    and self.is_leader()
-                    and self.on_started_unsuspended is not None
-                ):
-                    self.on_started_unsuspended(key, str(meta.get("uid", "")), wl.kind)
+                out += self._running_unadmitted(obj, wl, rec, now)
         elif self.pods_ready and not view.suspended and _pods_ready(rec, view):
             if self._first(key, ("ready",)):
                 out.append(ev.JobReady(job=key, at=now))
         elif view.suspended and view.active == 0:
-            if rec.evicting:
+            if rec.evicting and self._pods_gone(key, obj, baseline):
                 out += self._evicted(key, rec.eviction_reason or "Preempted", now)
             elif not self.is_leader() and key not in self.state.outbox:
                 # a standby sees the leader stop a job it had adopted
                 out += self._evicted(key, "SuspendedByAnotherReplica", now)
+        return out
+
+    def pod_event(self, type_: str, obj: Obj) -> None:
+        """An Event the Job controller wrote about a Job (`FailedCreate`: it could not create a pod): for a Job
+        admitted and not yet ready, `job.pods_not_created` with the controller's message, once per admission and
+        message. An Event older than the admission (a previous run's) is not news."""
+        if type_ == "DELETED" or obj.get("reason") != "FailedCreate":
+            return
+        involved = obj.get("involvedObject") or {}
+        if involved.get("kind") != "Job":
+            return
+        key = f"{involved.get('namespace', '')}/{involved.get('name', '')}"
+        rec = self.state.workloads.get(key)
+        if rec is None or rec.phase is not Phase.ADMITTED or rec.evicting or rec.ready or rec.admitted_at is None:
+            return
+        if involved.get("uid") and rec.workload.uid and involved.get("uid") != rec.workload.uid:
+            return
+        seen = timestamp_ms(obj.get("lastTimestamp") or obj.get("eventTime") or _meta(obj).get("creationTimestamp"))
+        if seen is not None and seen < rec.admitted_at - 1000:  # Event times have whole seconds
+            return
+        message = str(obj.get("message", ""))[:1000]
+        if self._first(key, ("pods_not_created", message)):
+            log.warning("the Job controller cannot create an admitted job's pods", job=key, message=message)
+            self.put(Observed((ev.JobPodsNotCreated(job=key, at=self.clock.now(), message=message),)))
+
+    def pods_events_listed(self, items: list[Obj]) -> None:
+        for obj in items:
+            self.pod_event("ADDED", obj)
+
+    def suspending(self, key: str, kind: str) -> None:
+        """This process is about to send a suspension of `key` (the actuator, before the patch)."""
+        if kind == "Job":
+            self._suspensions[key] = _Suspension()
+            self._last.pop(key, None)
+
+    def _follow(self, key: str, obj: Obj, view: JobView) -> bool:
+        """A version of a Job this process is suspending; True when it is the first that shows the suspension
+        (the baseline: its status says nothing about the pods yet)."""
+        suspension = self._suspensions.get(key)
+        if suspension is None or not view.suspended:
+            return False
+        self._last[key] = obj
+        if suspension.status is not None:
+            return False
+        suspension.status = obj.get("status") or {}
+        suspension.resumed = _suspended_condition(obj) == "False"
+        if not suspension.resumed:
+            self.call_later(self.suspension_grace_s, lambda: self._grace_over(key, suspension))
+        return True
+
+    def _pods_gone(self, key: str, obj: Obj, baseline: bool) -> bool:
+        """Whether `obj` (suspended, no active or terminating pods in its status) shows the job's pods gone."""
+        if obj.get("kind") != "Job":
+            return True
+        suspension = self._suspensions.get(key)
+        if suspension is None:
+            return _suspended_condition(obj) != "False"
+        if baseline or suspension.status is None:
+            return False
+        written = (obj.get("status") or {}) != suspension.status  # by the Job controller, after the suspension
+        if (written and _suspended_condition(obj) == "True") or (suspension.grace_over and not written):
+            del self._suspensions[key]
+            self._last.pop(key, None)
+            return True
+        return False
+
+    def _grace_over(self, key: str, suspension: _Suspension) -> None:
+        if self._suspensions.get(key) is not suspension:
+            return
+        suspension.grace_over = True
+        last = self._last.get(key)
+        if last is not None:
+            self.job_event("MODIFIED", last)
+
+    def _running_unadmitted(self, obj: Obj, wl: model.Workload, rec: WorkloadRecord | None, now: int) -> list[ev.Event]:
+        """A managed job runs (not suspended) while the fold holds no admission for it. Another replica's admission
+        written on it and signed (`daemon.domain.trust`) is adopted: it holds that quota from now on. Anything else
+        is a security event (`JobTampered`, once per change of the job), and the leader suspends the job at once."""
+        meta = _meta(obj)
+        key, uid = job_key(obj), str(meta.get("uid", ""))
+        order = self.state.outbox.get(key)
+        if order is not None and order.action is Action.UNSUSPEND:
+            return []  # this replica's own admission, its patch ahead of the fold
+        newest = self._newest.get(key)
+        if newest is not None and newest[0] == uid and _version(meta) < newest[1]:
+            # An older version than one already seen (the watch behind the answer to a suspension): this replica's
+            # own admission, since undone, not a tenant's doing.
+            return []
+        annotations = meta.get("annotations")
+        annotations = annotations if isinstance(annotations, Mapping) else {}
+        note = annotations.get(ADMISSION_ANNOTATION)
+        out: list[ev.Event] = []
+        if isinstance(note, str) and note:
+            signature = annotations.get(SIGNATURE_ANNOTATION)
+            claim: model.Admission | str = (
+                "this replica has no admission key"
+                if self.admission_key is None
+                else judge_claim(
+                    key=self.admission_key,
+                    uid=uid,
+                    note=note,
+                    signature=signature if isinstance(signature, str) else None,
+                    workload=wl,
+                    evicted_at=rec.evicted_at if rec is not None else None,
+                )
+            )
+            if isinstance(claim, model.Admission):
+                # Admitted and carried out by another replica (a former leader): hold its quota, act on nothing.
+                if self._first(key, ("adopted", note)):
+                    out.append(ev.WorkloadAdopted(workload=key, at=now, admission=claim))
+                return out
+            what, detail, claimed = "ForgedAdmission", f"{ADMISSION_ANNOTATION} is not admitd's: {claim}", _named(note)
+        else:
+            what, detail, claimed = "UnsuspendedWithoutAdmission", "it runs but admitd has not admitted it", None
+        generation = int(meta.get("generation") or 0)
+        if self.state.tampered.get(key) != (uid, generation) and self._first(key, ("tampered", uid, generation)):
+            manager = last_manager(obj, suspend_pointer(wl.kind))
+            log.warning(
+                "security: a job runs without an admission admitd made",
+                job=key,
+                what=what,
+                detail=detail,
+                manager=manager,
+            )
+            out.append(
+                ev.JobTampered(
+                    job=key,
+                    namespace=wl.namespace,
+                    uid=uid,
+                    generation=generation,
+                    at=now,
+                    what=what,
+                    detail=detail,
+                    manager=manager,
+                    claimed_cluster_queue=claimed,
+                )
+            )
+        if self.is_leader() and self.on_started_unsuspended is not None:
+            self.on_started_unsuspended(key, uid, wl.kind)
         return out
 
     def suspended_unsent(self, key: str) -> None:
@@ -290,6 +472,63 @@ class Observer:
         return [ev.ObjectRejected(kind=kind, name=name, namespace=namespace or None, errors=errors)]
 
 
+def _call_later(delay_s: float, fn: Callable[[], None]) -> object:
+    import asyncio  # noqa: PLC0415 (the observer is plain code; only this timer needs the running loop)
+
+    return asyncio.get_running_loop().call_later(delay_s, fn)
+
+
+def _version(meta: Mapping[str, Any]) -> int:
+    """An object's resourceVersion as a number (the API server's are etcd revisions), 0 when it has none."""
+    value = meta.get("resourceVersion")
+    return int(value) if isinstance(value, str) and value.isdigit() else 0
+
+
+def _named(note: str) -> str | None:
+    """The ClusterQueue a note names, if it is JSON with one (a forged note may be anything)."""
+    try:
+        raw = json.loads(note)
+    except ValueError:
+        return None
+    cq = raw.get("clusterQueue") if isinstance(raw, Mapping) else None
+    return cq if isinstance(cq, str) else None
+
+
+def last_manager(obj: Mapping[str, Any], suspend_pointer: str) -> str | None:
+    """Who changed a job's admission state: the managedFields manager of the newest entry that owns its suspension
+    field (`suspend_pointer`, a JSON pointer) or any admitd.io annotation. Entries are ordered by their `time`
+    (second resolution); of equal times the later entry wins. None when no entry owns either."""
+    suspend_path = ["f:" + part for part in suspend_pointer.strip("/").split("/")]
+    best: tuple[str, int, str] | None = None
+    entries = _meta(obj).get("managedFields")
+    for i, entry in enumerate(entries if isinstance(entries, list) else ()):
+        if not isinstance(entry, Mapping):
+            continue
+        fields = entry.get("fieldsV1")
+        if not isinstance(fields, Mapping):
+            continue
+        notes = _node(fields, ["f:metadata", "f:annotations"])
+        touched = _node(fields, suspend_path) is not None or (
+            isinstance(notes, Mapping) and any(str(k).startswith("f:" + ANNOTATION_PREFIX) for k in notes)
+        )
+        if not touched:
+            continue
+        rank = (str(entry.get("time") or ""), i, str(entry.get("manager") or ""))
+        if best is None or rank[:2] > best[:2]:
+            best = rank
+    return best[2] if best is not None else None
+
+
+def _node(fields: Mapping[str, Any], path: list[str]) -> object:
+    """The managedFields (FieldsV1) node at `path`, None when the entry does not own it."""
+    node: object = fields
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
 def _pods_ready(rec: WorkloadRecord, view: JobView) -> bool:
     """Kueue's PodsReady for a Job: ready plus succeeded pods reach what was admitted (the pod sets' counts)."""
     if rec.ready or rec.evicting or rec.admission is None:
@@ -298,8 +537,10 @@ def _pods_ready(rec: WorkloadRecord, view: JobView) -> bool:
 
 
 def _held(s: State, kind: str) -> Mapping[str, object]:
-    """The fold's objects of `kind` by name (namespace/name for LocalQueues); none for kinds that are never
-    deleted from the fold (priority classes, namespaces: existing workloads keep what they got)."""
+    """The fold's objects of `kind` by name (namespace/name for LocalQueues); none for Namespaces, which are never
+    deleted from the fold. A deleted priority class is gone for new jobs; existing workloads keep their priority."""
+    if kind in ("PriorityClass", "WorkloadPriorityClass"):
+        return {name: pc for (k, name), pc in s.priority_classes.items() if k == kind}
     match kind:
         case "ResourceFlavor":
             return s.flavors
@@ -323,6 +564,8 @@ def _deleted(kind: str, key: str) -> ev.Event:
         case "LocalQueue":
             namespace, _, name = key.partition("/")
             return ev.LocalQueueDeleted(namespace=namespace, name=name)
+        case "PriorityClass" | "WorkloadPriorityClass":
+            return ev.PriorityClassDeleted(kind=kind, name=key)
     raise ValueError(f"{kind} has no deletion event")
 
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import random
 import secrets
 import signal
 import socket
-import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -28,17 +28,23 @@ from typing import Any
 
 from aiohttp import web
 
+from daemon.buildinfo import build_info
+from daemon.domain import events as ev
+from daemon.domain import trust
 from daemon.domain.actuation import Action, Order
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.events import Event, WorkloadAdmitted
 from daemon.domain.state import State
 from daemon.eventlog import EventStore, LogReader, replay
-from daemon.kube import webhook
+from daemon.eventlog.errors import ChainBroken, LogNotTrusted
+from daemon.kube import certs, guard, webhook
 from daemon.kube.actuate import JobActuator
+from daemon.kube.admission_key import AdmissionKeyError, load_or_make_key
 from daemon.kube.client import KubeClient, Obj, load_configuration
 from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
 from daemon.kube.jobkinds import JOB, JobWatches, served_distributed_kinds
-from daemon.kube.leader import LeaderElector, LeadershipLost
+from daemon.kube.leader import LeaderElector, LeadershipLost, LeaseHeld
+from daemon.kube.metricsauth import MetricsAuth
 from daemon.kube.observe import Observer
 from daemon.kube.status import StatusWriter
 from daemon.kube.watch import Reflector, Resource, backoff_s
@@ -74,17 +80,22 @@ class RunOptions:
     kubeconfig: Path | None = None
     context: str | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
-    webhook_host: str = "0.0.0.0"
+    webhook_host: str = "127.0.0.1"  # the CLI's default: the pod's IP in a pod ($POD_IP), else loopback
     webhook_port: int = 9443
     webhook_url: str | None = None  # register by URL (outside the cluster), e.g. https://127.0.0.1:9443
     webhook_service: tuple[str, str, int] | None = ("admitd-system", "admitd-webhook", 443)
     webhook_failure_policy: str = "Fail"
     register_webhook: bool = True
-    cert_dir: Path = Path("certs")
-    health_host: str = "0.0.0.0"
+    create_webhook_configurations: bool = False  # outside the cluster only: create them when missing
+    cert_dir: Path = Path("certs")  # self-made certificate kept here, or the operator's tls.crt/tls.key/ca.crt
+    cert_secret: tuple[str, str] | None = None  # namespace, name: the replicas' shared kubernetes.io/tls Secret
+    cert_reload_s: float = 5.0  # how often the operator's files or the shared Secret are read again
+    health_host: str = "127.0.0.1"
+    metrics_auth: bool = False  # /metrics on the webhook's HTTPS port, for callers RBAC allows (TokenReview + SAR)
     health_port: int = 8080
     local_queue_metrics: bool = False  # Kueue's kueue_local_queue_* on /metrics
-    actuation_parallelism: int = 16
+    actuation_parallelism: int = 16  # the actuator's API calls in flight at once
+    actuation_lanes: int = 512  # jobs whose orders are carried out at once, each in its own lane
     cert_check_s: float = 12 * 3600  # how often the webhook's certificate is checked for renewal
     leader_elect: bool = False
     leader_election_lease: tuple[str, str] = ("admitd-system", "admitd")  # namespace, name of the Lease
@@ -93,6 +104,9 @@ class RunOptions:
     status_qps: float = 50.0  # status writes (Workloads, queue status, Events): sustained rate ...
     status_burst: int = 100  # ... and burst, one token bucket
     status_parallelism: int = 4  # status writes in flight at once
+    accept_chain_breaks: frozenset[int] = frozenset()  # seqs at which a broken hash chain is accepted (recorded)
+    admission_key_file: Path | None = None  # signs admission notes (`daemon.domain.trust`); default: beside db
+    admitd_usernames: tuple[str, ...] = ()  # besides admitd's own (a SelfSubjectReview): may write admission state
 
 
 def job_callbacks(
@@ -115,9 +129,11 @@ def job_callbacks(
 class KubeCluster:
     """The real Cluster: observations from the Reflectors through the Observer, actuations as Job patches."""
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(
+        self, client: KubeClient, sign: Callable[[str, str], str] | None = None, *, requests_in_flight: int = 16
+    ) -> None:
         self.client = client
-        self.actuator = JobActuator(client)
+        self.actuator = JobActuator(client, sign, requests_in_flight=requests_in_flight)
         self.inbox: Inbox | None = None
 
     def connect(self, inbox: Inbox) -> None:
@@ -158,22 +174,42 @@ class Daemon:
         self.options = options
         self.ready = False
         self.stopping = False
-        self._cert_pem = b""
+        self._tls: certs.ServingTLS | None = None
         self._cert_names: list[str] = []
-        self._ssl: ssl.SSLContext | None = None
+        self._secret: certs.SharedSecret | None = None
+        self._hooks: tuple[webhook.Hook, ...] = (webhook.MUTATING,)
         self._leading = False
         self._new_jobs: webhook.NewJobPolicy | None = None
+        self._scrape: Callable[[web.Request], Awaitable[web.Response]] | None = None
+        self._validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self._admitd_users: frozenset[str] = frozenset()
 
     async def run(self) -> int:
         opts = self.options
         clock = WallClock()
-        state = self._replay(opts.db)
+        state, accepting = self._replay(opts.db, opts.accept_chain_breaks)
         cfg = await load_configuration(opts.kubeconfig, opts.context)
         status_client = KubeClient(cfg, user_agent="admitd-status")  # its own count of requests, and its own pool
         async with KubeClient(cfg) as client, status_client, await EventStore.open(opts.db) as store:
             store.observer = metrics.write_observer()
-            version = await check_crds(client)
+            metrics.build_info_is(build_info())
+            cert = await self._first_cert(client, opts)  # a bad one stops the daemon before anything serves
             recorder = Recorder(store, state, clock, wait_durable=True)
+            if accepting:  # before anything else is appended on top of the break
+                await self._record_acceptance(recorder, accepting, clock)
+            version = await check_crds(client)
+            try:
+                key = load_or_make_key(opts.admission_key_file or opts.db.parent / "admission.key")
+            except AdmissionKeyError as e:
+                raise StartupError(str(e)) from e
+            own = await _own_username(client, opts.admitd_usernames)
+            admitd_users = frozenset(name for name in (own, *opts.admitd_usernames) if name)
+            if not admitd_users:
+                raise StartupError(
+                    "the API server's SelfSubjectReview named no user for admitd: pass --admitd-username"
+                )
+            log.info("admission state is admitd's to write", users=sorted(admitd_users))
+            self._admitd_users = admitd_users
             status = StatusWriter(
                 status_client,
                 state,
@@ -186,31 +222,40 @@ class Daemon:
             )
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
-            cluster = KubeCluster(client)
-            actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_parallelism)
+            cluster = KubeCluster(client, partial(trust.sign, key), requests_in_flight=opts.actuation_parallelism)
+            actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_lanes)
             pods_ready = opts.engine.wait_for_pods_ready
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit, pods_ready=pods_ready)
             ingest = Ingest(recorder, admit.notify)
             cluster.connect(ingest)
-            elector = None
+            namespace, name = opts.leader_election_lease
             if opts.leader_elect:
-                namespace, name = opts.leader_election_lease
                 elector = LeaderElector(client, namespace=namespace, name=name, identity=opts.identity or _identity())
-                admit.gate = actuate.gate = elector.is_leader
-            metrics.leader_is(elector.is_leader if elector is not None else lambda: self._leading)
+            else:
+                # One daemon per cluster: take the Lease before anything is watched or acted on, or refuse.
+                identity = opts.identity or _own_identity(opts.db)
+                elector = LeaderElector(client, namespace=namespace, name=name, identity=identity)
+                try:
+                    await elector.claim()
+                except LeaseHeld as e:
+                    raise StartupError(str(e)) from None
+            admit.gate = actuate.gate = elector.is_leader
+            metrics.leader_is(elector.is_leader)
             starter = _suspender(actuate)
             observer = Observer(
                 state,
                 cluster.deliver,
                 clock,
                 on_started_unsuspended=starter,
-                is_leader=elector.is_leader if elector is not None else lambda: True,
+                is_leader=elector.is_leader if opts.leader_elect else lambda: True,
                 pods_ready=pods_ready is not None,
                 jobs=opts.engine.jobs,
+                admission_key=key,
             )
             # What the API server answers to a suspension is observed like a watch event (see JobActuator).
             cluster.actuator.on_suspended = partial(observer.job_event, "MODIFIED")
             cluster.actuator.on_suspended_unsent = observer.suspended_unsent
+            cluster.actuator.on_suspending = observer.suspending
 
             def watch(
                 resource: Resource, on_event: Callable[[str, Obj], None], on_listed: Callable[[list[Obj]], None]
@@ -230,6 +275,13 @@ class Daemon:
                     for plural, kind in KUEUE_KINDS.items()
                 ),
             ]
+            # The Job controller's FailedCreate Events: an admitted Job whose pods cannot be created (a missing
+            # PriorityClass or ServiceAccount) is recorded, so that explain and history say why it does not run.
+            failed_create = watch(
+                Resource("events", "/api/v1/events", "involvedObject.kind=Job,reason=FailedCreate"),
+                observer.pod_event,
+                observer.pods_events_listed,
+            )
             all_jobs = JobWatches(  # Jobs, and the distributed kinds this cluster serves
                 [
                     watch(Resource(k.plural, k.list_path), *job_callbacks(observer, cluster.actuator, k.kind))
@@ -241,7 +293,10 @@ class Daemon:
             admit.deadlines_gate = lambda: all_jobs.synced.is_set() and not ingest.has_work()
             web_runner = await self._serve_health(opts)
             self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
-            webhook_runner = await self._serve_webhook(client, opts)
+            self._validate = partial(
+                guard.validation_response, admitd=admitd_users, policy=self._new_jobs, held=state.workloads.__contains__
+            )
+            webhook_runner = await self._serve_webhook(client, opts, cert)
             main = asyncio.current_task()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -250,6 +305,7 @@ class Daemon:
             try:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
                 others.append(("startup", self._startup(queue_reflectors, all_jobs)))
+                others.append(("watch-events", self._after(all_jobs.synced, failed_create.run)))
                 others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, all_jobs.synced)))
                 others.append(("certificate", self._renew_certificate(client, opts)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
@@ -262,15 +318,19 @@ class Daemon:
             except StageCrashed as e:
                 if isinstance(e.error, LeadershipLost):
                     log.warning("lost the lease; exiting so that a restart comes back as a standby")
+                if isinstance(e.error, webhook.RegistrationError | certs.CertError):
+                    raise StartupError(str(e.error)) from None
                 return 1
             finally:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
                 with contextlib.suppress(asyncio.CancelledError):
                     await recorder.catch_up()
+                if self.stopping:  # a clean stop gives the Lease up: the next daemon need not wait for it
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await elector.release()
                 await web_runner.cleanup()
-                if webhook_runner is not None:
-                    await webhook_runner.cleanup()
+                await webhook_runner.cleanup()
         log.info("stopped", seq=state.seq, api_requests=client.requests, status_requests=status_client.requests)
         return 0
 
@@ -281,15 +341,45 @@ class Daemon:
             task.cancel()
 
     @staticmethod
-    def _replay(db: Path) -> State:
+    def _replay(db: Path, accept: frozenset[int]) -> tuple[State, list[ChainBroken]]:
+        """The state the log holds, every row folded checked against the hash chain from the snapshot used. A
+        break stops the start (LogNotTrusted, exit 2) unless the log already records it as accepted or the
+        operator names its seq in `accept`; the breaks accepted now are returned, to be recorded."""
         if not db.exists():
-            return State()
+            return State(), []
         started = time.perf_counter()
+        accepting: list[ChainBroken] = []
         with LogReader(db) as reader:
-            state = replay(reader)
+            recorded = reader.accepted_breaks()
+            while True:
+                try:
+                    state = replay(reader, verify=True, accepted=recorded | {b.seq for b in accepting})
+                    break
+                except ChainBroken as e:
+                    if e.seq not in accept or any(b.seq == e.seq for b in accepting):
+                        raise LogNotTrusted(e) from e
+                    accepting.append(e)
+        for seq in sorted(accept - {b.seq for b in accepting} - recorded):
+            log.warning("--accept-chain-break: the hash chain is not broken there; nothing accepted", seq=seq)
         metrics.replayed(time.perf_counter() - started)
-        log.info("replayed the log", seq=state.seq, workloads=len(state.workloads), outbox=len(state.outbox))
-        return state
+        log.info(
+            "replayed and verified the log",
+            seq=state.seq,
+            workloads=len(state.workloads),
+            outbox=len(state.outbox),
+            accepted_breaks=sorted(recorded | {b.seq for b in accepting}),
+        )
+        return state, accepting
+
+    async def _record_acceptance(self, recorder: Recorder, breaks: list[ChainBroken], clock: WallClock) -> None:
+        """The operator's acceptance of each break, as a fact in the log, before anything else is appended."""
+        by = self.options.identity or _identity()
+        now = clock.now()
+        for b in breaks:
+            log.warning("running on a broken hash chain, as the operator accepted", seq=b.seq, problem=b.problem)
+        await recorder.append(
+            [(ev.ChainBreakAccepted(seq=b.seq, problem=b.problem, by=by, at=now), None) for b in breaks]
+        )
 
     async def _startup(self, queue_reflectors: list[Reflector], jobs: JobWatches) -> None:
         """Queue objects listed first, then Jobs; ready after that. Then watch Jobs. (The leader resumes the
@@ -301,6 +391,12 @@ class Daemon:
         systemd.ready()  # Type=notify: READY=1 exactly when /readyz turns 200
         log.info("ready: replayed and listed")
         await jobs_task
+
+    @staticmethod
+    async def _after(event: asyncio.Event, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """`work` once `event` is set (a watch that reads the fold's Jobs starts after they are listed)."""
+        await event.wait()
+        await work()
 
     async def _serve_health(self, opts: RunOptions) -> web.AppRunner:
         from daemon.obs.metrics import CONTENT_TYPE, LogMetrics, MetricsNotReady  # noqa: PLC0415
@@ -325,61 +421,137 @@ class Daemon:
                 return web.Response(text=str(e), status=503)
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
+        self._scrape = scrape
         app = web.Application()
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", readyz)
-        app.router.add_get("/metrics", scrape)
+        if not opts.metrics_auth:  # with it, /metrics is served on the webhook's HTTPS port only
+            app.router.add_get("/metrics", scrape)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, opts.health_host, opts.health_port).start()
-        log.info("serving /healthz, /readyz and /metrics", port=opts.health_port)
+        log.info(
+            "serving /healthz, /readyz" + ("" if opts.metrics_auth else " and /metrics"),
+            host=opts.health_host,
+            port=opts.health_port,
+        )
         return runner
 
-    async def _serve_webhook(self, client: KubeClient, opts: RunOptions) -> web.AppRunner | None:
-        names = ["127.0.0.1", "localhost", socket.gethostname()]
-        if opts.webhook_service is not None:
-            ns, name, _ = opts.webhook_service
-            names += [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
-        cert = webhook.load_or_make_cert(opts.cert_dir, names)
-        runner = web.AppRunner(webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs), access_log=None)
+    @staticmethod
+    def _guarded_scrape(
+        client: KubeClient, inner: Callable[[web.Request], Awaitable[web.Response]]
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """/metrics for callers the API server vouches for (`--metrics-auth`)."""
+        auth = MetricsAuth(client)
+
+        async def scrape(request: web.Request) -> web.Response:
+            verdict = await auth.check(request.headers.get("Authorization"))
+            if verdict.status != 200:
+                return web.Response(text=verdict.reason + "\n", status=verdict.status)
+            return await inner(request)
+
+        return scrape
+
+    async def _first_cert(self, client: KubeClient, opts: RunOptions) -> certs.ServingCert:
+        self._cert_names = certs.serving_names(opts.webhook_url, opts.webhook_service)
+        if opts.cert_secret is not None:
+            self._secret = certs.SharedSecret(client, *opts.cert_secret, self._cert_names)
+        try:
+            return await self._read_cert(opts)
+        except certs.CertError as e:
+            raise StartupError(str(e)) from None
+
+    async def _serve_webhook(self, client: KubeClient, opts: RunOptions, cert: certs.ServingCert) -> web.AppRunner:
+        app = webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs, self._validate)
+        if opts.metrics_auth and self._scrape is not None:  # the health server (started first) made it
+            app.router.add_get("/metrics", self._guarded_scrape(client, self._scrape))
+        served = {r.canonical for r in app.router.resources()}
+        # The validating configuration is patched once this daemon serves its path (the tenant guard).
+        self._hooks = tuple(h for h in (webhook.MUTATING, webhook.VALIDATING) if h.path in served)
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        self._ssl = webhook.ssl_context(cert, opts.cert_dir)
-        await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=self._ssl).start()
-        log.info("webhook serving", port=opts.webhook_port)
-        self._cert_pem, self._cert_names = cert.cert_pem, names
+        self._tls = certs.ServingTLS(cert)
+        await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=self._tls.context).start()
+        log.info(
+            "webhook serving",
+            host=opts.webhook_host,
+            port=opts.webhook_port,
+            certificate=self._cert_source(opts),
+            metrics=opts.metrics_auth,
+        )
         return runner
+
+    def _cert_source(self, opts: RunOptions) -> str:
+        if self._secret is not None:
+            return f"Secret {self._secret.where}"
+        return str(opts.cert_dir / certs.TLS_CERT) if certs.given_by_operator(opts.cert_dir) else "self-made"
+
+    async def _read_cert(self, opts: RunOptions) -> certs.ServingCert:
+        """The certificate to serve now: the shared Secret's (renewed first by the leader when due), the
+        operator's files as they are, or the self-made one (renewed when due)."""
+        if self._secret is not None:
+            if self._leading:
+                renewed = await self._secret.renew()
+                if renewed is not None:
+                    return renewed
+            return await self._secret.current()
+        if certs.given_by_operator(opts.cert_dir):
+            return certs.load_operator_cert(opts.cert_dir)
+        return certs.load_or_make_cert(opts.cert_dir, self._cert_names)
 
     async def _renew_certificate(self, client: KubeClient, opts: RunOptions) -> None:
-        """Rotate the serving certificate while running: every `cert_check_s`, a certificate with less than 30 days
-        left is replaced; new TLS handshakes use the new one, and the leader writes it into the caBundles."""
+        """Follow the serving certificate while running: new TLS handshakes use a changed one, and the leader
+        writes its CA into the caBundles. The operator's files and the shared Secret are read every
+        `cert_reload_s`; the self-made certificate is checked every `cert_check_s` (renewed 30 days before its end).
+        A certificate that turns bad is logged and the one in use kept."""
+        own = self._secret is None and not certs.given_by_operator(opts.cert_dir)
         while True:
-            await asyncio.sleep(opts.cert_check_s)
-            cert = webhook.load_or_make_cert(opts.cert_dir, self._cert_names)
-            if cert.cert_pem == self._cert_pem or self._ssl is None:
+            await asyncio.sleep(opts.cert_check_s if own else opts.cert_reload_s)
+            if self._tls is None:
                 continue
-            self._ssl.load_cert_chain(opts.cert_dir / "webhook.crt", opts.cert_dir / "webhook.key")
-            self._cert_pem = cert.cert_pem
-            log.info("webhook certificate renewed", not_after=cert.not_after.isoformat())
-            if self._leading:
+            try:
+                cert = await self._read_cert(opts)
+            except certs.CertError as e:
+                log.error("the serving certificate cannot be used; keeping the one loaded", error=str(e))
+                continue
+            except (Temporary, Conflict) as e:
+                log.warning("reading the serving certificate failed; retrying", error=str(e))
+                continue
+            old = self._tls.cert
+            if cert == old:
+                continue
+            new_ca = cert.ca_bundle != old.ca_bundle
+            if new_ca and self._leading and self._secret is not None:
+                # The Secret's CA trusts the old and the new certificate: the caBundles first, then the switch.
+                await self._register_webhooks(client, opts)
+            self._tls.load(cert)
+            log.info("webhook certificate loaded", not_after=cert.not_after.isoformat(), source=self._cert_source(opts))
+            if new_ca and self._leading and self._secret is None:
                 await self._register_webhooks(client, opts)
 
     async def _register_webhooks(self, client: KubeClient, opts: RunOptions) -> None:
-        """Point the API server's mutating webhook and the CRDs' conversion at this replica (the leader's job)."""
-        if not opts.register_webhook:
+        """Point the API server's webhooks and the CRDs' conversion at this daemon, with the caBundle of the
+        certificate served now (the leader's job). A configuration that config/ did not install stops the daemon."""
+        if not opts.register_webhook or self._tls is None:
             return
         service = None if opts.webhook_url else opts.webhook_service
-        body = webhook.webhook_configuration(
-            self._cert_pem,
-            url=opts.webhook_url,
-            service=service,
-            failure_policy=opts.webhook_failure_policy,
-            namespaces=opts.engine.jobs.namespace_selector,  # every job there: the default LocalQueue, unlabelled jobs
-        )
+        ca_bundle = self._tls.cert.ca_bundle
         rng = random.Random()
         for attempt in itertools.count():
             try:
-                await webhook.register(client, body)
-                await webhook.point_conversion(client, self._cert_pem, url=opts.webhook_url, service=service)
+                for hook in self._hooks:
+                    await webhook.register(
+                        client,
+                        hook,
+                        ca_bundle,
+                        url=opts.webhook_url,
+                        service=service,
+                        failure_policy=opts.webhook_failure_policy,
+                        namespaces=opts.engine.jobs.namespace_selector,  # every job there (the default LocalQueue)
+                        create=opts.create_webhook_configurations,
+                        match_conditions=webhook.not_admitd(self._admitd_users) if hook is webhook.VALIDATING else (),
+                    )
+                await webhook.point_conversion(client, ca_bundle, url=opts.webhook_url, service=service)
                 return
             except (Temporary, Conflict) as e:
                 delay = backoff_s(attempt, rng)
@@ -390,27 +562,31 @@ class Daemon:
         self,
         client: KubeClient,
         opts: RunOptions,
-        elector: LeaderElector | None,
+        elector: LeaderElector,
         admit: Admit,
         actuate: Actuate,
         status: StatusWriter,
         jobs_synced: asyncio.Event,
     ) -> None:
-        """Wait for the lease (at once without leader election), then decide, actuate and write status; with
-        leader election, keep the lease or exit (LeadershipLost) so that a restart comes back as a standby."""
-        if elector is not None:
+        """Wait for the lease (held already without leader election: `claim`), then decide, actuate and write
+        status; keep the lease or exit (LeadershipLost) so that a restart comes back as a standby (or, without
+        leader election, refuses to start beside the daemon that took the Lease over)."""
+        if opts.leader_elect:
             log.info("standby: keeping the log current; waiting for the lease", identity=elector.identity)
-            await elector.elected()
+        await elector.elected()
         self._leading = True
         await self._register_webhooks(client, opts)
         await jobs_synced.wait()
         admit.notify(None)
         resumed = actuate.resume()
         log.info("leading: deciding and acting", outbox_resumed=resumed)
-        if elector is None:
-            await status.run(started=jobs_synced)
-            return
-        await asyncio.gather(elector.keep(), status.run(started=jobs_synced))
+
+        def regained() -> None:  # a lease that lapsed (the API server out of reach) and was renewed: act again
+            admit.notify(None)
+            actuate.wake.set()
+
+        elector.on_elected = regained
+        await asyncio.gather(elector.keep(lapse_is_loss=opts.leader_elect), status.run(started=jobs_synced))
 
 
 class CountedCycles:
@@ -439,8 +615,27 @@ class CountedCycles:
         self._attempt(self._admitted > before, time.perf_counter() - started)
 
 
+async def _own_username(client: KubeClient, configured: tuple[str, ...]) -> str:
+    """Who the API server knows admitd by; the first configured name when it cannot say and some are configured."""
+    try:
+        return await guard.own_username(client)
+    except KubeError as e:
+        if configured:
+            log.warning("no SelfSubjectReview; only the configured users write admission state", error=str(e))
+            return configured[0]
+        raise StartupError(
+            f"cannot ask the API server who admitd is (a SelfSubjectReview): {e}; pass --admitd-username instead"
+        ) from e
+
+
 def _identity() -> str:
     return f"{socket.gethostname()}_{secrets.token_hex(4)}"
+
+
+def _own_identity(db: Path) -> str:
+    """Without leader election, the same daemon (this host, this log) is the same holder across restarts: a daemon
+    that crashed takes its Lease back at once, while a second daemon with its own log is another holder."""
+    return f"{socket.gethostname()}_{hashlib.sha256(str(db.resolve()).encode()).hexdigest()[:8]}"
 
 
 def _suspender(actuate: Actuate) -> Callable[[str, str, str], None]:

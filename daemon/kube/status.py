@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from daemon.domain import events as ev
+from daemon.domain.quota import QuotaTree
 from daemon.domain.state import Phase, State
 from daemon.kube import status_objects as so
 from daemon.kube.client import MERGE_PATCH, KubeClient, Obj
@@ -118,6 +119,8 @@ class StatusWriter:
         self._jobs: dict[str, _Job] = {}
         self._cq_status: dict[str, Obj] = {}
         self._lq_status: dict[str, Obj] = {}
+        self._rejected: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, name or ns/name) -> why, while so
+        self._inactive: tuple[int, dict[str, tuple[str, str]]] = (-1, {})  # config generation -> the engine's verdicts
         self._events: dict[str, so.JobEvent] = {}  # event id -> event, unsent
         self._pending_event: dict[str, str] = {}  # job -> id of its unsent Pending event
         self._event_ids = 0
@@ -256,8 +259,63 @@ class StatusWriter:
             case ev.ResourceFlavorObserved() | ev.ResourceFlavorDeleted():
                 for name in self.state.cluster_queues:
                     self._mark_cq_and_its_lqs(name)
+            case ev.CohortObserved() | ev.CohortDeleted():
+                for name in self.state.cluster_queues:  # a cycle made or mended, or a rejected version replaced
+                    self._mark_cq_and_its_lqs(name)
+            case ev.ObjectRejected(kind=kind, name=name, namespace=ns, errors=errors):
+                self._rejection(kind, name, ns, errors, seq)
             case _:
                 pass
+        self._forget_rejection(event)
+
+    def _rejection(self, kind: str, name: str, namespace: str | None, errors: tuple[str, ...], seq: int) -> None:
+        """Tell the object's owner: a Warning Event on it, and for a ClusterQueue or LocalQueue an Active=False
+        condition (through the engine's verdict where an older version is held, see `_verdicts`)."""
+        subject = f"{namespace}/{name}" if namespace else name
+        self._rejected[(kind, subject)] = errors
+        kept = (kind == "ClusterQueue" and name in self.state.cluster_queues) or (
+            kind == "Cohort" and name in self.state.cohorts
+        )
+        self._event_ids += 1
+        eid = str(self._event_ids)
+        self._events[eid] = so.rejection_event(kind, namespace, name, errors, kept, self.clock.now(), seq)
+        self._mark(("ev", eid))
+        if kind == "ClusterQueue":
+            self._mark_cq_and_its_lqs(name)
+        elif kind == "Cohort":
+            for cq in self.state.cluster_queues:
+                self._mark_cq_and_its_lqs(cq)
+        elif kind == "LocalQueue":
+            self._mark(("lq", subject))
+
+    def _forget_rejection(self, event: ev.Event) -> None:
+        """A valid version observed, or the object deleted: no longer rejected."""
+        match event:
+            case ev.ClusterQueueObserved(cluster_queue=cq):
+                self._rejected.pop(("ClusterQueue", cq.name), None)
+            case ev.ClusterQueueDeleted(name=name):
+                self._rejected.pop(("ClusterQueue", name), None)
+            case ev.CohortObserved(cohort=co):
+                self._rejected.pop(("Cohort", co.name), None)
+            case ev.CohortDeleted(name=name):
+                self._rejected.pop(("Cohort", name), None)
+            case ev.LocalQueueObserved(local_queue=lq):
+                self._rejected.pop(("LocalQueue", lq.key), None)
+            case ev.LocalQueueDeleted(namespace=ns, name=name):
+                self._rejected.pop(("LocalQueue", f"{ns}/{name}"), None)
+            case _:
+                pass
+
+    def _verdicts(self) -> dict[str, tuple[str, str]]:
+        """The engine's own inactive verdicts, (reason, message) by ClusterQueue: the same `QuotaTree` the cycle
+        builds, once per configuration, so that the status says what the engine does (a cohort cycle included)."""
+        generation = self.state.config_generation
+        if self._inactive[0] != generation:
+            tree = QuotaTree.build(
+                self.state.cluster_queues, self.state.cohorts, self.state.flavors, self.state.rejected
+            )
+            self._inactive = (generation, {n: (i.reason, i.message) for n, i in tree.inactive.items()})
+        return self._inactive[1]
 
     def _mark_cq_and_its_lqs(self, name: str) -> None:
         self._mark(("cq", name))
@@ -653,25 +711,49 @@ class StatusWriter:
 
     async def _write_cluster_queue(self, name: str) -> None:
         cq = self.state.cluster_queues.get(name)
-        if cq is None:
-            self._cq_status.pop(name, None)
-            return
         previous = self._cq_status.get(name)
-        desired = so.cluster_queue_status(cq, self._cq_counts(name), self._missing_flavors(name), previous, self._now())
+        if cq is None:
+            errors = self._rejected.get(("ClusterQueue", name))
+            if errors is None:
+                self._cq_status.pop(name, None)
+                return
+            desired = so.rejected_status("ClusterQueue", errors, previous, self._now())
+        else:
+            verdict = self._verdicts().get(name)
+            desired = so.cluster_queue_status(
+                cq,
+                self._cq_counts(name),
+                self._missing_flavors(name),
+                previous,
+                self._now(),
+                inactive=verdict if verdict is not None and verdict[0] != "FlavorNotFound" else None,
+            )
         await self._patch_status(f"{_BASE}/clusterqueues/{name}/status", desired, previous, "clusterqueue")
         self._cq_status[name] = desired
 
     async def _write_local_queue(self, key: str) -> None:
         lq = self.state.local_queues.get(key)
+        previous = self._lq_status.get(key)
+        namespace, _, name = key.partition("/")
+        path = f"{_BASE}/namespaces/{namespace}/localqueues/{name}/status"
         if lq is None:
-            self._lq_status.pop(key, None)
+            errors = self._rejected.get(("LocalQueue", key))
+            if errors is None:
+                self._lq_status.pop(key, None)
+                return
+            desired = so.rejected_status("LocalQueue", errors, previous, self._now())
+            await self._patch_status(path, desired, previous, "localqueue")
+            self._lq_status[key] = desired
             return
         cq = self.state.cluster_queues.get(lq.cluster_queue)
-        active = cq is not None and not self._missing_flavors(lq.cluster_queue) and cq.stop_policy.value == "None"
+        active = (
+            cq is not None
+            and lq.cluster_queue not in self._verdicts()
+            and not self._missing_flavors(lq.cluster_queue)
+            and cq.stop_policy.value == "None"
+        )
         counts = self._lq_counts().get(key, so.QueueCounts(pending=0, reserving=0, usage={}))
-        previous = self._lq_status.get(key)
         desired = so.local_queue_status(lq, cq, active, counts, previous, self._now())
-        path = f"{_BASE}/namespaces/{lq.namespace}/localqueues/{lq.name}/status"
         await self._patch_status(path, desired, previous, "localqueue")
         self._lq_status[key] = desired
 

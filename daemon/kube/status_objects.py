@@ -27,6 +27,11 @@ _OWNERS = {  # kind -> (apiVersion, group) of the owners admitd manages
     "RayJob": ("ray.io/v1", "ray.io"),
     "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobset.x-k8s.io"),
 }
+_QUEUE_KINDS = {  # kind -> apiVersion of the queue objects admitd reads (and may tell about their rejection)
+    kind: API_VERSION for kind in ("ClusterQueue", "LocalQueue", "Cohort", "ResourceFlavor", "WorkloadPriorityClass")
+} | {"PriorityClass": "scheduling.k8s.io/v1", "Namespace": "v1"}
+_CLUSTER_SCOPED = frozenset(_QUEUE_KINDS) - {"LocalQueue"}
+EVENTS_OF_CLUSTER_OBJECTS = "default"  # where Events about cluster-scoped objects go, as client-go's recorder does
 
 HASH_LENGTH = 5
 MAX_PREFIX_LENGTH = 253 - 1 - HASH_LENGTH  # Kueue's default (ShortWorkloadNames off)
@@ -346,8 +351,11 @@ def cluster_queue_status(
     missing_flavors: Sequence[str],
     previous: Mapping[str, Any] | None,
     now: str,
+    inactive: tuple[str, str] | None = None,
 ) -> Obj:
-    """A ClusterQueue's status as Kueue writes it; no admission checks here, so admitted == reserving."""
+    """A ClusterQueue's status as Kueue writes it; no admission checks here, so admitted == reserving.
+    `inactive`: (reason, message) of the engine's own verdict (`QuotaTree.inactive`) where it is not a missing
+    flavor: a cohort cycle (Kueue's CohortCycleDetected) or a latest version admitd rejected (InvalidSpec)."""
     conds = [dict(c) for c in (previous or {}).get("conditions") or ()]
     if missing_flavors:
         active = (
@@ -355,6 +363,8 @@ def cluster_queue_status(
             "FlavorNotFound",
             f"Can't admit new workloads: references missing ResourceFlavor(s): {', '.join(missing_flavors)}",
         )
+    elif inactive is not None:
+        active = (False, inactive[0], f"Can't admit new workloads: {inactive[1]}")
     elif cq.stop_policy.value != "None":
         active = (False, "Stopped", f"ClusterQueue is stopped ({cq.stop_policy.value})")
     else:
@@ -369,6 +379,36 @@ def cluster_queue_status(
         "flavorsUsage": flavors,
         "conditions": conds,
     }
+
+
+def rejected_status(kind: str, errors: Sequence[str], previous: Mapping[str, Any] | None, now: str) -> Obj:
+    """The status of a queue object admitd rejected and holds no earlier version of: inactive, saying why."""
+    conds = [dict(c) for c in (previous or {}).get("conditions") or ()]
+    message = f"admitd rejected this {kind}: {'; '.join(errors)}"
+    return {"conditions": set_condition(conds, "Active", False, "InvalidSpec", message, now)}
+
+
+def rejection_event(
+    kind: str, namespace: str | None, name: str, errors: Sequence[str], kept: bool, at: Millis, seq: int
+) -> JobEvent:
+    """A Warning Event on a queue object admitd rejected (`kubectl get events --field-selector
+    involvedObject.name=NAME`); `kept`: an earlier version is held (its quota no longer admits anything)."""
+    consequence = (
+        "the version before is kept, and admits nothing new until a valid one is applied"
+        if kept
+        else "it is not used until a valid version is applied"
+    )
+    return JobEvent(
+        namespace=namespace or EVENTS_OF_CLUSTER_OBJECTS,
+        name=name,
+        uid="",
+        kind=kind,
+        reason="InvalidSpec",
+        message=f"admitd rejected this {kind}: {'; '.join(errors)}; {consequence}",
+        type="Warning",
+        at=at,
+        seq=seq,
+    )
 
 
 def local_queue_status(
@@ -429,7 +469,8 @@ def _cond_view(c: Mapping[str, Any]) -> Obj:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobEvent:
-    """A Kubernetes Event about a Job: reason Admitted, Pending or Preempted."""
+    """A Kubernetes Event about a Job (reason Admitted, Pending or Preempted), or about a queue object admitd
+    rejected (InvalidSpec; `uid` empty: the rejection records none)."""
 
     namespace: str
     name: str
@@ -445,7 +486,7 @@ class JobEvent:
 def event_object(e: JobEvent, *, instance: str) -> Obj:
     """A core/v1 Event, which `kubectl describe job` lists. Its name is the Job's and the log seq, so a retried
     POST finds its own Event (409) instead of writing a second one."""
-    api_version, _ = _OWNERS.get(e.kind, ("batch/v1", "batch"))
+    api_version = _QUEUE_KINDS.get(e.kind) or _OWNERS.get(e.kind, ("batch/v1", "batch"))[0]
     when = rfc3339(e.at)
     return {
         "apiVersion": "v1",
@@ -455,8 +496,8 @@ def event_object(e: JobEvent, *, instance: str) -> Obj:
             "apiVersion": api_version,
             "kind": e.kind,
             "name": e.name,
-            "namespace": e.namespace,
-            "uid": e.uid,
+            **({} if e.kind in _CLUSTER_SCOPED else {"namespace": e.namespace}),
+            **({"uid": e.uid} if e.uid else {}),
         },
         "reason": e.reason,
         "message": _cut(e.message, EVENT_MESSAGE_MAX),

@@ -3,14 +3,18 @@
 It lists (in pages), hands the whole list to `on_listed`, then watches from the list's resourceVersion with
 bookmarks. A stream that ends is resumed from the last resourceVersion seen; a 410 Gone (the version was compacted
 away) means a fresh list, whose differences the observer appends; any other failure is retried with jittered
-exponential backoff. Every restart is logged and counted.
+exponential backoff, which starts again from its first step once a list or a watch succeeds (the API server
+accepted it), so one outage's backoff never delays the recovery from the next. While the API server cannot be
+reached at all (down, restarting) the retries stay at most a second apart, as client-go's reflector retries a
+refused connection, so a watch is back within about a second of the server; an answer that says the server is
+overloaded or failing (429, 5xx) backs off to 30 s. Every restart is logged and counted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from daemon.kube.client import KubeClient, Obj
@@ -30,11 +34,15 @@ class Resource:
 
     name: str
     path: str
+    field_selector: str = ""  # e.g. the Events of one reason only
 
 
-def backoff_s(attempt: int, rng: random.Random) -> float:
-    """A watch's (or a registration's) retry: from 0.2 s, capped at 30 s, ±25%."""
-    return jittered_backoff(attempt, rng, first=0.2, cap=30.0, jitter=0.25)
+UNREACHABLE_CAP_S = 1.0  # a watch's retries while the API server cannot be reached at all
+
+
+def backoff_s(attempt: int, rng: random.Random, *, cap: float = 30.0) -> float:
+    """A watch's (or a registration's) retry: from 0.2 s, capped at `cap` (30 s), ±25%."""
+    return jittered_backoff(attempt, rng, first=0.2, cap=cap, jitter=0.25)
 
 
 class Reflector:
@@ -47,6 +55,7 @@ class Reflector:
         on_listed: Callable[[list[Obj]], None],
         seed: int | None = None,
         on_restart: Callable[[str], None] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -58,10 +67,13 @@ class Reflector:
         self.resource_version: str | None = None
         self.watch_timeout_s = WATCH_TIMEOUT_S
         self._rng = random.Random(seed)
+        self._sleep = sleep  # the tests' virtual time
+        self._attempt = 0  # failures since the last list or watch the API server accepted
 
     async def _list(self) -> str:
         items: list[Obj] = []
-        params = {"limit": str(PAGE)}
+        selector = {"fieldSelector": self.resource.field_selector} if self.resource.field_selector else {}
+        params = {"limit": str(PAGE), **selector}
         while True:
             page = await self.client.request("GET", self.resource.path, params=params)
             # List items come without apiVersion and kind; the list names them (kind "JobList" holds Jobs).
@@ -75,28 +87,33 @@ class Reflector:
             if not token:
                 self.on_listed(items)
                 return str(meta.get("resourceVersion", ""))
-            params = {"limit": str(PAGE), "continue": token}
+            params = {"limit": str(PAGE), "continue": token, **selector}
 
     async def run(self) -> None:
-        attempt = 0
         while True:
             try:
                 if self.resource_version is None:
                     self.resource_version = await self._list()
+                    self._attempt = 0
                     self.synced.set()
                 await self._watch()
-                attempt = 0  # the server ended a healthy stream: resume at once
+                self._attempt = 0  # the server ended a healthy stream: resume at once
             except Gone as e:
                 self._restarted()
                 log.info("watch expired; listing again", resource=self.resource.name, error=str(e))
                 self.resource_version = None
             except (Temporary, Permanent) as e:
                 self._restarted()
-                delay = backoff_s(attempt, self._rng)
-                attempt += 1
+                unreachable = isinstance(e, Temporary) and e.status is None
+                delay = backoff_s(self._attempt, self._rng, cap=UNREACHABLE_CAP_S if unreachable else 30.0)
+                self._attempt += 1
                 level = log.error if isinstance(e, Permanent) else log.warning
                 level("watch failed; retrying", resource=self.resource.name, error=str(e), retry_in_s=round(delay, 2))
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
+
+    def _opened(self) -> None:
+        """The API server accepted the watch: the next failure is retried from the first step of the backoff."""
+        self._attempt = 0
 
     def _restarted(self) -> None:
         self.restarts += 1
@@ -109,7 +126,12 @@ class Reflector:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(self.watch_timeout_s),
         }
-        async for type_, obj in self.client.stream(self.resource.path, params, server_timeout_s=self.watch_timeout_s):
+        if self.resource.field_selector:
+            params["fieldSelector"] = self.resource.field_selector
+        stream = self.client.stream(
+            self.resource.path, params, server_timeout_s=self.watch_timeout_s, on_open=self._opened
+        )
+        async for type_, obj in stream:
             meta = obj.get("metadata") or {}
             if type_ == "ERROR":
                 code = obj.get("code")

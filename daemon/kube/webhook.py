@@ -1,4 +1,4 @@
-"""Suspend on create: the mutating admission webhook, its self-managed serving certificate and its registration.
+"""Suspend on create: the mutating admission webhook and its registration.
 
 Every managed job (Job, PyTorchJob, RayJob, JobSet) is created suspended (`spec.suspend: true`; a PyTorchJob's
 `spec.runPolicy.suspend`), so none of its pods starts before admitd admits it. Managed, as in Kueue
@@ -11,28 +11,20 @@ there (the client gets an error and retries), and no job ever runs unqueued. Wit
 Ignore`, they are created unsuspended while admitd is down, and admitd suspends them at once when it sees them
 (logged), which may let some pods start in between.
 
-admitd makes its own serving certificate (self-signed, 1 year), renews it when less than 30 days remain, and
-patches the certificate into the configuration's caBundle. Outside the cluster (the local control plane), the
-configuration points at a URL instead of a Service.
+The configurations (and the CRDs) come from config/; admitd patches, by name, their caBundle (the serving
+certificate, `daemon.kube.certs`) and where they call (a URL outside the cluster, the Service inside): "Registration"
+below.
 """
 
 from __future__ import annotations
 
 import base64
-import datetime as dt
-import ipaddress
 import json
-import ssl
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from daemon.domain.actuation import ADMISSION_ANNOTATION
 from daemon.domain.management import (
@@ -44,8 +36,8 @@ from daemon.domain.management import (
 )
 from daemon.domain.model import JobManagement, LabelSelector
 from daemon.domain.state import State
-from daemon.kube.client import MERGE_PATCH, KubeClient, pointer_token
-from daemon.kube.errors import NotFound
+from daemon.kube.client import JSON_PATCH, KubeClient, pointer_token
+from daemon.kube.errors import Conflict, NotFound, Permanent
 from daemon.kube.jobkinds import KINDS
 from daemon.manifests import QUEUE_NAME_LABEL, adapter_for
 from daemon.manifests.distributed import DistributedAdapter
@@ -57,83 +49,6 @@ log = get_logger("admitd.webhook")
 
 CONFIGURATION_NAME = "admitd"
 MUTATE_JOBS_PATH = "/mutate-batch-v1-job"
-CERT_VALIDITY = dt.timedelta(days=365)
-RENEW_BEFORE = dt.timedelta(days=30)
-
-
-@dataclass(frozen=True, slots=True)
-class ServingCert:
-    cert_pem: bytes
-    key_pem: bytes
-    not_after: dt.datetime
-
-    def due(self, now: dt.datetime) -> bool:
-        return self.not_after - now < RENEW_BEFORE
-
-
-def make_serving_cert(names: Sequence[str], now: dt.datetime | None = None) -> ServingCert:
-    """A self-signed certificate for `names` (DNS names or IP addresses); it is its own CA for the caBundle."""
-    now = now or dt.datetime.now(dt.UTC)
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
-    alt: list[x509.GeneralName] = []
-    for name in names:
-        try:
-            alt.append(x509.IPAddress(ipaddress.ip_address(name)))
-        except ValueError:
-            alt.append(x509.DNSName(name))
-    not_after = now + CERT_VALIDITY
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(not_after)
-        .add_extension(x509.SubjectAlternativeName(alt), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return ServingCert(
-        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-        key_pem=key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ),
-        not_after=not_after,
-    )
-
-
-def load_or_make_cert(directory: Path, names: Sequence[str]) -> ServingCert:
-    """The certificate kept in `directory` while it is valid for long enough and for these names, else a new one."""
-    cert_path, key_path = directory / "webhook.crt", directory / "webhook.key"
-    now = dt.datetime.now(dt.UTC)
-    if cert_path.is_file() and key_path.is_file():
-        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-        try:
-            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-            have = {str(v) for v in san.get_values_for_type(x509.DNSName)} | {
-                str(v) for v in san.get_values_for_type(x509.IPAddress)
-            }
-        except x509.ExtensionNotFound:
-            have = set()
-        kept = ServingCert(cert_path.read_bytes(), key_path.read_bytes(), cert.not_valid_after_utc)
-        if not kept.due(now) and set(names) <= have:
-            return kept
-    fresh = make_serving_cert(names, now)
-    directory.mkdir(parents=True, exist_ok=True)
-    key_path.touch(mode=0o600)
-    key_path.write_bytes(fresh.key_pem)
-    cert_path.write_bytes(fresh.cert_pem)
-    log.info("webhook serving certificate written", path=str(cert_path), not_after=fresh.not_after.isoformat())
-    return fresh
-
-
-def ssl_context(cert: ServingCert, directory: Path) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(directory / "webhook.crt", directory / "webhook.key")
-    return ctx
-
 
 NewJobPolicy = Callable[[str, str | None], Managed | None]
 """(namespace, queue name or None) -> how a job created there is managed, or None when admitd leaves it alone."""
@@ -232,6 +147,79 @@ def admission_response(review: Mapping[str, Any], policy: NewJobPolicy | None = 
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
+# Registration. The webhook configurations and the CRDs are shipped by config/; admitd never creates them in a
+# cluster (RBAC cannot limit `create` by name, and a configuration admitd could create could intercept any object).
+# It patches, by name, what only it knows: the caBundle of its serving certificate and where the API server calls
+# (clientConfig: a `url` outside the cluster, the `service` inside), with the failure policy and the namespaces
+# its settings give. clientConfig is replaced whole by a JSON patch, so a switch between `url` and `service` never
+# leaves both (a merge would: "exactly one of url or service is required"). Only for development outside the
+# cluster, `--create-webhook-configurations` creates the two configurations when they are missing.
+
+VALIDATE_JOBS_PATH = "/validate-jobs"
+
+
+class RegistrationError(Exception):
+    """A webhook configuration or CRD admitd must patch is missing or not the one config/ ships."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hook:
+    """One of admitd's two webhook configurations and the webhook in it."""
+
+    resource: str
+    kind: str
+    webhook: str
+    path: str
+    operations: tuple[str, ...]
+
+    @property
+    def collection(self) -> str:
+        return f"/apis/admissionregistration.k8s.io/v1/{self.resource}"
+
+
+MUTATING = Hook(
+    "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", "mjob.admitd.io", MUTATE_JOBS_PATH, ("CREATE",)
+)
+VALIDATING = Hook(
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    "vjob.admitd.io",
+    VALIDATE_JOBS_PATH,
+    ("CREATE", "UPDATE"),
+)
+
+
+def not_admitd(usernames: Iterable[str]) -> list[dict[str, str]]:
+    """The validating webhook's matchConditions: the API server does not call it for admitd's own requests (its
+    user names), which the handler would allow anyway, so that no admission or preemption patch waits for a round
+    trip to the guard. None given: called for every request."""
+    names = ", ".join("'" + n.replace("\\", "\\\\").replace("'", "\\'") + "'" for n in sorted(usernames))
+    return [{"name": "not-admitd", "expression": f"!(request.userInfo.username in [{names}])"}] if names else []
+
+
+def client_config(
+    ca_bundle: bytes, path: str, *, url: str | None, service: tuple[str, str, int] | None
+) -> dict[str, Any]:
+    """Where the API server calls `path`: by URL when one is given, else through the Service."""
+    out: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
+    if url is not None:
+        out["url"] = url.rstrip("/") + path
+    elif service is not None:
+        namespace, name, port = service
+        out["service"] = {"namespace": namespace, "name": name, "port": port, "path": path}
+    else:
+        raise ValueError("a webhook needs a URL or a Service")
+    return out
+
+
+def _selectors(namespaces: LabelSelector | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(namespaceSelector, objectSelector): with managedJobsNamespaceSelector, every job created in those
+    namespaces (the default LocalQueue, manageJobsWithoutQueueName); without, only jobs with the queue-name label."""
+    if namespaces is not None:
+        return selector_object(namespaces), {}
+    return {}, {"matchExpressions": [{"key": QUEUE_NAME_LABEL, "operator": "Exists"}]}
+
+
 def webhook_configuration(
     ca_bundle: bytes,
     *,
@@ -239,59 +227,206 @@ def webhook_configuration(
     service: tuple[str, str, int] | None,
     failure_policy: str,
     namespaces: LabelSelector | None = None,
+    hook: Hook = MUTATING,
+    match_conditions: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
-    """With `namespaces` (managedJobsNamespaceSelector), every job created in those namespaces reaches admitd, for
-    the default LocalQueue and manageJobsWithoutQueueName; without, only jobs with the queue-name label do."""
-    client_config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
-    if url is not None:
-        client_config["url"] = url.rstrip("/") + MUTATE_JOBS_PATH
-    elif service is not None:
-        namespace, name, port = service
-        client_config["service"] = {"namespace": namespace, "name": name, "port": port, "path": MUTATE_JOBS_PATH}
+    """A whole configuration, as `--create-webhook-configurations` creates it outside the cluster (config/ ships
+    the same one for the cluster)."""
+    namespace_selector, object_selector = _selectors(namespaces)
+    webhook: dict[str, Any] = {
+        "name": hook.webhook,
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": failure_policy,
+        "timeoutSeconds": 10,
+        "clientConfig": client_config(ca_bundle, hook.path, url=url, service=service),
+        "rules": [
+            {
+                "apiGroups": [k.group],
+                "apiVersions": [k.version],
+                "operations": list(hook.operations),
+                "resources": [k.plural],
+                "scope": "Namespaced",
+            }
+            for k in KINDS.values()
+        ],
+    }
+    if namespace_selector:
+        webhook["namespaceSelector"] = namespace_selector
+    if object_selector:
+        webhook["objectSelector"] = object_selector
+    if match_conditions:
+        webhook["matchConditions"] = [dict(c) for c in match_conditions]
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": CONFIGURATION_NAME, "labels": {"app.kubernetes.io/managed-by": "admitd"}},
-        "webhooks": [
-            {
-                "name": "mjob.admitd.io",
-                "admissionReviewVersions": ["v1"],
-                "sideEffects": "None",
-                "failurePolicy": failure_policy,
-                "timeoutSeconds": 10,
-                "clientConfig": client_config,
-                **(
-                    {"namespaceSelector": selector_object(namespaces)}
-                    if namespaces is not None
-                    else {"objectSelector": {"matchExpressions": [{"key": QUEUE_NAME_LABEL, "operator": "Exists"}]}}
-                ),
-                "rules": [
-                    {
-                        "apiGroups": [k.group],
-                        "apiVersions": [k.version],
-                        "operations": ["CREATE"],
-                        "resources": [k.plural],
-                        "scope": "Namespaced",
-                    }
-                    for k in KINDS.values()
-                ],
-            }
-        ],
+        "kind": hook.kind,
+        "metadata": {"name": CONFIGURATION_NAME, "labels": {"app.kubernetes.io/name": "admitd"}},
+        "webhooks": [webhook],
     }
 
 
-async def register(client: KubeClient, body: dict[str, Any]) -> None:
-    """Create or replace the MutatingWebhookConfiguration (a new caBundle after a renewal included)."""
-    path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-    try:
-        current = await client.request("GET", f"{path}/{CONFIGURATION_NAME}")
-    except NotFound:
-        await client.request("POST", path, body=body)
-        log.info("webhook registered", name=CONFIGURATION_NAME)
+def registration_patch(
+    current: Mapping[str, Any],
+    hook: Hook,
+    ca_bundle: bytes,
+    *,
+    url: str | None,
+    service: tuple[str, str, int] | None,
+    failure_policy: str,
+    namespaces: LabelSelector | None,
+    match_conditions: Sequence[Mapping[str, str]] = (),
+) -> list[dict[str, Any]]:
+    """The JSON patch that points the configuration's webhook at this daemon: clientConfig replaced whole, the
+    failure policy and the selectors set where they differ. `test` guards the webhook's index."""
+    webhooks = current.get("webhooks") or []
+    index = next((i for i, w in enumerate(webhooks) if w.get("name") == hook.webhook), None)
+    if index is None:
+        raise RegistrationError(
+            f"{hook.kind} {CONFIGURATION_NAME} has no webhook named {hook.webhook}: re-apply config/ "
+            "(kubectl apply --server-side -k config/)"
+        )
+    live = webhooks[index]
+    at = f"/webhooks/{index}"
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": f"{at}/name", "value": hook.webhook},
+        {
+            "op": "replace",
+            "path": f"{at}/clientConfig",
+            "value": client_config(ca_bundle, hook.path, url=url, service=service),
+        },
+    ]
+    if live.get("failurePolicy") != failure_policy:
+        ops.append({"op": "add", "path": f"{at}/failurePolicy", "value": failure_policy})
+    namespace_selector, object_selector = _selectors(namespaces)
+    for key, wanted in (("namespaceSelector", namespace_selector), ("objectSelector", object_selector)):
+        if (live.get(key) or {}) != wanted:
+            ops.append({"op": "add", "path": f"{at}/{key}", "value": wanted})
+    conditions = [dict(c) for c in match_conditions]
+    if (live.get("matchConditions") or []) != conditions:
+        if conditions:
+            ops.append({"op": "add", "path": f"{at}/matchConditions", "value": conditions})
+        else:
+            ops.append({"op": "remove", "path": f"{at}/matchConditions"})
+    return ops
+
+
+FIELD_MANAGER = "admitd"
+# The field sets (managedFields, fieldsV1) of each form of clientConfig.
+_FORM_FIELDS: dict[str, dict[str, Any]] = {
+    "f:url": {},
+    "f:service": {"f:name": {}, "f:namespace": {}, "f:path": {}, "f:port": {}},
+}
+
+
+def hand_over(
+    managed_fields: Sequence[Mapping[str, Any]], client_config_at: Sequence[str], *, to_url: bool
+) -> list[dict[str, Any]] | None:
+    """The object's managedFields with the clientConfig form admitd just set (`url` or `service`) owned by whoever
+    server-side applied the object's part that holds clientConfig (the CRD's conversion webhook, the webhook in the
+    configuration), and no longer by admitd; None when no applier owns that part or it owns the form already.
+
+    Why: server-side apply keeps fields that another manager owns. After admitd (a plain update) replaced `service`
+    with `url` (which dropped the applier's ownership of `service` with the field), re-applying config/ would put
+    `service` back beside admitd's `url` ("exactly one of url or service is required"). With the `url` owned by the
+    applier instead, the re-apply removes it (the applier no longer applies it, and nobody else owns it) and sets
+    the `service` in its place; admitd's own entry keeps the caBundle. `client_config_at` is the path to
+    clientConfig in the fieldsV1 form (f:spec, k:{"name":...}, ...)."""
+    new, old = ("f:url", "f:service") if to_url else ("f:service", "f:url")
+    *parent_at, leaf = client_config_at
+    out: list[dict[str, Any]] = []
+    moved = False
+    for given in managed_fields:
+        entry: dict[str, Any] = json.loads(json.dumps(given))  # a deep copy, plain JSON
+        fields = entry.get("fieldsV1")
+        if entry.get("operation") == "Apply":
+            node: Any = fields
+            for key in parent_at:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                client_config = node.setdefault(leaf, {})
+                if new not in client_config:
+                    client_config.pop(old, None)
+                    client_config[new] = json.loads(json.dumps(_FORM_FIELDS[new]))
+                    moved = True
+        elif entry.get("operation") == "Update" and entry.get("manager") == FIELD_MANAGER:
+            node = fields
+            for key in client_config_at:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                node.pop(new, None)
+        out.append(entry)
+    return out if moved else None
+
+
+async def _hand_over(client: KubeClient, path: str, client_config_at: Sequence[str], *, to_url: bool) -> None:
+    """`hand_over` written back (a JSON patch of managedFields alone, tested on the resourceVersion)."""
+    current = await client.request("GET", path)
+    meta = current.get("metadata") or {}
+    fields = hand_over(meta.get("managedFields") or [], client_config_at, to_url=to_url)
+    if fields is None:
         return
-    body = {**body, "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
-    await client.request("PUT", f"{path}/{CONFIGURATION_NAME}", body=body)
-    log.info("webhook registration updated", name=CONFIGURATION_NAME)
+    ops = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
+        {"op": "replace", "path": "/metadata/managedFields", "value": fields},
+    ]
+    try:
+        await client.request("PATCH", path, body=ops, content_type=JSON_PATCH, params={"fieldManager": FIELD_MANAGER})
+    except (Permanent, Conflict) as e:  # changed meanwhile: the next registration (a renewal, a new leader) retries
+        log.warning("clientConfig not handed to its applier (retried at the next registration)", error=str(e))
+        return
+    log.info("clientConfig handed to its applier", path=path, form="url" if to_url else "service")
+
+
+async def register(
+    client: KubeClient,
+    hook: Hook,
+    ca_bundle: bytes,
+    *,
+    url: str | None,
+    service: tuple[str, str, int] | None,
+    failure_policy: str,
+    namespaces: LabelSelector | None = None,
+    create: bool = False,
+    match_conditions: Sequence[Mapping[str, str]] = (),
+) -> None:
+    """Patch the configuration `admitd` of `hook`'s kind by name. Missing: a RegistrationError, or with `create`
+    (development outside the cluster) created."""
+    path = f"{hook.collection}/{CONFIGURATION_NAME}"
+    try:
+        current = await client.request("GET", path)
+    except NotFound:
+        if not create:
+            raise RegistrationError(
+                f"{hook.kind} {CONFIGURATION_NAME} is not installed: apply config/ (kubectl apply --server-side -k "
+                "config/); outside the cluster, admitd run --create-webhook-configurations creates it (it needs "
+                f"create on {hook.resource})"
+            ) from None
+        body = webhook_configuration(
+            ca_bundle,
+            url=url,
+            service=service,
+            failure_policy=failure_policy,
+            namespaces=namespaces,
+            hook=hook,
+            match_conditions=match_conditions,
+        )
+        await client.request("POST", hook.collection, body=body)
+        log.info("webhook configuration created", kind=hook.kind, name=CONFIGURATION_NAME)
+        return
+    ops = registration_patch(
+        current,
+        hook,
+        ca_bundle,
+        url=url,
+        service=service,
+        failure_policy=failure_policy,
+        namespaces=namespaces,
+        match_conditions=match_conditions,
+    )
+    await client.request("PATCH", path, body=ops, content_type=JSON_PATCH, params={"fieldManager": FIELD_MANAGER})
+    at = ["f:webhooks", 'k:{"name":"' + hook.webhook + '"}', "f:clientConfig"]
+    await _hand_over(client, path, at, to_url=url is not None)
+    log.info("webhook configuration patched", kind=hook.kind, name=CONFIGURATION_NAME, by="url" if url else "service")
 
 
 CRD_NAMES = tuple(
@@ -301,34 +436,44 @@ CRD_NAMES = tuple(
 CONVERT_PATH = "/convert"
 
 
+def conversion_patch(
+    crd: Mapping[str, Any], ca_bundle: bytes, *, url: str | None, service: tuple[str, str, int] | None
+) -> list[dict[str, Any]] | None:
+    """The JSON patch that points a CRD's conversion webhook at this daemon (clientConfig replaced whole, so the
+    form not used is gone); None for a CRD whose versions share one schema (strategy None)."""
+    if ((crd.get("spec") or {}).get("conversion") or {}).get("strategy") != "Webhook":
+        return None
+    return [
+        {"op": "test", "path": "/spec/conversion/strategy", "value": "Webhook"},
+        {
+            "op": "replace",
+            "path": "/spec/conversion/webhook/clientConfig",
+            "value": client_config(ca_bundle, CONVERT_PATH, url=url, service=service),
+        },
+    ]
+
+
 async def point_conversion(
     client: KubeClient, ca_bundle: bytes, *, url: str | None, service: tuple[str, str, int] | None
 ) -> None:
     """Point each CRD's conversion webhook at this daemon, with its current certificate (as Kueue's cert controller
     does), so v1beta1 and v1beta2 objects convert through `daemon.manifests.conversion`."""
-    # A merge patch: the form not used is set to null, or a CRD installed with a Service would end up with both.
-    client_config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode(), "url": None, "service": None}
-    if url is not None:
-        client_config["url"] = url.rstrip("/") + CONVERT_PATH
-    elif service is not None:
-        namespace, name, port = service
-        client_config["service"] = {"namespace": namespace, "name": name, "port": port, "path": CONVERT_PATH}
-    conversion = {
-        "strategy": "Webhook",
-        "webhook": {"clientConfig": client_config, "conversionReviewVersions": ["v1"]},
-    }
     pointed = 0
     for name in CRD_NAMES:
         path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
         try:
-            crd = await client.request("GET", path)
-            if (crd.get("spec", {}).get("conversion") or {}).get("strategy") != "Webhook":
-                continue  # a kind whose versions are the same schema (ResourceFlavor, WorkloadPriorityClass)
-            await client.request("PATCH", path, body={"spec": {"conversion": conversion}}, content_type=MERGE_PATCH)
+            ops = conversion_patch(await client.request("GET", path), ca_bundle, url=url, service=service)
+            if ops is None:
+                continue
+            await client.request(
+                "PATCH", path, body=ops, content_type=JSON_PATCH, params={"fieldManager": FIELD_MANAGER}
+            )
+            at = ["f:spec", "f:conversion", "f:webhook", "f:clientConfig"]
+            await _hand_over(client, path, at, to_url=url is not None)
             pointed += 1
         except NotFound:
             log.warning("CRD not installed; its conversion is not served", crd=name)
-    log.info("CRD conversion webhooks point at this daemon", crds=pointed)
+    log.info("CRD conversion webhooks point at this daemon", crds=pointed, by="url" if url else "service")
 
 
 def selector_object(selector: LabelSelector) -> dict[str, Any]:
@@ -347,8 +492,10 @@ def selector_object(selector: LabelSelector) -> dict[str, Any]:
 def routes(
     extra: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
     policy: NewJobPolicy | None = None,
+    validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> web.Application:
-    """The webhook server's application: /mutate-batch-v1-job, and any extra JSON-in/JSON-out handlers."""
+    """The webhook server's application: /mutate-batch-v1-job, /validate-jobs (`validate`, an AdmissionReview
+    answered by `daemon.kube.guard.validation_response`) and any extra JSON-in/JSON-out handlers."""
 
     def json_handler(answer: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[..., Any]:
         async def handle(request: web.Request) -> web.Response:
@@ -362,6 +509,8 @@ def routes(
 
     app = web.Application()
     app.router.add_post(MUTATE_JOBS_PATH, json_handler(lambda review: admission_response(review, policy)))
+    if validate is not None:
+        app.router.add_post(VALIDATE_JOBS_PATH, json_handler(validate))
     for path, answer in (extra or {}).items():
         app.router.add_post(path, json_handler(answer))
     return app

@@ -33,6 +33,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from daemon.buildinfo import BuildInfo
 from daemon.domain import events as ev
 from daemon.domain.fairsharing import dominant_resource_share
 from daemon.domain.model import (
@@ -104,6 +105,12 @@ STATUS_SYNC_DELAY = Histogram(
 STATUS_BACKLOG = Gauge(
     "admitd_status_backlog", "Objects and Events marked for the cluster and not yet written", registry=LIVE
 )
+BUILD_INFO = Gauge(
+    "admitd_build_info",
+    "Always 1; its labels say which admitd runs: the package version, the source commit, the Python version",
+    ["version", "commit", "python"],
+    registry=LIVE,
+)
 _WAITING = PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS  # a preemptor waiting: active, as in Kueue
 _STARTUP_REPLAY = threading.Event()  # set once the process reported its own start-up replay
 
@@ -144,6 +151,11 @@ def status_synced(kind: str, lane: str, seconds: float) -> None:
 def status_backlog_is(backlog: Callable[[], int]) -> None:
     """`admitd_status_backlog` reads `backlog()` at every scrape."""
     STATUS_BACKLOG.set_function(lambda: float(backlog()))
+
+
+def build_info_is(info: BuildInfo) -> None:
+    """`admitd_build_info{version,commit,python} 1` (daemon.buildinfo), set once by `admitd run` at start."""
+    BUILD_INFO.labels(version=info.version, commit=info.commit, python=info.python).set(1)
 
 
 def replayed(seconds: float) -> None:
@@ -376,9 +388,9 @@ class FoldedMetrics:
                 self.actuation_failures[k] = self.actuation_failures.get(k, 0) + 1
             case ev.JobObserved(workload=wl):
                 self._touch_lq(wl.key)  # the LocalQueue it leaves, if its queue changed
-            case ev.JobUnsuspended() | ev.JobSuspended() | ev.ObjectRejected():
+            case ev.JobUnsuspended() | ev.JobSuspended() | ev.ChainBreakAccepted():
                 pass
-            case ev.PriorityClassObserved():
+            case ev.PriorityClassObserved() | ev.PriorityClassDeleted() | ev.JobPodsNotCreated():
                 pass
             case _:
                 self.config_changed = True  # queues, cohorts, flavors, namespaces: every queue may change
@@ -646,7 +658,7 @@ class Renderer:
         state = fm.state
         config = fm.config_changed or self._tree is None  # another renderer may have seen the change first
         if config:
-            self._tree = QuotaTree.build(state.cluster_queues, state.cohorts, state.flavors)
+            self._tree = QuotaTree.build(state.cluster_queues, state.cohorts, state.flavors, state.rejected)
             self._inactive = set(self._tree.inactive)
             roots = {r.name for r in self._tree.roots}
             self._in_cycles = {n for n, c in self._tree.cohorts.items() if c.parent is None and n not in roots}

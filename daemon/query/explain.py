@@ -216,6 +216,15 @@ def _admitted(x: Explanation, rows: list[tuple[StoredEvent, ev.Event]], rec: Wor
     ready = _last(rows, ev.JobReady)
     if ready is not None and rec.ready:
         x.say(f"its pods are all ready (PodsReady) since {clock.show(ready[0].recorded_at)}", ready[0].seq)
+    failed, admitted = _last(rows, ev.JobPodsNotCreated), _last(rows, ev.WorkloadAdmitted)
+    if failed is not None and not rec.ready and (admitted is None or failed[0].seq > admitted[0].seq):
+        x.say(
+            f"the Job controller cannot create its pods (FailedCreate, {clock.show(failed[0].recorded_at)}): "
+            f"{failed[1].message}; it holds its quota until it is fixed or deleted (or, with waitForPodsReady, "
+            "until its PodsReady timeout evicts it)",
+            failed[0].seq,
+        )
+        x.body["pods_not_created"] = failed[1].message
     if rec.evicting and timed_out is not None:
         x.status = "timed-out-stopping"
         _say_timeout(x, timed_out)

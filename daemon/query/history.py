@@ -209,12 +209,26 @@ def history(reader: LogReader, key: str, clock: Clock, until: int | None = None)
                 )
             case ev.JobReady():
                 entries.append(Entry(row.seq, t, "ready", "its pods are all ready (PodsReady)", {}))
+            case ev.JobPodsNotCreated(message=message):
+                text = f"the Job controller cannot create its pods (FailedCreate): {message}"
+                entries.append(Entry(row.seq, t, "pods-not-created", text, {"message": message}))
             case ev.WorkloadTimedOut() as timed_out:
                 entries.append(
                     Entry(row.seq, t, "timed-out", timed_out_text(timed_out, clock), timed_out_detail(timed_out, clock))
                 )
             case ev.WorkloadRequeued():
                 entries.append(Entry(row.seq, t, "requeued", "backoff over: back in its queue", {}))
+            case ev.JobTampered(what=what, detail=detail, manager=manager, claimed_cluster_queue=claimed):
+                by = f" (changed by {manager})" if manager else ""
+                entries.append(
+                    Entry(
+                        row.seq,
+                        t,
+                        "tampered",
+                        f"security: {what}: {detail}{by}; the leader suspends it and it holds no quota",
+                        {"what": what, "detail": detail, "manager": manager, "claimed_cluster_queue": claimed},
+                    )
+                )
             case _:
                 entries.append(Entry(row.seq, t, row.type, row.type, {}))
     if queued_since is not None:

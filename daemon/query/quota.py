@@ -26,7 +26,7 @@ from daemon.domain.state import State
 def loaded_tree(state: State) -> QuotaTree:
     """The quota tree with every admitted workload's usage (evicting ones included: they hold quota until gone)."""
     view = state.view()
-    tree = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors)
+    tree = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors, view.rejected)
     Snapshot(tree, view.admitted_by_cq, {})
     return tree
 

@@ -45,7 +45,8 @@ class SimJob:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:
     source: str
-    config: tuple[ev.Event, ...]  # observations of the queue objects, in document order (rejections included)
+    config: tuple[ev.Event, ...]  # observations of the queue objects, in document order (rejections included;
+    # those of objects declared twice first)
     jobs: tuple[SimJob, ...]  # in creation order
     problems: tuple[str, ...] = ()  # one line each (escaped for a terminal): an object or job rejected, and why
     warnings: tuple[str, ...] = ()  # one line each, escaped likewise
@@ -115,6 +116,7 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
         if isinstance(d.obj, Namespace) and not d.errors:
             namespaces.setdefault(d.obj.name, d.obj)
     config: list[ev.Event] = []
+    duplicates: list[ev.Event] = []  # rejections of queue objects declared twice
     problems: list[str] = []
     warnings: list[str] = []
     rejected: dict[str, str] = {}
@@ -127,7 +129,8 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
         parsed = document
         warnings.extend(printable(f"{_where(parsed)}: {w}") for w in parsed.warnings)
         identity = _identity(parsed)
-        if identity is not None and identity in declared:
+        twice = identity is not None and identity in declared
+        if identity is not None and twice:
             # kubectl apply would silently replace the first with the second; in one file that is a mistake.
             duplicate = ManifestError(
                 f"a {identity[0]} of this name was already declared at {declared[identity]}; "
@@ -143,7 +146,9 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
         if parsed.errors:
             for err in parsed.errors:
                 problems.append(printable(f"{_where(parsed)}: {err}"))
-            config.append(
+            # A second declaration is another document, not a newer version of the first: its rejection goes ahead
+            # of every observation, so that the fold never takes it for the held queue edited into an invalid one.
+            (duplicates if twice else config).append(
                 ev.ObjectRejected(
                     kind=parsed.kind or "Unknown",
                     name=parsed.name or f"document-{parsed.doc_index}",
@@ -222,7 +227,7 @@ def load_scenario(path: Path | str, management: JobManagement | None = None) -> 
         )
     return Scenario(
         source=str(path),
-        config=tuple(config),
+        config=(*duplicates, *config),
         jobs=tuple(jobs),
         problems=tuple(problems),
         warnings=tuple(warnings),

@@ -42,6 +42,7 @@ _CONFIG_TYPES = (
     ev.LocalQueueObserved,
     ev.LocalQueueDeleted,
     ev.PriorityClassObserved,
+    ev.PriorityClassDeleted,
     ev.NamespaceObserved,
     ev.ObjectRejected,
 )
@@ -72,6 +73,8 @@ def identity(event: ev.Event) -> Identity | None:
             return ("LocalQueue", f"{ns}/{name}")
         case ev.PriorityClassObserved(priority_class=pc):
             return (pc.kind, pc.name)
+        case ev.PriorityClassDeleted(kind=kind, name=name):
+            return (kind, name)
         case ev.NamespaceObserved(namespace=ns):
             return ("Namespace", ns.name)
         case ev.ObjectRejected(kind=kind, name=name, namespace=ns):

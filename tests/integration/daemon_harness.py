@@ -8,6 +8,7 @@ the exit status, `kill` sends SIGKILL.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -195,10 +196,16 @@ class Daemon:
             f"https://127.0.0.1:{self.webhook_port}",
             "--cert-dir",
             str(self.workdir / "certs"),
+            "--create-webhook-configurations",  # outside the cluster: no config/ applied
             "--health-host",
             "127.0.0.1",
             "--health-port",
             str(self.health_port),
+            # One daemon per cluster takes a Lease even without --leader-elect: each log its own Lease here, so that
+            # the tests' daemons (one killed, the next started at once) never wait for each other's; a test that
+            # means two daemons to meet names one Lease for both.
+            "--leader-election-lease",
+            f"default/admitd-{hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:12]}",
             *self.extra,
         ]
         with self.stderr.open("ab") as err:
@@ -303,4 +310,10 @@ def running_daemon(cluster: KubeCluster, workdir: Path, *extra: str) -> Iterator
     finally:
         if d.proc is not None:
             assert d.stop() == 0, d.stderr.read_text()[-3000:]
-        kubectl(cluster, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+        kubectl(
+            cluster,
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "admitd",
+            "--ignore-not-found",
+        )

@@ -100,15 +100,13 @@ def of_type(events: list[dict[str, Any]], type_: str, job_key: str | None = None
     return [e for e in events if e["type"] == type_ and (job_key is None or e["subject"] == f"job/{job_key}")]
 
 
-SEED = REPO.parent / "shared" / "seed"
+SEED = REPO / "tests" / "unit" / "data" / "seed_minimal_setup.yaml"
 
 
 def seed_yaml() -> str:
-    """The users' seed document's YAML, exactly as written there (kueue.x-k8s.io/v1beta1)."""
-    text = "".join(p.read_text() for p in sorted(SEED.glob("*.txt")))
-    start = text.index("apiVersion: kueue.x-k8s.io/v1beta1")
-    end = text.index("clusterQueue: team-research", start) + len("clusterQueue: team-research")
-    return text[start:end] + "\n"
+    """The users' seed document's YAML (kueue.x-k8s.io/v1beta1), kept verbatim in the repository; the file's
+    leading comment lines are ours."""
+    return "".join(line for line in SEED.read_text().splitlines(keepends=True) if not line.startswith("#"))
 
 
 @pytest.fixture
@@ -260,7 +258,13 @@ def test_a_restart_replays_the_log_and_neither_loses_nor_repeats_a_decision(
         assert [e["payload"]["job"] for e in of_type(events, "job.deleted")] == [f"{ns}/j0"]
         second.verify()
     finally:
-        kubectl(crds, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+        kubectl(
+            crds,
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "admitd",
+            "--ignore-not-found",
+        )
 
 
 def test_admitd_refuses_to_start_beside_a_kueue_installation_that_owns_the_crds(

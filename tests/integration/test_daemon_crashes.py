@@ -177,7 +177,13 @@ async def test_sigkill_at_random_moments_loses_and_repeats_no_decision(
     finally:
         if daemon.proc is not None:
             daemon.kill()
-        kubectl(kube_cluster, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+        kubectl(
+            kube_cluster,
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "admitd",
+            "--ignore-not-found",
+        )
     daemon.verify()
     counts = _check_log(daemon.db, ns, quotas)
     print(f"\nSIGKILL test: {kills} kills, {refused} job creations refused while down, {counts}")

@@ -45,7 +45,9 @@ def crds(kube_cluster: KubeCluster) -> KubeCluster:
 @pytest.fixture
 def cleanup_webhook(crds: KubeCluster) -> Iterator[None]:
     yield
-    kubectl(crds, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+    kubectl(
+        crds, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "admitd", "--ignore-not-found"
+    )
 
 
 def _queues(cluster: KubeCluster, ns: str, gpus: int = 8) -> None:
@@ -165,7 +167,9 @@ def test_two_daemons_with_leader_election_the_standby_takes_over_and_nothing_is_
 ) -> None:
     ns = namespace
     _queues(crds, ns)
-    lease = ("--leader-elect", "--leader-election-lease", f"default/admitd-{ns}")
+    # The replicas share one admission key (in a cluster: one Secret mounted in each), or no note would verify.
+    key = ("--admission-key-file", str(tmp_path / "admission.key"))
+    lease = ("--leader-elect", "--leader-election-lease", f"default/admitd-{ns}", *key)
     leader = Daemon(crds, tmp_path / "a", extra=(*lease, "--identity", "a")).start()
     standby = Daemon(crds, tmp_path / "b", extra=(*lease, "--identity", "b")).start()
     try:

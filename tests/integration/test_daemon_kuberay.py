@@ -79,7 +79,9 @@ def daemon(kuberay: KubeCluster, tmp_path: Path) -> Iterator[Daemon]:
     yield d
     if d.proc is not None:
         assert d.stop() == 0, d.stderr.read_text()[-3000:]
-    kubectl(kuberay, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+    kubectl(
+        kuberay, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", "admitd", "--ignore-not-found"
+    )
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ real; the RBAC objects are then applied for real and the API server's authorizer
 every row of RBAC below (all allowed) and for calls admitd must not make (all denied); finally the real `admitd run`
 runs with a token of its ServiceAccount, so every call it makes goes through that RBAC, and admits a Job.
 Faked: no image is built and no container runs (the nodes are kwok's), so the Deployment, PVC and Services are
-only dry-run: the daemon runs as a local process, its webhook registered by URL instead of through the Service.
+only dry-run: the daemon runs as a local process, and the webhook configuration it may only patch is applied from
+config/ first, then pointed by admitd at its URL instead of the Service.
 
 RBAC is the list of every call admitd makes, read from daemon/kube; the rendered roles must grant exactly these,
 so a change to the daemon's calls must change both this table and config/rbac.
@@ -54,6 +55,7 @@ class Call:
 RBAC: tuple[Call, ...] = (
     Call("batch", "jobs", ("list", "watch"), "watch.py: a Reflector over Jobs in every namespace"),
     Call("batch", "jobs", ("patch",), "actuate.py: admit, preempt and restore, suspend_now"),
+    Call("batch", "jobs", ("get",), "actuate.py _recreated: after a 422 on a uid-tested patch, was the Job recreated"),
     Call(
         "batch",
         "jobs/finalizers",
@@ -73,6 +75,7 @@ RBAC: tuple[Call, ...] = (
     Call("", "namespaces", ("list", "watch"), "run.py: namespaceSelector needs the namespaces' labels"),
     Call("scheduling.k8s.io", "priorityclasses", ("list", "watch"), "run.py: a pod's priorityClassName"),
     Call("", "events", ("create", "patch"), "status.py: Admitted, Pending and Preempted Events on Jobs"),
+    Call("", "events", ("list", "watch"), "run.py: the Job controller's FailedCreate Events on Jobs"),
     *(Call(KUEUE, kind, ("list", "watch"), "run.py: the queue objects") for kind in KUEUE_KINDS),
     Call(
         KUEUE,
@@ -84,18 +87,16 @@ RBAC: tuple[Call, ...] = (
         Call(KUEUE, f"{kind}/status", ("update", "patch"), "status.py: status written by admitd")
         for kind in ("clusterqueues", "localqueues", "cohorts", "workloads")
     ),
-    Call(
-        "admissionregistration.k8s.io",
-        "mutatingwebhookconfigurations",
-        ("create",),
-        "webhook.py register: the first start (RBAC cannot limit create by name)",
-    ),
-    Call(
-        "admissionregistration.k8s.io",
-        "mutatingwebhookconfigurations",
-        ("get", "update"),
-        "webhook.py register: its own configuration, with the current caBundle",
-        names=(webhook.CONFIGURATION_NAME,),
+    *(
+        Call(
+            "admissionregistration.k8s.io",
+            kind,
+            ("get", "patch"),
+            "webhook.py register: its own configurations, shipped in config/webhook: caBundle and clientConfig (a "
+            "JSON patch; never created: RBAC cannot limit create by name)",
+            names=(webhook.CONFIGURATION_NAME,),
+        )
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
     ),
     Call(
         "apiextensions.k8s.io",
@@ -105,6 +106,22 @@ RBAC: tuple[Call, ...] = (
         names=webhook.CRD_NAMES,
     ),
     Call("coordination.k8s.io", "leases", ("get", "create", "update"), "leader election", namespace=NAMESPACE),
+    Call("authentication.k8s.io", "tokenreviews", ("create",), "metricsauth.py: who a /metrics caller is"),
+    Call("authorization.k8s.io", "subjectaccessreviews", ("create",), "metricsauth.py: whether it may get /metrics"),
+)
+
+# Calls only the HA overlay's replicas make (admitd run --cert-secret), granted by config/ha's own Role (test_ha.py
+# checks it): the shared serving certificate, one Secret by name in admitd's namespace.
+HA_ONLY: tuple[Call, ...] = (
+    Call(
+        "",
+        "secrets",
+        ("get", "update"),
+        "certs.py SharedSecret: read and renew the shared serving certificate",
+        names=("admitd-serving-cert",),
+        namespace=NAMESPACE,
+    ),
+    Call("", "secrets", ("create",), "certs.py SharedSecret: the first replica makes it", namespace=NAMESPACE),
 )
 
 # Calls admitd never makes; the API server must refuse each.
@@ -117,7 +134,12 @@ DENIED: tuple[tuple[str, str, str, str | None, str | None], ...] = (
     ("create", "batch", "jobs", None, "default"),
     ("update", "batch", "jobs", None, "default"),
     ("get", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "someone-else", None),
-    ("update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "admitd", None),
+    ("create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", None, None),
+    ("create", "admissionregistration.k8s.io", "validatingwebhookconfigurations", None, None),
+    ("patch", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "someone-else", None),
+    ("delete", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "admitd", None),
+    ("list", "admissionregistration.k8s.io", "validatingwebhookconfigurations", None, None),
+    ("get", "", "secrets", None, NAMESPACE),
     ("patch", "apiextensions.k8s.io", "customresourcedefinitions", "foos.example.com", None),
     ("delete", "apiextensions.k8s.io", "customresourcedefinitions", "workloads.kueue.x-k8s.io", None),
     ("update", "coordination.k8s.io", "leases", None, "kube-system"),
@@ -178,26 +200,47 @@ def installed(kube_cluster: KubeCluster, rendered: list[dict[str, Any]]) -> Iter
     apply(kube_cluster, one(rendered, "Namespace"))
     yield kube_cluster
     kubectl(kube_cluster, "delete", "clusterrolebinding,clusterrole", "admitd", "--ignore-not-found")
+    user_roles = [
+        d["metadata"]["name"] for d in rendered if d["kind"] == "ClusterRole" and d["metadata"]["name"] != "admitd"
+    ]
+    kubectl(kube_cluster, "delete", "clusterrole", *user_roles, "--ignore-not-found")
     kubectl(kube_cluster, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
 
 
-def test_kustomize_renders_the_install_and_no_webhook_configuration(rendered: list[dict[str, Any]]) -> None:
+def test_kustomize_renders_the_whole_install(rendered: list[dict[str, Any]]) -> None:
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in rendered)
     crds = [name for kind, name in kinds if kind == "CustomResourceDefinition"]
     assert sorted(crds) == sorted(webhook.CRD_NAMES)
-    assert [k for k in kinds if k[0] != "CustomResourceDefinition"] == [
+    user_roles = [name for kind, name in kinds if kind == "ClusterRole" and name.startswith("kueue-")]
+    (config_map,) = [name for kind, name in kinds if kind == "ConfigMap"]
+    assert re.fullmatch(r"admitd-config-[a-z0-9]{10}", config_map), config_map  # named after its content's hash
+    assert [k for k in kinds if k[0] != "CustomResourceDefinition" and k[1] not in {*user_roles, config_map}] == [
         ("ClusterRole", "admitd"),
+        ("ClusterRole", "admitd-metrics-auth"),
+        ("ClusterRole", "admitd-metrics-reader"),  # for the scraper, bound by the operator
         ("ClusterRoleBinding", "admitd"),
+        ("ClusterRoleBinding", "admitd-metrics-auth"),
         ("Deployment", "admitd"),
+        ("MutatingWebhookConfiguration", webhook.CONFIGURATION_NAME),
         ("Namespace", NAMESPACE),
         ("PersistentVolumeClaim", "admitd-log"),
+        ("PodDisruptionBudget", "admitd"),
         ("Role", "admitd-leader-election"),
         ("RoleBinding", "admitd-leader-election"),
         ("Service", "admitd-metrics"),
         ("Service", "admitd-webhook"),
         ("ServiceAccount", "admitd"),
-    ]  # no MutatingWebhookConfiguration: admitd creates its own at start
-    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+        ("ValidatingWebhookConfiguration", webhook.CONFIGURATION_NAME),
+    ]
+    assert len(user_roles) == 15, user_roles  # test_install.py checks what they grant
+    cluster_scoped = {
+        "Namespace",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
     for d in rendered:
         if d["kind"] not in cluster_scoped:
             assert d["metadata"].get("namespace") == NAMESPACE, d["metadata"]
@@ -214,7 +257,15 @@ def test_the_deployment_runs_admitd_where_the_daemon_expects_it(rendered: list[d
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
-    assert container["args"] == ["run", "--db", "/var/lib/admitd/admitd.db", "--cert-dir", "/var/lib/admitd/certs"]
+    assert container["args"] == [
+        "run",
+        "--db",
+        "/var/lib/admitd/admitd.db",
+        "--cert-dir",
+        "/var/lib/admitd/certs",
+        "--config",
+        "/etc/admitd/admitd.yaml",
+    ]
     assert container["image"] == "registry.example.com/admitd:0.1.0"  # the documented placeholder
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"webhook": defaults.webhook_port, "metrics": defaults.health_port}
@@ -263,15 +314,17 @@ def test_every_rendered_object_applies_in_a_server_side_dry_run(
 
 
 def test_the_rendered_roles_grant_exactly_the_calls_in_the_table(rendered: list[dict[str, Any]]) -> None:
-    granted = rule_grants(one(rendered, "ClusterRole")["rules"], None)
-    role = one(rendered, "Role")
-    granted |= rule_grants(role["rules"], role["metadata"]["namespace"])
+    granted: set[Grant] = set()
+    bindings = [d for d in rendered if d["kind"] in {"ClusterRoleBinding", "RoleBinding"}]
+    assert len(bindings) == 3, [b["metadata"]["name"] for b in bindings]
+    for binding in bindings:  # every binding in the tree is admitd's; what the roles they name grant is the table
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "admitd", "namespace": NAMESPACE}]
+        role_kind = binding["roleRef"]["kind"]
+        role = one(rendered, role_kind, binding["roleRef"]["name"])
+        granted |= rule_grants(role["rules"], role["metadata"]["namespace"] if role_kind == "Role" else None)
     expected = expected_grants()
     assert granted - expected == set(), "granted but not in the table: remove it, or add the call to RBAC"
     assert expected - granted == set(), "in the table but not granted: add it to config/rbac"
-    for kind in ("ClusterRoleBinding", "RoleBinding"):
-        binding = one(rendered, kind)
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "admitd", "namespace": NAMESPACE}]
 
 
 _PATH = re.compile(
@@ -283,7 +336,7 @@ _PATH = re.compile(
 
 def test_every_resource_the_daemon_names_in_a_request_path_is_in_the_table() -> None:
     """A cheap guard on the table: a new path in daemon/kube without a row fails here (verbs are read by hand)."""
-    rows = {(c.group, c.resource.split("/")[0]) for c in RBAC}
+    rows = {(c.group, c.resource.split("/")[0]) for c in (*RBAC, *HA_ONLY)}
     named: set[tuple[str, str]] = set()
     for path in sorted((REPO / "daemon" / "kube").glob("*.py")):
         for m in _PATH.finditer(path.read_text()):
@@ -294,7 +347,10 @@ def test_every_resource_the_daemon_names_in_a_request_path_is_in_the_table() -> 
             else:
                 named.add((KUEUE, m["kueue"]))
     assert ("batch", "jobs") in named and ("", "namespaces") in named  # the scan finds what is there
-    assert named - rows == set()
+    # Granted to every authenticated user (the bootstrap ClusterRole system:basic-user), so in no role of admitd's:
+    # guard.py asks who admitd is and what it may do.
+    everyone = {("authentication.k8s.io", "selfsubjectreviews"), ("authorization.k8s.io", "selfsubjectaccessreviews")}
+    assert named - rows - everyone == set()
 
 
 def _reviews(cluster: KubeCluster, attributes: list[dict[str, Any]]) -> list[bool]:
@@ -342,6 +398,13 @@ def _attributes(verb: str, group: str, resource: str, name: str | None, namespac
 def _apply_rbac(cluster: KubeCluster, rendered: list[dict[str, Any]]) -> None:
     kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     apply(cluster, *(d for d in rendered if d["kind"] in kinds))
+
+
+def _apply_webhook_configurations(cluster: KubeCluster, rendered: list[dict[str, Any]]) -> None:
+    """config/webhook's two configurations, as `kubectl apply -k config/` leaves them: admitd may only get and patch
+    them (here to its URL; until it has, they point at the Service, which has no pod here)."""
+    kinds = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    apply(cluster, *(one(rendered, kind, webhook.CONFIGURATION_NAME) for kind in kinds))
 
 
 def test_the_api_server_authorizes_every_call_in_the_table_and_refuses_others(
@@ -393,7 +456,7 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
     as_admitd = dataclasses.replace(installed, kubeconfig=sa_config)
     v = f"{KUEUE}/v1beta2"
     flavor, cq = f"{namespace}-h100", f"{namespace}-cq"
-    daemon = Daemon(as_admitd, tmp_path / "run")
+    daemon = Daemon(as_admitd, tmp_path / "run", extra=("--leader-election-lease", f"{NAMESPACE}/admitd"))
     daemon.workdir.mkdir(exist_ok=True)
     try:
         apply(
@@ -425,6 +488,7 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
                 "spec": {"clusterQueue": cq},
             },
         )
+        _apply_webhook_configurations(installed, rendered)
         daemon.start()
         apply(installed, job(namespace, "train", queue="lq", gpus=4))
         wait_for(
@@ -459,6 +523,12 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
     finally:
         if daemon.proc is not None:
             daemon.kill()
-        kubectl(installed, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+        kubectl(
+            installed,
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "admitd",
+            "--ignore-not-found",
+        )
         kubectl(installed, "delete", "clusterqueue", cq, "--ignore-not-found", "--wait=false")
         kubectl(installed, "delete", "resourceflavor", flavor, "--ignore-not-found", "--wait=false")

@@ -153,6 +153,7 @@ def test_the_unit_asks_for_what_the_daemon_does() -> None:
         "Type=notify",
         "StateDirectory=admitd",
         "Restart=on-failure",
+        "RestartPreventExitStatus=2",  # bad input (the CLI's exit 2) is not retried forever
         "KillSignal=SIGTERM",
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
@@ -166,6 +167,41 @@ def test_the_unit_asks_for_what_the_daemon_does() -> None:
     assert any(line.startswith("WatchdogSec=") for line in lines)
     exec_start = next(line for line in lines if line.startswith("ExecStart="))
     assert " run " in exec_start and "--db" not in exec_start, "the log must default to $STATE_DIRECTORY/admitd.db"
+
+
+@pytest.mark.parametrize(
+    ("config_text", "problem"),
+    [
+        pytest.param(None, "cannot read", id="missing"),
+        pytest.param("fairSharing: [", "invalid YAML", id="bad YAML"),
+        pytest.param(
+            "apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\nfairSharing: 3\n",
+            "fairSharing",
+            id="bad field",
+        ),
+    ],
+)
+def test_a_bad_configuration_exits_with_the_status_the_unit_does_not_restart_on(
+    tmp_path: Path, config_text: str | None, problem: str
+) -> None:
+    prevent = {
+        line.strip().partition("=")[2]
+        for line in UNIT.read_text().splitlines()
+        if line.strip().startswith("RestartPreventExitStatus=")
+    }
+    config = tmp_path / "admitd.yaml"
+    if config_text is not None:
+        config.write_text(config_text)
+    done = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "admitd"), "run", "--db", str(tmp_path / "a.db"), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert str(done.returncode) in prevent, (done.returncode, prevent, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(config) in lines[0] and problem in lines[0], done.stderr
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not on this machine")
@@ -217,4 +253,10 @@ def test_the_daemon_notifies_ready_pings_and_stops(
     finally:
         if daemon.proc is not None:
             daemon.kill()
-        kubectl(kube_cluster, "delete", "mutatingwebhookconfiguration", "admitd", "--ignore-not-found")
+        kubectl(
+            kube_cluster,
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "admitd",
+            "--ignore-not-found",
+        )

@@ -6,6 +6,8 @@ instead of coming from an engine or a cluster; no database.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -300,3 +302,37 @@ def test_the_pending_index_groups_alike_workloads_and_sets_sticky_waiters_apart(
     assert index.local_queues == {"ns/q1": 3}
     state.apply(ev.JobFinished(job="ns/b", at=6))
     assert list(index.sticky) == []  # the fold updates the same index in place
+
+
+def test_a_deleted_priority_class_is_gone_for_new_jobs_and_kept_by_the_workloads_that_resolved_it() -> None:
+    """Kueue: a Workload keeps the priority it got; a Job created after its class was deleted gets no Workload
+    (WorkloadPriorityClassNotFound / PriorityClassNotFound) until the class exists again."""
+    state = State()
+    seq = 0
+
+    def apply(*events: ev.Event) -> None:
+        nonlocal seq
+        for event in events:
+            seq += 1
+            state.apply(event, seq)
+
+    apply(
+        ev.PriorityClassObserved(priority_class=PriorityClass(name="urgent", value=900, kind="WorkloadPriorityClass")),
+        ev.PriorityClassObserved(priority_class=PriorityClass(name="pods-high", value=500, kind="PriorityClass")),
+        ev.JobObserved(workload=workload("early", priority_class="urgent")),
+        ev.JobObserved(workload=replace(workload("early-pod"), pod_priority_class="pods-high")),
+        ev.PriorityClassDeleted(kind="WorkloadPriorityClass", name="urgent"),
+        ev.PriorityClassDeleted(kind="PriorityClass", name="pods-high"),
+        ev.JobObserved(workload=workload("late", priority_class="urgent")),
+        ev.JobObserved(workload=replace(workload("late-pod"), pod_priority_class="pods-high")),
+    )
+    assert state.workloads["research/early"].priority == 900
+    assert state.workloads["research/early-pod"].priority == 500
+    held = {key: pw.held.kind for key, pw in state.view().pending_unrouted.items() if pw.held is not None}
+    assert held == {
+        "research/late": PendingReasonKind.WORKLOAD_PRIORITY_CLASS_NOT_FOUND,
+        "research/late-pod": PendingReasonKind.PRIORITY_CLASS_NOT_FOUND,
+    }
+    again = PriorityClass(name="urgent", value=700, kind="WorkloadPriorityClass")
+    apply(ev.PriorityClassObserved(priority_class=again))
+    assert state.workloads["research/late"].priority == 700, "queued with the class's priority once it exists again"

@@ -167,6 +167,7 @@ def _observer(state: State, jobs: JobManagement) -> tuple[Observer, list[Observe
         clock=type("C", (), {"now": lambda self: 5_000})(),
         on_started_unsuspended=lambda key, *_: suspended.append(key),  # (job, uid[, kind])
         jobs=jobs,
+        admission_key=b"k" * 32,
     )
     return observer, put, suspended
 
@@ -295,6 +296,7 @@ def test_a_standby_reads_a_partially_admitted_job_as_created() -> None:
     """The leader runs the Job with 2 of its 4 pods: a standby that saw it pending sees no change to the workload,
     and adopts the admission with the quota of 2 pods."""
     from daemon.domain.actuation import ADMISSION_ANNOTATION, admission_note  # noqa: PLC0415
+    from daemon.domain.trust import SIGNATURE_ANNOTATION, sign  # noqa: PLC0415
 
     state = State()
     observer, put, _ = _observer(state, JobManagement())
@@ -313,7 +315,11 @@ def test_a_standby_reads_a_partially_admitted_job_as_created() -> None:
     running = json.loads(json.dumps(pending))
     running["spec"].update(suspend=False, parallelism=2)
     running["metadata"]["annotations"].update(
-        {ADMISSION_ANNOTATION: admission_note(admission, 7), "admitd.io/full-parallelism": "4"}
+        {
+            ADMISSION_ANNOTATION: admission_note(admission, 7),
+            SIGNATURE_ANNOTATION: sign(b"k" * 32, "uid-1", admission_note(admission, 7)),
+            "admitd.io/full-parallelism": "4",
+        }
     )
     observer.job_event("MODIFIED", running)
     (adopted,) = put[0].events  # no JobObserved: the workload is the one the fold holds

@@ -6,9 +6,7 @@ no API server: raw objects are dicts shaped as the API server sends them.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,14 +15,21 @@ from daemon.domain import events as ev
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, admission_note, read_admission_note
 from daemon.domain.model import LocalQueue, ResourceFlavor, Toleration
 from daemon.domain.state import State
+from daemon.domain.trust import SIGNATURE_ANNOTATION, sign
 from daemon.kube.actuate import JobActuator, placement_patch
 from daemon.kube.observe import Observer
-from daemon.kube.webhook import admission_response, load_or_make_cert, make_serving_cert, suspend_patch
+from daemon.kube.webhook import admission_response, suspend_patch
 from daemon.stages.ports import Done, Observed
 from tests.samples import admission, workload
 from tests.unit.test_kube_distributed import PatchingClient
 
 QUEUE = {"kueue.x-k8s.io/queue-name": "research-queue"}
+KEY = b"k" * 32  # the replicas' shared admission key
+
+
+def signed_note(note: str, uid: str = "uid-1") -> dict[str, str]:
+    """A note and its signature, as an admitd replica writes them on the Job with `uid`."""
+    return {ADMISSION_ANNOTATION: note, SIGNATURE_ANNOTATION: sign(KEY, uid, note)}
 
 
 def raw_job(*, suspend: bool, annotations: dict[str, str] | None = None, active: int = 0) -> dict[str, Any]:
@@ -107,6 +112,7 @@ def _observer(state: State, leader: bool = True) -> tuple[Observer, list[Observe
         clock=type("C", (), {"now": lambda self: 5_000})(),
         on_started_unsuspended=lambda key, uid, kind: suspended.append(key),
         is_leader=lambda: leader,
+        admission_key=KEY,
     )
     return observer, put, suspended
 
@@ -114,7 +120,7 @@ def _observer(state: State, leader: bool = True) -> tuple[Observer, list[Observe
 def test_a_running_job_with_another_replicas_note_is_adopted_not_suspended() -> None:
     note = admission_note(admission(cq="team-research"), 42)
     observer, put, suspended = _observer(State())
-    observer.job_event("ADDED", raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: note}))
+    observer.job_event("ADDED", raw_job(suspend=False, annotations=signed_note(note)))
     events = put[0].events
     assert [type(e) for e in events] == [ev.JobObserved, ev.WorkloadAdopted]
     adopted = events[1]
@@ -122,11 +128,13 @@ def test_a_running_job_with_another_replicas_note_is_adopted_not_suspended() -> 
     assert suspended == []
 
 
-def test_a_running_job_without_a_note_is_suspended_by_the_leader_only() -> None:
+def test_a_running_job_without_a_note_is_a_security_event_and_suspended_by_the_leader_only() -> None:
     for leader, expected in ((True, ["research/train-a"]), (False, [])):
         observer, put, suspended = _observer(State(), leader=leader)
         observer.job_event("ADDED", raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: ""}))
-        assert [type(e) for e in put[0].events] == [ev.JobObserved]
+        observed, tampered = put[0].events
+        assert isinstance(observed, ev.JobObserved) and isinstance(tampered, ev.JobTampered)
+        assert (tampered.what, tampered.namespace) == ("UnsuspendedWithoutAdmission", "research")
         assert suspended == expected
 
 
@@ -134,7 +142,7 @@ def test_a_standby_frees_the_quota_of_an_adopted_job_that_the_leader_stopped() -
     state = State()
     observer, put, _ = _observer(state, leader=False)
     note = admission_note(admission(), 42)
-    observer.job_event("ADDED", raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: note}))
+    observer.job_event("ADDED", raw_job(suspend=False, annotations=signed_note(note)))
     for seq, event in enumerate(put[0].events, start=1):
         state.apply(event, seq)
     put.clear()
@@ -143,19 +151,6 @@ def test_a_standby_frees_the_quota_of_an_adopted_job_that_the_leader_stopped() -
     observer.job_event("MODIFIED", raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""}, active=0))
     (evicted,) = put[0].events
     assert isinstance(evicted, ev.WorkloadEvicted) and evicted.reason == "SuspendedByAnotherReplica"
-
-
-def test_the_serving_certificate_is_kept_while_valid_and_renewed_30_days_before_it_ends(tmp_path: Path) -> None:
-    names = ["127.0.0.1", "admitd-webhook.admitd-system.svc"]
-    first = load_or_make_cert(tmp_path, names)
-    assert load_or_make_cert(tmp_path, names).cert_pem == first.cert_pem, "a valid certificate is kept"
-    assert load_or_make_cert(tmp_path, [*names, "other.example"]).cert_pem != first.cert_pem, "new names: new one"
-    old = make_serving_cert(names, now=dt.datetime.now(dt.UTC) - dt.timedelta(days=340))
-    (tmp_path / "webhook.crt").write_bytes(old.cert_pem)
-    (tmp_path / "webhook.key").write_bytes(old.key_pem)
-    renewed = load_or_make_cert(tmp_path, names)
-    assert renewed.cert_pem != old.cert_pem and not renewed.due(dt.datetime.now(dt.UTC))
-    assert (tmp_path / "webhook.crt").read_bytes() == renewed.cert_pem
 
 
 def test_a_queue_object_admitd_cannot_accept_is_one_rejection_naming_it_and_the_others_go_on() -> None:
@@ -195,7 +190,7 @@ def test_two_status_updates_before_the_fold_catches_up_append_one_eviction_and_o
     state = State()
     observer, put, _ = _observer(state, leader=False)
     note = admission_note(admission(), 42)
-    observer.job_event("ADDED", raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: note}))
+    observer.job_event("ADDED", raw_job(suspend=False, annotations=signed_note(note)))
     for seq, event in enumerate(put[0].events, start=1):
         state.apply(event, seq)
     put.clear()
@@ -204,7 +199,7 @@ def test_two_status_updates_before_the_fold_catches_up_append_one_eviction_and_o
     observer.job_event("MODIFIED", stopped)  # the fold has not seen the first eviction yet
     assert [type(e) for o in put for e in o.events] == [ev.WorkloadEvicted]
     put.clear()
-    done = raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: note}, active=0)
+    done = raw_job(suspend=False, annotations=signed_note(note), active=0)
     done["status"]["conditions"] = [{"type": "Complete", "status": "True"}]
     observer.job_event("MODIFIED", done)
     observer.job_event("MODIFIED", done)
@@ -218,7 +213,7 @@ def test_a_job_seen_twice_while_running_for_another_replica_is_observed_and_adop
     for seq, event in enumerate(put[0].events, start=1):
         state.apply(event, seq)
     put.clear()
-    running = raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: admission_note(admission(), 42)})
+    running = raw_job(suspend=False, annotations=signed_note(admission_note(admission(), 42)))
     running["spec"]["template"]["spec"]["nodeSelector"] = {"gpu-type": "h100"}  # as the leader's patch set it
     observer.job_event("MODIFIED", running)
     observer.job_event("MODIFIED", running)  # pod counts ticking, before the fold saw the first
