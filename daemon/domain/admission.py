@@ -60,6 +60,9 @@ of visiting every workload (tests/unit/test_pending_runs.py and test_engine_prop
 later pass, the walk resumes there, in the tree as that pass finds it.
 StrictFIFO queues, queues with a LocalQueue or namespace that a member steps aside for, and
 LowerOrNewerEqualPriority queues (whose outcome depends on each workload's age) are visited one by one.
+
+What only makes a call cheaper is listed in `Optimisations`, each of which can be switched off; the engine decides
+exactly the same without them (tests/unit/test_optimisations_invisible.py).
 """
 
 from __future__ import annotations
@@ -147,13 +150,38 @@ class EngineConfig:
     borders that observe jobs (`daemon.domain.management`), not by the cycle."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Optimisations:
+    """What makes a call cheap without changing what it decides: each can be switched off, and
+    tests/unit/test_optimisations_invisible.py checks on random scenarios that the engine decides exactly the same
+    with all of them off."""
+
+    idle: bool = True
+    """No cycle at all when nothing waits and nothing drains (`_nothing_to_decide`)."""
+    memo: bool = True
+    """`AdmissionEngine`'s caches across calls: the inadmissible memo per class and the unchanged-queue skip."""
+    runs: bool = True
+    """Walk a BestEffortFIFO queue through the fold's `PendingIndex`, stepping over runs whose members would all
+    be NoFit and write nothing (`_Runs`), instead of one workload at a time."""
+    lone_holds: bool = True
+    """A queue alone in its quota tree (every other queue of the tree offers nothing more in this call) whose head
+    was found without candidates in a pass that changed nothing else: every member of that class would, one pass
+    each, hold the same room in the same state, seen by nobody, and write the same reason. They step aside
+    together in one pass (`_Cycle._lone`). Kueue's issue 9715 pattern: a ClusterQueue 10,000 deep whose head does
+    not fit took 10,000 passes per call."""
+
+
+ALL_OPTIMISATIONS = Optimisations()
+NO_OPTIMISATIONS = Optimisations(idle=False, memo=False, runs=False, lone_holds=False)
+
+
 # --- public entry points --------------------------------------------------------------------------------------
 
 
 def decide(view: ClusterView, now: Millis, config: EngineConfig = EngineConfig()) -> list[Event]:
     """One admission cycle. Pure: same view, now and config -> the same events, in the same order."""
     tree = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors, view.rejected)
-    return _Cycle(view, now, config, tree, {}, None).run()
+    return _Cycle(view, now, config, tree, {}, None, ALL_OPTIMISATIONS).run()
 
 
 class AdmissionEngine:
@@ -164,8 +192,9 @@ class AdmissionEngine:
     evaluated again while it stays g; the memo holds one generation per queue, so it does not grow with the
     number of workloads ever seen)."""
 
-    def __init__(self, config: EngineConfig = EngineConfig()) -> None:
+    def __init__(self, config: EngineConfig = EngineConfig(), optimisations: Optimisations = ALL_OPTIMISATIONS) -> None:
         self._config = config
+        self._opt = optimisations
         self._tree: QuotaTree | None = None
         self._tree_key: (
             tuple[dict[str, ClusterQueue], dict[str, Cohort], dict[str, ResourceFlavor], dict[str, tuple[str, ...]]]
@@ -183,7 +212,7 @@ class AdmissionEngine:
         happens next (in a quiet cluster, for good). None otherwise."""
 
     def decide(self, view: ClusterView, now: Millis) -> list[Event]:
-        if _nothing_to_decide(view):
+        if self._opt.idle and _nothing_to_decide(view):
             self.deferred = False
             self.retry_at = None
             return []
@@ -194,7 +223,8 @@ class AdmissionEngine:
             self._memo = _Memo()
         if len(self._usage_cache) > 2 * len(view.admitted) + 1024:
             self._usage_cache = {}
-        cycle = _Cycle(view, now, self._config, self._tree, self._usage_cache, self._memo)
+        memo = self._memo if self._opt.memo else None
+        cycle = _Cycle(view, now, self._config, self._tree, self._usage_cache, memo, self._opt)
         events = cycle.run()
         self.deferred = cycle.deferred
         self.retry_at = now + 1 if cycle.held_back else None
@@ -269,6 +299,7 @@ class _Hold:
     node: Node
     usage: dict[FlavorResource, int]
     active: bool = True  # in the snapshot now (lifted while its own queue is being served)
+    touches: int = 1  # how often it touched its tree (see `_Cycle._end_pass`)
 
 
 _RunEntry = tuple[
@@ -376,8 +407,10 @@ class _Cycle:
         tree: QuotaTree,
         usage_cache: dict[str, tuple[object, dict[FlavorResource, int]]],
         memo: _Memo | None,
+        opt: Optimisations,
     ) -> None:
         self.view = view
+        self.opt = opt
         self.now = now
         self.config = config
         self.tree = tree
@@ -413,6 +446,12 @@ class _Cycle:
         self.preempted = False  # this pass preempted: the cycle ends with it (see `run`)
         self.known = False  # whether the last `_evaluate` found its class's result already known in this state
         self.holding: list[_Queue] = []  # queues whose preemptor without candidates holds quota (see `_end_pass`)
+        # A tree whose pass changed nothing but holds that `_end_pass` took away again is in the state it had at
+        # the pass's start: (version now, the version of that state), so results found then apply again.
+        self.same_as: dict[str, tuple[int, int]] = {}
+        self.pass_start: dict[str, int] = {}  # per tree, its version (`_version`) at the pass's start
+        self.pass_start_raw: dict[str, int] = {}  # and the snapshot's own count of its changes then
+        self.live: dict[str, int] = {}  # per tree, its queues that may still offer an entry (at the pass's start)
         # waitForPodsReady.blockAdmission: while an admitted workload is not ready, nothing is admitted (preemptions
         # go on). After this cycle's first admission, that workload is the one not ready.
         self.pods_blocked = blocking(view, config.wait_for_pods_ready)
@@ -429,6 +468,12 @@ class _Cycle:
             # admitted is stepped over, and its queue offers the next one in the next pass.
             entries: list[_Entry] = []
             stepped = False
+            self.pass_start_raw = dict(self.snap.touched)
+            self.pass_start = {tree: self._version(tree) for tree in self.snap.touched}
+            self.live = {}
+            for q in queues:
+                if not q.done:
+                    self.live[q.node.tree] = self.live.get(q.node.tree, 0) + 1
             for q in queues:
                 if q.done:
                     continue
@@ -457,7 +502,11 @@ class _Cycle:
     def _end_pass(self) -> None:
         """Kueue's reservation for a preemptor without candidates lives in its cycle's snapshot only: the next
         pass starts without it. A StrictFIFO head stays its queue's head (requeued at once), so it reserves again in
-        every cycle: its hold stays."""
+        every cycle: its hold stays.
+
+        A tree whose only changes in the pass were such holds is back in the state the pass started in; its version
+        is made an alias of that state's (`same_as`), so what was found in that state applies again."""
+        undone: dict[str, int] = {}
         for q in self.holding:
             hold = q.hold
             if hold is None or q.strict:
@@ -466,9 +515,24 @@ class _Cycle:
                 self.snap.remove_usage(q.node, hold.usage)
             self.reserved[q.node.tree].remove(hold)
             self.snap.touch(q.node.tree)
+            undone[q.node.tree] = undone.get(q.node.tree, 0) + hold.touches + 1
             q.hold = q.hold_for = None
             q.reserved = False
         self.holding = [q for q in self.holding if q.hold is not None]
+        for tree, touches in undone.items():
+            if self.snap.version(tree) - self.pass_start_raw.get(tree, 0) == touches:
+                self.same_as[tree] = (self.snap.version(tree), self.pass_start.get(tree, 0))
+
+    def _version(self, tree: str) -> int:
+        """The tree's state in this call: the snapshot's count of changes, or the earlier count whose state it is
+        in again (`_end_pass`). Results keyed by it (`_Queue.equivalent`, `_Runs.state`) are results in that state."""
+        raw = self.snap.version(tree)
+        alias = self.same_as.get(tree)
+        return alias[1] if alias is not None and alias[0] == raw else raw
+
+    def _lone(self, q: _Queue) -> bool:
+        """Every other queue of `q`'s tree offers nothing more in this call (`Optimisations.lone_holds`)."""
+        return self.opt.lone_holds and not q.strict and self.live.get(q.node.tree, 0) <= 1
 
     def _process_fairly(self, entries: list[_Entry]) -> None:
         """Fair sharing: within each quota tree, Kueue's tournament picks the next entry against the current usage
@@ -640,6 +704,7 @@ class _Cycle:
         usage = _to_reserve(q.node, q.hold_for)
         if usage != q.hold.usage:
             q.hold.usage = usage
+            q.hold.touches += 1
             self.snap.touch(q.node.tree)
         self.snap.add_usage(q.node, usage)
         q.hold.active = True
@@ -684,7 +749,7 @@ class _Cycle:
             unchanged = self._queue_unchanged(name, node, cq, seq)
             q = _Queue(name=name, cq=cq, node=node, seq=seq, assigner=assigner, strict=strict, index=index)
             if not strict and not unchanged:
-                if index is not None and len(index) == len(seq) and self._walk_by_runs(q, index):
+                if self.opt.runs and index is not None and len(index) == len(seq) and self._walk_by_runs(q, index):
                     q.seq = list(index.sticky)
                     q.runs = _Runs(index)
                 else:
@@ -771,6 +836,11 @@ class _Cycle:
                     # pass after pass, only to be reclaimed in the next cycle (issue 9, the three-level tree).
                     self._reserve(q.node, dict(result.assignment.usage))
                 return None
+            if result.kind is _Kind.NO_TARGETS and self.known and not q.reserved and self._lone(q):
+                # Its class was found without candidates in this very state, by a head that held its room in a pass
+                # that changed nothing else in the tree. Offered, it would do the same in a pass of its own, seen by
+                # no other queue (none offers anything more): it steps aside at once (`Optimisations.lone_holds`).
+                result = _Result(_Kind.NO_FIT, reason=result.reason)
             if result.kind is _Kind.NO_TARGETS and not q.reserved and not self._holds_anything(q, pw, result):
                 q.reserved = True  # the first such workload, but it has nothing to hold: no entry needed
             if result.kind is _Kind.NO_TARGETS and q.reserved:
@@ -800,7 +870,7 @@ class _Cycle:
         runs = q.runs
         if runs is None:
             return None
-        state = (self.snap.version(q.node.tree), len(self.snap.removed))
+        state = (self._version(q.node.tree), len(self.snap.removed))
         if runs.state != state:
             runs.rebuild(state, self._who_of(q, runs.index))
         heap = runs.heap
@@ -828,7 +898,7 @@ class _Cycle:
         if reason is None or not q.headline_written:
             return False
         known = q.equivalent.get((state[0], state[1], cls[0], cls[1]))
-        if known is None or (known.kind is _Kind.NO_TARGETS and not q.reserved):
+        if known is None or (known.kind is _Kind.NO_TARGETS and not q.reserved and not self._lone(q)):
             return False
         return known.coarse() == reason
 
@@ -872,7 +942,7 @@ class _Cycle:
 
     def _evaluate(self, q: _Queue, pw: PendingWorkload) -> _Result:
         tree = q.node.tree
-        untouched = self.snap.version(tree) == 0
+        untouched = self._version(tree) == 0
         generation = self._generation(tree)
         eq_key = self._equivalence_key(q, pw)
         self.known = eq_key in q.equivalent
@@ -905,7 +975,7 @@ class _Cycle:
         if shape is None:
             shape = shape_of(pw.workload)
         who = self._who(q, pw.priority, pw.queue_order_at)
-        return (self.snap.version(q.node.tree), len(self.snap.removed), shape, who)
+        return (self._version(q.node.tree), len(self.snap.removed), shape, who)
 
     @staticmethod
     def _who(q: _Queue, priority: int, queue_order_at: Millis) -> tuple[int, ...]:
