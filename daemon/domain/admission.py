@@ -463,18 +463,20 @@ class _Cycle:
         self._drain()
         queues = self._queues()
         self._keep_claims(queues)
+        open_queues = queues  # those not done yet (a queue once done stays done for the call)
         while True:
             # One pass is one Kueue cycle: every queue offers its head (`Manager.Heads`); a head that cannot be
             # admitted is stepped over, and its queue offers the next one in the next pass.
             entries: list[_Entry] = []
             stepped = False
+            open_queues = [q for q in open_queues if not q.done]
             self.pass_start_raw = dict(self.snap.touched)
             self.pass_start = {tree: self._version(tree) for tree in self.snap.touched}
-            self.live = {}
-            for q in queues:
-                if not q.done:
-                    self.live[q.node.tree] = self.live.get(q.node.tree, 0) + 1
-            for q in queues:
+            live: dict[str, int] = {}
+            for q in open_queues:
+                live[q.node.tree] = live.get(q.node.tree, 0) + 1
+            self.live = live
+            for q in open_queues:
                 if q.done:
                     continue
                 entry = self._next_entry(q)

@@ -58,8 +58,9 @@ class Switches:
     no_overcommit_while_victims_leave: bool = True
     """Kueue's `fits` removes every workload preempted in the cycle from the snapshot, so an entry that fits only
     once they are gone is admitted at once, over-committing their quota until they stop. admitd admits it only when
-    it also fits with them still holding their quota; otherwise it waits for them (holding the room it needs) and
-    is admitted in the cycle after they leave."""
+    it also fits beside what runs now (`_fits_as_running`: the victims still holding their quota, the usage the cycle
+    added for preemptors and reservations left out, as none of it runs yet); otherwise it waits for them (holding
+    the room it needs) and is admitted in the cycle after they leave."""
 
     no_hold_when_a_cohort_limit_blocks: bool = True
     """Kueue's reserveCapacityForUnreclaimablePreempt holds resourcesToReserve for every preemptor without
@@ -249,8 +250,9 @@ class KueueModel:
         # 5. processEntry, one by one, on the cycle's snapshot.
         preempted: dict[str, AdmittedWorkload] = {}
         victims: list[tuple[str, str]] = []
+        held: list[tuple[Node, dict[FlavorResource, int]]] = []  # usage added for entries not admitted
         for e in entries:
-            self._process_entry(e, tree, snap, preempted, victims, now)
+            self._process_entry(e, tree, snap, preempted, victims, held, now)
         # 6. requeueAndUpdate for every entry not assumed.
         for e in [*entries, *inadmissible]:
             if e.status != "assumed":
@@ -318,9 +320,11 @@ class KueueModel:
         snap: Snapshot,
         preempted: dict[str, AdmittedWorkload],
         victims: list[tuple[str, str]],
+        held: list[tuple[Node, dict[FlavorResource, int]]],
         now: Millis,
     ) -> None:
-        """Scheduler.processEntry."""
+        """Scheduler.processEntry. `held`: the usage this cycle added to the snapshot for entries it did not admit
+        (preemptors, resourcesToReserve), which admitd's over-commit switch leaves out."""
         a = e.assignment
         assert a is not None
         node = tree.cqs[e.cq]
@@ -333,7 +337,9 @@ class KueueModel:
             e.requeue_reason = NO_CANDIDATES
             blocked = self.switches.no_hold_when_a_cohort_limit_blocks and _blocked_above(node, a)
             if self.cluster_queues[e.cq].preemption.reclaim_within_cohort is not PreemptionPolicy.ANY and not blocked:
-                snap.add_usage(node, _resources_to_reserve(node, a))
+                reserve = _resources_to_reserve(node, a)
+                snap.add_usage(node, reserve)
+                held.append((node, reserve))
             return
         if self.switches.hold_evicted_until_next_instant and e.pw.evicted_now(now):
             e.requeue_reason = HELD  # admitd: not admitted again, nor preempting, at the instant it stopped
@@ -348,15 +354,17 @@ class KueueModel:
             self.switches.no_overcommit_while_victims_leave
             and a.mode is Mode.FIT
             and preempted
-            and not _fits(snap, node, a.usage, [])
+            and not _fits_as_running(snap, node, a.usage, held)
         ):
             snap.add_usage(node, a.usage)  # admitd: it waits for the victims, holding its room
+            held.append((node, dict(a.usage)))
             e.status = "skipped"
             return
         for t in e.targets:
             preempted[t.victim.key] = t.victim
         snap.add_usage(node, a.usage)
         if a.mode is Mode.PREEMPT:
+            held.append((node, dict(a.usage)))
             for t in e.targets:  # Preemptor.IssuePreemptions
                 victim = t.victim
                 self.decisions.append(
@@ -431,6 +439,20 @@ def _fits(snap: Snapshot, node: Node, usage: Mapping[FlavorResource, int], remov
     finally:
         for aw in gone:
             snap.add_workload(aw)
+
+
+def _fits_as_running(
+    snap: Snapshot, node: Node, usage: Mapping[FlavorResource, int], held: list[tuple[Node, dict[FlavorResource, int]]]
+) -> bool:
+    """admitd's over-commit check (`Switches.no_overcommit_while_victims_leave`): does `usage` fit beside what runs
+    now, the cycle's victims still holding their quota and no usage of entries not admitted (they run nothing yet)?"""
+    for n, u in held:
+        snap.remove_usage(n, u)
+    try:
+        return fits(node, usage)
+    finally:
+        for n, u in held:
+            snap.add_usage(n, u)
 
 
 def _resources_to_reserve(node: Node, a: Assignment) -> dict[FlavorResource, int]:
