@@ -61,6 +61,7 @@ SPACES = {
     "one-flavor": Space(flavors=1),
     "no-preemption-one-flavor": Space(preemption=False, flavors=1),
     "no-cohorts-no-preemption": Space(cohort_levels=0, preemption=False),
+    "best-effort": Space(strict_fifo=False),
 }
 CI_SPACE = SPACES["no-cohorts"]
 """The part of the space where the engine and the model are equal (the unit test's); bench/RESULTS.md has the
