@@ -17,7 +17,7 @@ record its eviction.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, Resize
@@ -136,6 +136,16 @@ class JobActuator:
     def listed(self, items: list[Obj]) -> None:
         for obj in items:
             self.seen("ADDED", obj)
+
+    def assume_unsuspending(self, keys: Iterable[str]) -> None:
+        """At start-up: the jobs whose admission has no recorded unsuspension (the outbox). The process that died
+        may have sent it, and it may land yet; until they are suspended they count as `unsuspending`."""
+        self._unsuspending.update(keys)
+
+    def unsuspending(self, key: str) -> bool:
+        """Whether this process sent `key` an unsuspension and has not suspended it since: the Job as watched may
+        be older than that patch, so "suspended, no active pods" says nothing about its eviction (the observer)."""
+        return key in self._unsuspending
 
     def _never_unsuspended(self, order: Order) -> bool:
         """Whether nothing of an admission was ever carried out on the order's job, as the watch shows it."""

@@ -147,11 +147,16 @@ class Observer:
         *,
         on_started_unsuspended: Callable[[str, str, str], None] | None = None,  # (job, uid, kind)
         is_leader: Callable[[], bool] = lambda: True,
+        unsuspending: Callable[[str], bool] = lambda key: False,
         pods_ready: bool = False,
         jobs: model.JobManagement | None = None,
         admission_key: bytes | None = None,
     ) -> None:
         self.is_leader = is_leader
+        # `JobActuator.unsuspending`: an unsuspension of the job is on its way, so a watched version that shows it
+        # suspended and idle may predate it and is no evidence of its eviction (a preemption that overtook its own
+        # admission is then evicted from the answer to its suspension, `on_suspended`).
+        self.unsuspending = unsuspending
         # what admitd signs its admission notes with (`daemon.domain.trust`); None: no note is honoured
         self.admission_key = admission_key
         # manageJobsWithoutQueueName / managedJobsNamespaceSelector: which jobs are managed at all
@@ -242,7 +247,7 @@ class Observer:
             if self._first(key, ("ready",)):
                 out.append(ev.JobReady(job=key, at=now))
         elif view.suspended and view.active == 0:
-            if rec.evicting and self._pods_gone(key, obj, baseline):
+            if rec.evicting and not self.unsuspending(key) and self._pods_gone(key, obj, baseline):
                 out += self._evicted(key, rec.eviction_reason or "Preempted", now)
             elif not self.is_leader() and key not in self.state.outbox:
                 # a standby sees the leader stop a job it had adopted

@@ -223,6 +223,7 @@ class Daemon:
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
             cluster = KubeCluster(client, partial(trust.sign, key), requests_in_flight=opts.actuation_parallelism)
+            cluster.actuator.assume_unsuspending(k for k, o in state.outbox.items() if o.action is Action.UNSUSPEND)
             actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_lanes)
             pods_ready = opts.engine.wait_for_pods_ready
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit, pods_ready=pods_ready)
@@ -248,6 +249,7 @@ class Daemon:
                 clock,
                 on_started_unsuspended=starter,
                 is_leader=elector.is_leader if opts.leader_elect else lambda: True,
+                unsuspending=cluster.actuator.unsuspending,
                 pods_ready=pods_ready is not None,
                 jobs=opts.engine.jobs,
                 admission_key=key,

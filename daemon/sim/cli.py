@@ -23,9 +23,10 @@ from daemon.eventlog.store import create_new_log
 from daemon.manifests import ManifestError
 from daemon.manifests.config import load_config
 from daemon.manifests.durations import DurationError, parse_duration
+from daemon.sim.faults import Faults, FaultSpecError, parse_faults
 from daemon.sim.report import to_json, to_table
 from daemon.sim.run import SimProgress, run_simulation
-from daemon.sim.scenario import load_scenario
+from daemon.sim.scenario import Scenario, load_scenario
 from daemon.stages.admit import PreemptionLoop
 
 
@@ -33,6 +34,13 @@ def _duration(text: str) -> int:
     try:
         return parse_duration(text)
     except DurationError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _faults(text: str) -> Faults:
+    try:
+        return parse_faults(text)
+    except FaultSpecError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
@@ -65,6 +73,21 @@ def add_simulate_parser(sub: Any) -> None:
     p.add_argument("--db", type=Path, help="keep the event log in this new file (for `admitd log ...`)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--until", type=_duration, metavar="DURATION", help="stop at this virtual time (e.g. 10m)")
+    p.add_argument(
+        "--faults",
+        type=_faults,
+        metavar="SPEC",
+        help="run against a faulty cluster (e.g. evict-latency=30s,api-error=0.05,crash=0.01, or all) and check the "
+        "invariants at every step; exit 1 if one fails",
+    )
+    p.add_argument("--seed", type=int, default=1, help="with --faults: the seed the faults are drawn from (default 1)")
+    p.add_argument(
+        "--churn-window",
+        type=_duration,
+        default=10_000,
+        metavar="DURATION",
+        help="with --faults: an admission preempted within this long, with nothing to explain it, is churn (10s)",
+    )
     p.add_argument(
         "--config",
         type=Path,
@@ -150,6 +173,12 @@ def _cmd_simulate(args: argparse.Namespace, on_config: Callable[[EngineConfig], 
     if args.scenario is None:
         print("admitd: simulate needs a SCENARIO.yaml, or --from-log LOG for a what-if", file=sys.stderr)
         return 2
+    if args.faults is not None and (args.until is not None or args.metrics_port is not None):
+        print(
+            "admitd: --faults runs until every job has ended: it takes neither --until nor --metrics-port",
+            file=sys.stderr,
+        )
+        return 2
     for path in (args.config, args.scenario):
         if path is not None and (problem := _input_problem(path)) is not None:
             print(f"admitd: {path}: {problem}", file=sys.stderr)
@@ -177,6 +206,8 @@ def _cmd_simulate(args: argparse.Namespace, on_config: Callable[[EngineConfig], 
         print(f"admitd: warning: {line}", file=sys.stderr)
     for line in scenario.problems:
         print(f"admitd: rejected: {line}", file=sys.stderr)
+    if args.faults is not None:
+        return _cmd_faulty(args, scenario, config)
     progress = _progress if sys.stderr.isatty() and not args.json else None
     run = run_simulation(scenario, db_path=args.db, until=args.until, config=config, progress=progress)
     try:
@@ -199,3 +230,22 @@ def _cmd_simulate(args: argparse.Namespace, on_config: Callable[[EngineConfig], 
         if args.db is not None:
             print(f"event log: {args.db} (try: admitd log stats --db {shlex.quote(str(args.db))})")
     return 0
+
+
+def _cmd_faulty(args: argparse.Namespace, scenario: Scenario, config: EngineConfig) -> int:
+    """`--faults SPEC --seed N`: the scenario against the faulty cluster; exit 1 when an invariant failed."""
+    from daemon.obs.logging import configure  # noqa: PLC0415  (only --faults quiets the stages)
+    from daemon.sim.faulty import report_json, report_text, run_faulty  # noqa: PLC0415  (only --faults needs it)
+
+    if getattr(args, "log_level", "info") != "debug":
+        configure(level="error")  # the retries of injected faults are counted in the report, not logged one by one
+
+    run = run_faulty(scenario, args.faults, args.seed, config=config, churn_window=args.churn_window, db_path=args.db)
+    result = asyncio.run(run)
+    if args.json:
+        sys.stdout.write(json.dumps(report_json(result)) + "\n")
+    else:
+        print(report_text(result))
+        if args.db is not None:
+            print(f"event log: {args.db} (try: admitd log stats --db {shlex.quote(str(args.db))})")
+    return 0 if result.ok else 1

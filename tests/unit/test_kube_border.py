@@ -395,3 +395,48 @@ def test_the_status_writers_parallelism_is_a_whole_number_of_at_least_one(capsys
         with pytest.raises(SystemExit):
             parser.parse_args(["run", "--status-parallelism", bad])
         assert said in capsys.readouterr().err
+
+
+async def test_a_stale_idle_version_seen_while_an_unsuspension_is_on_its_way_is_no_eviction() -> None:
+    """Found by the faulty simulation (tests.dst, CI-shape seeds 88, 184 and 254): a workload preempted while its
+    unsuspension was in flight, and a watch event (or a relist) showing the Job as it was before that patch,
+    suspended with no pods. Taking that for the eviction released the quota and readmitted the workload while the
+    earlier patch was about to start it: it then ran unadmitted, and was unsuspended a second time under another
+    decision. While the actuator has an unsuspension out, the eviction is taken only from the suspension's answer."""
+    state = State()
+    put: list[Observed] = []
+    job = raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""})
+    actuator = JobActuator(PatchingClient(job))  # type: ignore[arg-type]
+    observer = Observer(
+        state,
+        put.append,
+        clock=type("C", (), {"now": lambda self: 5_000})(),
+        unsuspending=actuator.unsuspending,
+    )
+    actuator.on_suspended = lambda obj: observer.job_event("MODIFIED", obj)
+    observer.job_event("ADDED", job)
+    for seq, event in enumerate(
+        [*put[0].events, ev.WorkloadAdmitted(workload="research/train-a", at=1_000, admission=admission())], start=1
+    ):
+        state.apply(event, seq)
+    assert await actuator.carry_out(state.outbox["research/train-a"]) == Done()  # the unsuspension is sent
+    state.apply(_preemption(), 3)  # ... and the workload is preempted before the watch shows it running
+    put.clear()
+
+    observer.job_event("MODIFIED", job)  # a late watch event: the Job before the unsuspension
+    assert put == []
+    assert state.workloads["research/train-a"].evicting  # its quota is still held
+
+    assert await actuator.carry_out(state.outbox["research/train-a"]) == Done()  # the suspension
+    assert [type(e) for o in put for e in o.events] == [ev.WorkloadEvicted]
+
+
+def test_after_a_restart_an_admission_without_a_recorded_unsuspension_counts_as_on_its_way() -> None:
+    """Found by the faulty simulation (issue-shape seed 1454): the unsuspension may have been sent by the process
+    that died; until the Job is suspended, a watched version showing it suspended and idle is no eviction."""
+    actuator = JobActuator(PatchingClient(raw_job(suspend=True)))  # type: ignore[arg-type]
+    assert not actuator.unsuspending("research/train-a")
+    actuator.assume_unsuspending(["research/train-a"])
+    assert actuator.unsuspending("research/train-a")
+    actuator.seen("DELETED", raw_job(suspend=True))
+    assert not actuator.unsuspending("research/train-a")

@@ -1,0 +1,263 @@
+"""Deterministic simulation of the whole daemon against a faulty cluster (issue 24): the world, the invariants, the
+CLI, and a few hundred seeds of the harness (`python -m tests.dst`).
+
+Real: the stages (ingest, admit, actuate), the engine, the fold, the SQLite event log (verified and replayed at every
+restart), `admitd simulate`. Faked: the cluster (daemon.sim.faulty: latencies, API errors, watch faults, crashes,
+deletions and completions, all drawn from a seed on a virtual clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.domain import events as ev
+from daemon.eventlog import LogReader, replay
+from daemon.sim import faulty
+from daemon.sim.faults import ALL, Faults, parse_faults
+from daemon.stages import ingest as stages_ingest
+from tests.dst.harness import Case, run_case, run_seeds, shrink
+from tests.dst.scenarios import CI, ISSUE, Pick, build, job_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "config" / "samples"
+
+CI_SEEDS = range(1, 201)
+"""The seeds every build runs (CI shape, every fault on). Seeds the engine fails on are listed below, not dropped."""
+
+KNOWN_ENGINE_FAILURES: frozenset[int] = frozenset()
+"""Seeds of CI_SEEDS that fail `cycle-fixed-point` (and nothing else): the engine's cycle is not a fixed point of its
+own output. Each must still fail exactly so: the test says when one stops failing, so that the list shrinks as the
+engine is fixed. Empty since issue 23's cycle (one Kueue cycle per pass, a pass's admissions preemption candidates in
+the next): seed 88 (at 19181 ms cq-1/medium-21 reclaimed from cq-3/large-17 and cq-3/medium-28 was admitted only by
+a fresh cycle on that cycle's output) holds every invariant now."""
+
+
+def _invariants(case: Case) -> set[str]:
+    return {v.invariant for v in run_case(case).violations}
+
+
+def test_a_seed_replays_exactly_event_for_event() -> None:
+    case = Case(3, CI, parse_faults("all,crash=0.05,api-error=0.2"))
+    first, second = run_case(case), run_case(case)
+    assert first.trail.entries == second.trail.entries
+    assert (first.events, first.crashes, first.api_errors, first.end) == (
+        second.events,
+        second.crashes,
+        second.api_errors,
+        second.end,
+    )
+    assert first.crashes > 0 and first.api_errors > 0  # the faults were on
+
+
+def test_every_fault_happens_under_all() -> None:
+    results = [run_case(Case(seed, CI, parse_faults("all,watch-drop=0.05"))) for seed in range(1, 9)]
+    assert all(r.ok for r in results), [str(v) for r in results for v in r.violations]
+    assert sum(r.crashes for r in results) > 0
+    assert sum(r.api_errors for r in results) > 0
+    assert sum(r.timeouts for r in results) > 0
+    assert sum(r.relists for r in results) > 0
+    assert sum(r.preemptions for r in results) > 0
+    assert all(r.finished + r.deleted == r.jobs for r in results)
+
+
+def test_without_faults_a_seed_admits_every_job_once_and_crashes_never() -> None:
+    r = run_case(Case(5, CI, Faults()))
+    assert r.ok and r.crashes == 0 and r.finished == r.jobs
+    assert r.admissions == r.jobs + r.preemptions  # a preempted job is admitted again, nothing else twice
+
+
+def test_the_log_of_a_crashing_run_verifies_and_holds_every_decision_carried_out(tmp_path: Path) -> None:
+    db = tmp_path / "dst.db"
+    faults = parse_faults("all,crash=0.05")
+    result = asyncio.run(faulty.run_faulty(build(2, CI), faults, 2, db_path=db, expect_all_end=True))
+    assert result.ok and result.crashes > 0
+    with LogReader(db) as reader:
+        assert reader.check().events == result.events
+        state = replay(reader)
+        admitted: set[str] = set()
+        finished_unadmitted = []
+        for e in reader.iter_events():
+            if e.type == ev.WorkloadAdmitted.TYPE:
+                admitted.add(e.subject)
+            elif e.type == ev.JobFinished.TYPE and e.subject not in admitted:
+                finished_unadmitted.append(e.subject)
+    assert state.outbox == {}  # every decision carried out, failed, or superseded (`not-carried-out` holds)
+    assert finished_unadmitted == []  # no job ran to its end without an admission in the log
+    assert result.finished + result.deleted == result.jobs
+
+
+# --- the invariants catch what they are for: each test breaks the daemon on purpose --------------------------------
+
+
+def test_quota_released_before_the_pods_stop_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An observer that reports the eviction as soon as a job is suspended (not when its pods are gone)."""
+    real = faulty.SimObserver._job
+
+    def early(self: faulty.SimObserver, v: faulty.JobVersion) -> list[ev.Event]:
+        rec = self.state.workloads.get(v.key)
+        if rec is not None and rec.evicting and v.suspended and v.active and self._first(v.key, ("evicted",)):
+            return [ev.WorkloadEvicted(workload=v.key, at=self.clock.now(), reason="Preempted")]
+        return real(self, v)
+
+    monkeypatch.setattr(faulty.SimObserver, "_job", early)
+    caught = set().union(*(_invariants(Case(seed, CI, parse_faults("evict-latency=30s"))) for seed in range(1, 13)))
+    assert caught & {"quota", "running-unadmitted"}, caught
+
+
+def test_an_outbox_not_resumed_after_a_crash_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = faulty._Process.__init__
+
+    def forgetful(self: faulty._Process, *args: object) -> None:
+        real(self, *args)  # type: ignore[arg-type]
+        if self.incarnation > 1:
+            monkeypatch.setattr(self.actuate, "resume", lambda: 0)
+
+    monkeypatch.setattr(faulty._Process, "__init__", forgetful)
+    caught = set().union(*(_invariants(Case(seed, CI, parse_faults("all,crash=0.05"))) for seed in range(1, 7)))
+    assert "not-carried-out" in caught or "run-ends" in caught, caught
+
+
+def test_a_change_the_admit_stage_is_not_told_of_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ingest stage forgets to wake the admit stage when a job finishes (its quota is free again)."""
+    real = stages_ingest.Ingest.step
+
+    async def step(self: stages_ingest.Ingest) -> None:
+        finished = any(isinstance(e, ev.JobFinished) for o in self.inbox for e in o.events)
+        told = self.on_changed
+        if finished:
+            self.on_changed = lambda seq: None
+        try:
+            await real(self)
+        finally:
+            self.on_changed = told
+
+    monkeypatch.setattr(stages_ingest.Ingest, "step", step)
+    caught = set().union(*(_invariants(Case(seed, CI, Faults())) for seed in range(1, 9)))
+    assert "not-reconsidered" in caught, caught
+
+
+def test_a_replay_that_loses_an_order_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = faulty.replay
+
+    def lossy(reader: LogReader) -> object:
+        state = real(reader)
+        if state.outbox:
+            state.outbox.pop(sorted(state.outbox)[0])
+        return state
+
+    monkeypatch.setattr(faulty, "replay", lossy)
+    caught = set().union(*(_invariants(Case(seed, CI, parse_faults("all,crash=0.05"))) for seed in range(1, 9)))
+    assert "decision-lost" in caught, caught
+
+
+def test_shrinking_keeps_the_failure_and_makes_the_case_smaller(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = faulty._Process.__init__
+
+    def forgetful(self: faulty._Process, *args: object) -> None:
+        real(self, *args)  # type: ignore[arg-type]
+        if self.incarnation > 1:
+            monkeypatch.setattr(self.actuate, "resume", lambda: 0)
+
+    monkeypatch.setattr(faulty._Process, "__init__", forgetful)
+    failing = next(
+        Case(seed, CI, parse_faults("all,crash=0.05"))
+        for seed in range(1, 20)
+        if "not-carried-out" in _invariants(Case(seed, CI, parse_faults("all,crash=0.05")))
+    )
+    small, result = shrink(failing, "not-carried-out", budget=120)
+    assert any(v.invariant == "not-carried-out" for v in result.violations)
+    assert small.pick.jobs is not None and len(small.pick.jobs) < CI.jobs
+    assert len(small.faults.active()) < len(failing.faults.active())
+    assert "crash" in small.faults.active()  # the fault the failure needs is kept
+    assert _invariants(small) >= {"not-carried-out"}  # and the shrunk case replays the same way
+
+
+# --- the CLI ---------------------------------------------------------------------------------------------------------
+
+
+def _simulate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "simulate", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_simulate_with_faults_reports_the_run_and_its_invariants() -> None:
+    out = _simulate(str(SAMPLES / "cohort-borrow-reclaim.yaml"), "--faults", "all", "--seed", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    body = json.loads(out.stdout)
+    assert body["ok"] is True and body["violations"] == []
+    assert body["faults"] == ALL.describe()
+    assert body["jobs"] == body["finished"] + body["deleted"]
+    again = _simulate(str(SAMPLES / "cohort-borrow-reclaim.yaml"), "--faults", "all", "--seed", "3", "--json")
+    assert json.loads(again.stdout) == body  # the seed decides everything
+
+
+def test_simulate_refuses_a_bad_fault_spec_naming_it() -> None:
+    out = _simulate(str(SAMPLES / "seed.yaml"), "--faults", "evict-latency=30s,crash=1.5")
+    assert out.returncode == 2
+    assert "fault spec 'crash=1.5': crash is a rate and must be from 0 to 1 (got 1.5)" in out.stderr
+
+
+# --- the seeds every build runs --------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(900)  # ~30 s on the 2-core machine when idle; several minutes when other suites share it
+def test_ci_seeds_hold_every_invariant() -> None:
+    """CI_SEEDS of the CI shape with every fault on, in two processes (measured: bench/RESULTS.md)."""
+    started = time.perf_counter()
+    outcomes = run_seeds(list(CI_SEEDS), CI, ALL, jobs=2)
+    failed = {o.seed: o.invariants for o in outcomes if not o.ok}
+    unexpected = {seed: inv for seed, inv in failed.items() if seed not in KNOWN_ENGINE_FAILURES}
+    assert not unexpected, {o.seed: o.violation for o in outcomes if o.seed in unexpected}
+    assert {seed: failed.get(seed) for seed in KNOWN_ENGINE_FAILURES} == {
+        seed: ("cycle-fixed-point",) for seed in KNOWN_ENGINE_FAILURES
+    }
+    assert len(outcomes) == len(CI_SEEDS)
+    assert sum(o.preemptions for o in outcomes) > 0 and sum(o.crashes for o in outcomes) > 0
+    print(f"{len(outcomes)} seeds in {time.perf_counter() - started:.1f} s")
+
+
+def test_an_unsuspension_sent_by_a_process_that_died_is_no_eviction_either() -> None:
+    """Issue-shape seed 1454 found it: a process sent an unsuspension and crashed; the next one preempted the workload
+    and took the Job, still suspended and idle, for evicted; the dead process's patch then started it unadmitted.
+    An admission whose unsuspension has no result in the log counts as one on its way after a restart."""
+    r = run_case(Case(1454, ISSUE, ALL))
+    assert r.ok, [str(v) for v in r.violations]
+
+
+def test_a_crash_writes_what_a_step_appended_while_the_log_was_being_written() -> None:
+    """CI-shape seeds 37, 133 and 140 found it (after actuation lanes append each result as its call ends): the
+    crash's last write yielded to the event loop, an actuation lane whose reply had arrived appended its result
+    then, and the process died holding a state one event ahead of its log (`decision-lost`)."""
+    for seed in (37, 133, 140):
+        r = run_case(Case(seed, CI, ALL))
+        assert "decision-lost" not in {v.invariant for v in r.violations}, [str(v) for v in r.violations]
+
+
+def test_seeds_that_found_the_stale_idle_eviction_hold_every_invariant() -> None:
+    """CI-shape seeds 88, 184 and 254 found it: a Job seen suspended and idle while its unsuspension was on its way
+    was taken for evicted (quota released, the workload admitted again while the earlier patch started it)."""
+    for seed in (88, 184, 254):
+        r = run_case(Case(seed, CI, ALL))
+        # The engine's own fixed point (seeds 88 and 254 fail it since the merge with issue 21's quota release,
+        # see KNOWN_ENGINE_FAILURES) is not what these seeds test: every invariant of the stages must hold.
+        assert {v.invariant for v in r.violations} <= {"cycle-fixed-point"}, [str(v) for v in r.violations]
+
+
+def test_a_shrunk_case_replays_with_the_pick_it_names() -> None:
+    kept_queues, kept_jobs = (0, 1, 2), tuple(range(12))
+    r = run_case(Case(7, CI, ALL, Pick(queues=kept_queues, jobs=kept_jobs)))
+    plan = job_plan(7, CI)
+    assert r.jobs == sum(1 for i in kept_jobs if plan[i][0] in kept_queues)
