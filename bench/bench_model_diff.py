@@ -2,9 +2,10 @@
 
 Each named part of the space (tests/reference/differential.py's `Space`) draws random scenarios with hypothesis,
 runs both sides and counts, per kind, the scenarios whose first difference is of that kind (evicted, admitted,
-flavors, preemptor, order; see `first_difference`). `ci` is the part the unit test holds equal.
+flavors, preemptor, order; see `first_difference`). A SPACE named with `+fair` runs the engine with fair sharing
+on (the model has none: Kueue's fair sharing equals its classic cycle only where there are no Cohorts).
 
-Usage: python -m bench.bench_model_diff [EXAMPLES_PER_SPACE] [SPACE ...]   Prints one JSON object.
+Usage: python -m bench.bench_model_diff [EXAMPLES_PER_SPACE] [SPACE[+fair] ...]   Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import Counter
 
 from hypothesis import HealthCheck, Phase, given, settings
 
+from daemon.domain.admission import EngineConfig
 from tests.reference.differential import SPACES, Scenario, first_difference, run_engine, run_model, scenarios, trees
 
 
@@ -23,6 +25,8 @@ def measure(name: str, examples: int) -> dict[str, object]:
     kinds: Counter[str] = Counter()
     first: dict[str, str] = {}
     t0 = time.perf_counter()
+    space, _, variant = name.partition("+")
+    config = EngineConfig(fair_sharing=variant == "fair")
 
     @settings(
         max_examples=examples,
@@ -31,9 +35,9 @@ def measure(name: str, examples: int) -> dict[str, object]:
         phases=[Phase.generate],
         suppress_health_check=list(HealthCheck),
     )
-    @given(sc=scenarios(SPACES[name]))
+    @given(sc=scenarios(SPACES[space]))
     def run(sc: Scenario) -> None:
-        d = first_difference(run_engine(sc), run_model(sc), trees(sc))
+        d = first_difference(run_engine(sc, config), run_model(sc), trees(sc))
         kind = "same" if d is None else d.kind
         kinds[kind] += 1
         if d is not None and kind not in first:

@@ -8,26 +8,27 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
 2. One working snapshot of the quota tree holds "projected" usage: admitted usage, minus victims claimed this cycle
    (they leave soon), plus what waiting preemptors reserve. An admission must fit both the projected usage and the
    real usage (victims still counted), so nothing is ever over-committed, even while victims drain.
-3. GOING BEYOND KUEUE (which pops one head per ClusterQueue per cycle): the cycle runs *passes*. In each pass every
-   ClusterQueue offers its next candidate: walking its pending sequence (already in priority / FIFO order) from its
-   cursor, a BestEffortFIFO queue steps over workloads that cannot fit (writing their reason) until one that can be
-   acted on; a StrictFIFO queue offers its head, and when the head cannot be admitted the rest of the queue gets
-   `BlockedByHead`. The pass's entries are ordered as Kueue's classic iterator does (lower borrowing level first,
-   then priority, then FIFO, then key) and processed one by one against the snapshot, each admission's usage added
-   at once. An entry that no longer fits after an earlier one is offered again in the next pass. Passes repeat
-   until no queue offers anything, so one cycle admits everything that fits, in Kueue's order. That order's first
-   key holds across passes, per quota tree: an entry that borrows waits while its tree's pass has entries that
-   borrow less. Otherwise the pass after would find the room lent that a queue's own next workload needs, and that
-   workload would reclaim it at once (or, without reclaim, wait behind a borrower); in Kueue, one head per queue per
-   cycle, the same happens across cycles. A waiting entry's queue is parked: it stands at that entry and is not
-   walked again until its tree offers nothing that borrows less, then it is assessed again, so a cycle stays linear
-   in what it admits. What others admit only takes room; only a preemptor claiming the parked queue's own workloads
-   could let its entry borrow less meanwhile, and then it is served later in the cycle than its level would allow.
+3. The cycle runs *passes*, each one Kueue cycle (tests/reference/kueue_model.py is the reference): every
+   ClusterQueue offers its head (`Manager.Heads`), the pass's entries are ordered as Kueue's classic iterator does
+   (lower borrowing level first, then priority, then FIFO, then key) and processed one by one against the snapshot,
+   each admission's usage added at once. A BestEffortFIFO head that cannot be admitted gets its reason and is
+   stepped over (Kueue's inadmissible set): its queue offers its next workload in the next pass, except workloads
+   whose class was already found unfitting in the very same state, which step aside with it (Kueue's equivalence
+   classes; the walk by runs steps over them whole). A StrictFIFO queue offers its head, and when the head cannot be
+   admitted the rest of the queue gets `BlockedByHead`. An entry that no longer fits after an earlier one is
+   offered again in the next pass. A preemptor without candidates reserves quota for its pass only (Kueue's
+   resourcesToReserve lives in its cycle's snapshot), a StrictFIFO one for the rest of the cycle (it is its queue's
+   head in every cycle). Passes repeat until one offers nothing, so one call admits what Kueue's cycles at that
+   instant would, in Kueue's order. GOING BEYOND KUEUE: Kueue runs a cycle every 100 ms at most; these run at once.
 4. Preemption (classic, or fair sharing when `EngineConfig.fair_sharing`, which also replaces the classic order of
    a pass by Kueue's DRS tournament per quota tree, re-run after every processed entry): a preemptor claims its
    victims (emitting `WorkloadPreempted` for those not already evicting) and reserves its usage; it stays pending
-   with `WaitingForPreemptedWorkloads`. Victims claimed this cycle are never claimed again. A workload that would
-   fit once already-evicting workloads are gone waits for them without preempting anything new. With fair sharing,
+   with `WaitingForPreemptedWorkloads`. Victims claimed this cycle are never claimed again. A pass that preempts
+   is the cycle's last: Kueue's next cycle takes a fresh snapshot, in which the victims leave (at once in the
+   simulator) and the preemptor is its queue's head again, so the cycle ends and asks for the next
+   (`AdmissionEngine.deferred`); a queue never offers a second entry after its preemptor in one cycle. A workload
+   that would fit once already-evicting workloads are gone waits for them without preempting anything new. With
+   fair sharing,
    a workload that needs preemption in a tree where this cycle already admitted a workload it could preempt is not
    assessed: its queue waits for the next cycle (`_Kind.DEFERRED`; `AdmissionEngine.deferred` asks the caller for
    one), because Kueue chooses victims at a cycle's start, where every workload holding quota is a candidate.
@@ -41,7 +42,7 @@ What one cycle does, in this order (Kueue's semantics, kueue-notes section 2, un
    (its own, or already leaving ones it waits for) is offered before the rest of its queue; one that names none
    (it waits only for room this cycle's victims free) keeps its place in queue order. A workload that needs
    preemption but has no candidates reserves capacity against other queues (Kueue's resourcesToReserve) unless its
-   queue may always reclaim; admitd does this once per queue per cycle, for the first such workload, and lifts it
+   queue may always reclaim; admitd does this once per queue per pass, for the first such workload, and lifts it
    while serving that workload's own queue.
 
 Pending reasons are written only when they differ from `last_reason`. To keep deep queues from flooding the log,
@@ -59,12 +60,15 @@ of visiting every workload (tests/unit/test_pending_runs.py and test_engine_prop
 later pass, the walk resumes there, in the tree as that pass finds it.
 StrictFIFO queues, queues with a LocalQueue or namespace that a member steps aside for, and
 LowerOrNewerEqualPriority queues (whose outcome depends on each workload's age) are visited one by one.
+
+What only makes a call cheaper is listed in `Optimisations`, each of which can be switched off; the engine decides
+exactly the same without them (tests/unit/test_optimisations_invisible.py).
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -146,13 +150,38 @@ class EngineConfig:
     borders that observe jobs (`daemon.domain.management`), not by the cycle."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Optimisations:
+    """What makes a call cheap without changing what it decides: each can be switched off, and
+    tests/unit/test_optimisations_invisible.py checks on random scenarios that the engine decides exactly the same
+    with all of them off."""
+
+    idle: bool = True
+    """No cycle at all when nothing waits and nothing drains (`_nothing_to_decide`)."""
+    memo: bool = True
+    """`AdmissionEngine`'s caches across calls: the inadmissible memo per class and the unchanged-queue skip."""
+    runs: bool = True
+    """Walk a BestEffortFIFO queue through the fold's `PendingIndex`, stepping over runs whose members would all
+    be NoFit and write nothing (`_Runs`), instead of one workload at a time."""
+    lone_holds: bool = True
+    """A queue alone in its quota tree (every other queue of the tree offers nothing more in this call) whose head
+    was found without candidates in a pass that changed nothing else: every member of that class would, one pass
+    each, hold the same room in the same state, seen by nobody, and write the same reason. They step aside
+    together in one pass (`_Cycle._lone`). Kueue's issue 9715 pattern: a ClusterQueue 10,000 deep whose head does
+    not fit took 10,000 passes per call."""
+
+
+ALL_OPTIMISATIONS = Optimisations()
+NO_OPTIMISATIONS = Optimisations(idle=False, memo=False, runs=False, lone_holds=False)
+
+
 # --- public entry points --------------------------------------------------------------------------------------
 
 
 def decide(view: ClusterView, now: Millis, config: EngineConfig = EngineConfig()) -> list[Event]:
     """One admission cycle. Pure: same view, now and config -> the same events, in the same order."""
     tree = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors, view.rejected)
-    return _Cycle(view, now, config, tree, {}, None).run()
+    return _Cycle(view, now, config, tree, {}, None, ALL_OPTIMISATIONS).run()
 
 
 class AdmissionEngine:
@@ -163,8 +192,9 @@ class AdmissionEngine:
     evaluated again while it stays g; the memo holds one generation per queue, so it does not grow with the
     number of workloads ever seen)."""
 
-    def __init__(self, config: EngineConfig = EngineConfig()) -> None:
+    def __init__(self, config: EngineConfig = EngineConfig(), optimisations: Optimisations = ALL_OPTIMISATIONS) -> None:
         self._config = config
+        self._opt = optimisations
         self._tree: QuotaTree | None = None
         self._tree_key: (
             tuple[dict[str, ClusterQueue], dict[str, Cohort], dict[str, ResourceFlavor], dict[str, tuple[str, ...]]]
@@ -173,15 +203,16 @@ class AdmissionEngine:
         self._usage_cache: dict[str, tuple[object, dict[FlavorResource, int]]] = {}
         self._memo = _Memo()
         self.deferred = False
-        """Whether the last cycle left a preemptor for the next one (see `_Kind.DEFERRED`): run another cycle once
-        its decisions are in the fold, even if nothing is observed meanwhile."""
+        """Whether the last cycle left work for the next one (it preempted, so it ended there; or with fair sharing
+        a preemptor was left, see `_Kind.DEFERRED`): run another cycle once its decisions are in the fold, even if
+        nothing is observed meanwhile."""
         self.retry_at: Millis | None = None
         """When the last cycle held back a workload stopped at its instant (`PendingWorkload.evicted_now`): the next
         instant, at which a cycle must run even if nothing is observed, or the workload would wait for whatever
         happens next (in a quiet cluster, for good). None otherwise."""
 
     def decide(self, view: ClusterView, now: Millis) -> list[Event]:
-        if _nothing_to_decide(view):
+        if self._opt.idle and _nothing_to_decide(view):
             self.deferred = False
             self.retry_at = None
             return []
@@ -192,7 +223,8 @@ class AdmissionEngine:
             self._memo = _Memo()
         if len(self._usage_cache) > 2 * len(view.admitted) + 1024:
             self._usage_cache = {}
-        cycle = _Cycle(view, now, self._config, self._tree, self._usage_cache, self._memo)
+        memo = self._memo if self._opt.memo else None
+        cycle = _Cycle(view, now, self._config, self._tree, self._usage_cache, memo, self._opt)
         events = cycle.run()
         self.deferred = cycle.deferred
         self.retry_at = now + 1 if cycle.held_back else None
@@ -267,6 +299,7 @@ class _Hold:
     node: Node
     usage: dict[FlavorResource, int]
     active: bool = True  # in the snapshot now (lifted while its own queue is being served)
+    touches: int = 1  # how often it touched its tree (see `_Cycle._end_pass`)
 
 
 _RunEntry = tuple[
@@ -347,7 +380,6 @@ class _Queue:
     hold_for: Assignment | None = None
     emitted: bool = False  # any event about this queue's pending workloads this cycle
     acted: bool = False  # offered an entry this cycle
-    parked: bool = False  # its entry borrows more than others of its tree: not walked until they are done
     volatile: bool = False  # some outcome depended on the instant (see `_Result.volatile`): not memoised
     equivalent: dict[tuple[object, ...], _Result] = field(default_factory=dict)
 
@@ -375,13 +407,19 @@ class _Cycle:
         tree: QuotaTree,
         usage_cache: dict[str, tuple[object, dict[FlavorResource, int]]],
         memo: _Memo | None,
+        opt: Optimisations,
     ) -> None:
         self.view = view
+        self.opt = opt
         self.now = now
         self.config = config
         self.tree = tree
         self.memo = memo
         self.snap = Snapshot(tree, view.admitted_by_cq, usage_cache, view.admitted_journal)
+        # Workloads admitted by this call's passes, per ClusterQueue: preemption candidates in the passes after
+        # (each pass is a Kueue cycle, whose snapshot holds what the cycles before admitted).
+        self.admitted_now: dict[str, dict[str, AdmittedWorkload]] = {}
+        self.snap.workloads_by_cq = _WithAdmitted(view.admitted_by_cq, self.admitted_now)
         self.events: list[Event] = []
         # Per tree: victims claimed this cycle and usage reserved by waiting preemptors, to recover real usage.
         self.claimed: dict[str, list[AdmittedWorkload]] = {}
@@ -405,6 +443,15 @@ class _Cycle:
         self.admitted_in: dict[str, set[str]] = {}  # per tree, the ClusterQueues where this cycle admitted
         self.deferred = False  # some queue waits for the next cycle (`_Kind.DEFERRED`)
         self.held_back = False  # some workload stopped at this instant was held back (`evicted_now`)
+        self.preempted = False  # this pass preempted: the cycle ends with it (see `run`)
+        self.known = False  # whether the last `_evaluate` found its class's result already known in this state
+        self.holding: list[_Queue] = []  # queues whose preemptor without candidates holds quota (see `_end_pass`)
+        # A tree whose pass changed nothing but holds that `_end_pass` took away again is in the state it had at
+        # the pass's start: (version now, the version of that state), so results found then apply again.
+        self.same_as: dict[str, tuple[int, int]] = {}
+        self.pass_start: dict[str, int] = {}  # per tree, its version (`_version`) at the pass's start
+        self.pass_start_raw: dict[str, int] = {}  # and the snapshot's own count of its changes then
+        self.live: dict[str, int] = {}  # per tree, its queues that may still offer an entry (at the pass's start)
         # waitForPodsReady.blockAdmission: while an admitted workload is not ready, nothing is admitted (preemptions
         # go on). After this cycle's first admission, that workload is the one not ready.
         self.pods_blocked = blocking(view, config.wait_for_pods_ready)
@@ -416,53 +463,78 @@ class _Cycle:
         self._drain()
         queues = self._queues()
         self._keep_claims(queues)
-        parked: dict[str, list[tuple[int, _Queue]]] = {}  # per tree: queues whose entry waits, and its level
+        open_queues = queues  # those not done yet (a queue once done stays done for the call)
         while True:
+            # One pass is one Kueue cycle: every queue offers its head (`Manager.Heads`); a head that cannot be
+            # admitted is stepped over, and its queue offers the next one in the next pass.
             entries: list[_Entry] = []
-            for q in queues:
-                if q.done or q.parked:
+            stepped = False
+            open_queues = [q for q in open_queues if not q.done]
+            self.pass_start_raw = dict(self.snap.touched)
+            self.pass_start = {tree: self._version(tree) for tree in self.snap.touched}
+            live: dict[str, int] = {}
+            for q in open_queues:
+                live[q.node.tree] = live.get(q.node.tree, 0) + 1
+            self.live = live
+            for q in open_queues:
+                if q.done:
                     continue
                 entry = self._next_entry(q)
                 if entry is not None:
                     entries.append(entry)
-            if parked:
-                self._unpark(parked, entries)
-            if not entries:
+                elif not q.done:
+                    stepped = True
+            if not entries and not stepped:
                 break
             if self.config.fair_sharing:
                 self._process_fairly(entries)
-                continue
-            entries.sort(key=_Entry.order)
-            lowest = _lowest_levels(entries)
-            for e in entries:
-                tree = e.queue.node.tree
-                if e.level() > lowest[tree]:
-                    # It borrows while its tree still offers entries that borrow less: its queue stands at it,
-                    # and is not walked again (nor the entry assessed again) until those are done.
-                    e.queue.parked = True
-                    bisect.insort(parked.setdefault(tree, []), (e.level(), e.queue), key=_level)
-                    continue
-                self._process(e)
+            else:
+                entries.sort(key=_Entry.order)  # makeClassicalIterator
+                for e in entries:
+                    self._process(e)
+            if self.preempted:
+                # Kueue's next cycle takes a fresh snapshot, in which the victims are gone once evicted: the cycle
+                # ends here, and asks the caller for the next one once its decisions are in the fold.
+                self.deferred = True
+                break
+            self._end_pass()
         self._remember(queues)
         return self.events
 
-    def _unpark(self, parked: dict[str, list[tuple[int, _Queue]]], entries: list[_Entry]) -> None:
-        """Offer again the parked queues whose tree no longer offers an entry that borrows less than theirs did
-        when parked (the module's step 3 says when that level is stale)."""
-        floor = _lowest_levels(entries)
-        for tree in list(parked):
-            queued = parked[tree]  # kept by level
-            limit = floor.get(tree)
-            n = len(queued) if limit is None else bisect.bisect_right(queued, limit, key=_level)
-            for _, q in queued[:n]:
-                q.parked = False
-                entry = self._next_entry(q)
-                if entry is not None:
-                    entries.append(entry)
-            if n == len(queued):
-                del parked[tree]
-            else:
-                parked[tree] = queued[n:]
+    def _end_pass(self) -> None:
+        """Kueue's reservation for a preemptor without candidates lives in its cycle's snapshot only: the next
+        pass starts without it. A StrictFIFO head stays its queue's head (requeued at once), so it reserves again in
+        every cycle: its hold stays.
+
+        A tree whose only changes in the pass were such holds is back in the state the pass started in; its version
+        is made an alias of that state's (`same_as`), so what was found in that state applies again."""
+        undone: dict[str, int] = {}
+        for q in self.holding:
+            hold = q.hold
+            if hold is None or q.strict:
+                continue
+            if hold.active:
+                self.snap.remove_usage(q.node, hold.usage)
+            self.reserved[q.node.tree].remove(hold)
+            self.snap.touch(q.node.tree)
+            undone[q.node.tree] = undone.get(q.node.tree, 0) + hold.touches + 1
+            q.hold = q.hold_for = None
+            q.reserved = False
+        self.holding = [q for q in self.holding if q.hold is not None]
+        for tree, touches in undone.items():
+            if self.snap.version(tree) - self.pass_start_raw.get(tree, 0) == touches:
+                self.same_as[tree] = (self.snap.version(tree), self.pass_start.get(tree, 0))
+
+    def _version(self, tree: str) -> int:
+        """The tree's state in this call: the snapshot's count of changes, or the earlier count whose state it is
+        in again (`_end_pass`). Results keyed by it (`_Queue.equivalent`, `_Runs.state`) are results in that state."""
+        raw = self.snap.version(tree)
+        alias = self.same_as.get(tree)
+        return alias[1] if alias is not None and alias[0] == raw else raw
+
+    def _lone(self, q: _Queue) -> bool:
+        """Every other queue of `q`'s tree offers nothing more in this call (`Optimisations.lone_holds`)."""
+        return self.opt.lone_holds and not q.strict and self.live.get(q.node.tree, 0) <= 1
 
     def _process_fairly(self, entries: list[_Entry]) -> None:
         """Fair sharing: within each quota tree, Kueue's tournament picks the next entry against the current usage
@@ -634,6 +706,7 @@ class _Cycle:
         usage = _to_reserve(q.node, q.hold_for)
         if usage != q.hold.usage:
             q.hold.usage = usage
+            q.hold.touches += 1
             self.snap.touch(q.node.tree)
         self.snap.add_usage(q.node, usage)
         q.hold.active = True
@@ -678,7 +751,7 @@ class _Cycle:
             unchanged = self._queue_unchanged(name, node, cq, seq)
             q = _Queue(name=name, cq=cq, node=node, seq=seq, assigner=assigner, strict=strict, index=index)
             if not strict and not unchanged:
-                if index is not None and len(index) == len(seq) and self._walk_by_runs(q, index):
+                if self.opt.runs and index is not None and len(index) == len(seq) and self._walk_by_runs(q, index):
                     q.seq = list(index.sticky)
                     q.runs = _Runs(index)
                 else:
@@ -756,7 +829,7 @@ class _Cycle:
                     self._block(q, pw)
                     return None
                 self._advance(q, pw)
-                continue
+                return None  # its queue offers its next workload in the next pass
             if result.kind is _Kind.DEFERRED:
                 q.acted = q.volatile = q.done = self.deferred = True  # the queue waits for the next cycle
                 if result.assignment is not None:
@@ -765,6 +838,11 @@ class _Cycle:
                     # pass after pass, only to be reclaimed in the next cycle (issue 9, the three-level tree).
                     self._reserve(q.node, dict(result.assignment.usage))
                 return None
+            if result.kind is _Kind.NO_TARGETS and self.known and not q.reserved and self._lone(q):
+                # Its class was found without candidates in this very state, by a head that held its room in a pass
+                # that changed nothing else in the tree. Offered, it would do the same in a pass of its own, seen by
+                # no other queue (none offers anything more): it steps aside at once (`Optimisations.lone_holds`).
+                result = _Result(_Kind.NO_FIT, reason=result.reason)
             if result.kind is _Kind.NO_TARGETS and not q.reserved and not self._holds_anything(q, pw, result):
                 q.reserved = True  # the first such workload, but it has nothing to hold: no entry needed
             if result.kind is _Kind.NO_TARGETS and q.reserved:
@@ -776,7 +854,11 @@ class _Cycle:
                     self._block(q, pw)
                     return None
                 self._advance(q, pw)
-                continue
+                if self.known:
+                    # Its class was found unfitting in this very state: it steps aside with the head that was
+                    # (Kueue's equivalence classes), as the walk by runs steps over whole runs of it.
+                    continue
+                return None  # Kueue's inadmissible set: the queue's next workload is its head in the next pass
             q.acted = True
             return _Entry(q, pw, result)
         q.done = True
@@ -790,7 +872,7 @@ class _Cycle:
         runs = q.runs
         if runs is None:
             return None
-        state = (self.snap.version(q.node.tree), len(self.snap.removed))
+        state = (self._version(q.node.tree), len(self.snap.removed))
         if runs.state != state:
             runs.rebuild(state, self._who_of(q, runs.index))
         heap = runs.heap
@@ -818,7 +900,7 @@ class _Cycle:
         if reason is None or not q.headline_written:
             return False
         known = q.equivalent.get((state[0], state[1], cls[0], cls[1]))
-        if known is None or (known.kind is _Kind.NO_TARGETS and not q.reserved):
+        if known is None or (known.kind is _Kind.NO_TARGETS and not q.reserved and not self._lone(q)):
             return False
         return known.coarse() == reason
 
@@ -862,9 +944,10 @@ class _Cycle:
 
     def _evaluate(self, q: _Queue, pw: PendingWorkload) -> _Result:
         tree = q.node.tree
-        untouched = self.snap.version(tree) == 0
+        untouched = self._version(tree) == 0
         generation = self._generation(tree)
         eq_key = self._equivalence_key(q, pw)
+        self.known = eq_key in q.equivalent
         memo = self.memo.classes.get(q.name) if untouched and self.memo is not None else None
         if memo is not None and memo[0] == generation:
             hit = memo[1].get(eq_key[2:])
@@ -894,7 +977,7 @@ class _Cycle:
         if shape is None:
             shape = shape_of(pw.workload)
         who = self._who(q, pw.priority, pw.queue_order_at)
-        return (self.snap.version(q.node.tree), len(self.snap.removed), shape, who)
+        return (self._version(q.node.tree), len(self.snap.removed), shape, who)
 
     @staticmethod
     def _who(q: _Queue, priority: int, queue_order_at: Millis) -> tuple[int, ...]:
@@ -1131,6 +1214,7 @@ class _Cycle:
             if q.cq.preemption.reclaim_within_cohort is not PreemptionPolicy.ANY:
                 q.hold = self._reserve(q.node, _to_reserve(q.node, a))
                 q.hold_for = a
+                self.holding.append(q)
                 self._lift(q)  # _process re-lays it
             self._after_head_failed(q, pw)
             return
@@ -1148,6 +1232,7 @@ class _Cycle:
             self._claim(t.victim)
             if not t.victim.evicting:
                 self._preempted(t.victim, pw.key, q.name, t.reason, t.policy)
+                self.preempted = True
         self._reserve(q.node, a.usage)
         self._wait(q, pw, [t.victim for t in victims], "")
 
@@ -1204,6 +1289,14 @@ class _Cycle:
         self.events.append(
             WorkloadAdmitted(workload=pw.key, at=self.now, admission=admission, borrowed=tuple(borrowed))
         )
+        self.admitted_now.setdefault(q.name, {})[pw.key] = AdmittedWorkload(
+            workload=pw.workload,
+            priority=pw.priority,
+            admission=admission,
+            admitted_at=self.now,
+            queue_order_at=pw.queue_order_at,
+            evicted_at=pw.evicted_at,
+        )
         self._advance(q, pw)
 
     # --- memo bookkeeping ---------------------------------------------------------------------------------------
@@ -1239,23 +1332,57 @@ class _Cycle:
 # --- helpers ----------------------------------------------------------------------------------------------------
 
 
+class _WithAdmitted(Mapping[str, Mapping[str, AdmittedWorkload]]):
+    """The view's admitted workloads by ClusterQueue, with those admitted by this call's passes added."""
+
+    __slots__ = ("_added", "_base")
+
+    def __init__(
+        self, base: Mapping[str, Mapping[str, AdmittedWorkload]], added: dict[str, dict[str, AdmittedWorkload]]
+    ) -> None:
+        self._base = base
+        self._added = added
+
+    def __getitem__(self, cq: str) -> Mapping[str, AdmittedWorkload]:
+        added = self._added.get(cq)
+        if not added:
+            return self._base[cq]
+        base = self._base.get(cq)
+        return _Joined(base, added) if base else added
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._base.keys() | self._added.keys())
+
+    def __len__(self) -> int:
+        return len(self._base.keys() | self._added.keys())
+
+
+class _Joined(Mapping[str, AdmittedWorkload]):
+    """Two disjoint mappings read as one (a workload admitted by this call was pending in the view)."""
+
+    __slots__ = ("_first", "_second")
+
+    def __init__(self, first: Mapping[str, AdmittedWorkload], second: Mapping[str, AdmittedWorkload]) -> None:
+        self._first = first
+        self._second = second
+
+    def __getitem__(self, key: str) -> AdmittedWorkload:
+        hit = self._second.get(key)
+        return hit if hit is not None else self._first[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.chain(self._first, self._second)
+
+    def __len__(self) -> int:
+        return len(self._first) + len(self._second)
+
+    def items(self) -> Iterator[tuple[str, AdmittedWorkload]]:  # type: ignore[override]  # only iterated
+        return itertools.chain(self._first.items(), self._second.items())
+
+
 def _blocks_after_admission(config: EngineConfig) -> bool:
     """Whether an admission blocks the ones after it (blockAdmission: its pods are not ready yet)."""
     return config.wait_for_pods_ready is not None and config.wait_for_pods_ready.block_admission
-
-
-def _level(parked: tuple[int, _Queue]) -> int:
-    return parked[0]
-
-
-def _lowest_levels(entries: list[_Entry]) -> dict[str, int]:
-    """Per quota tree, the lowest borrowing level among `entries`."""
-    lowest: dict[str, int] = {}
-    for e in entries:
-        tree, level = e.queue.node.tree, e.level()
-        if level < lowest.get(tree, level + 1):
-            lowest[tree] = level
-    return lowest
 
 
 def _entry_usage(e: _Entry) -> dict[FlavorResource, int]:

@@ -193,6 +193,7 @@ class FoldedMetrics:
     def __init__(self) -> None:
         self.state = State(pending_indexes=False)  # the metrics never read the cycle's pending indexes
         self.last_recorded_at: int | None = None
+        self._stopped_at_limit = False  # the last `follow` folded exactly its limit (see there)
         self.events_by_type: dict[str, int] = {}
         self.admitted: dict[tuple[str, str], int] = {}  # (cluster_queue, priority_class)
         self.finished: dict[tuple[str, str], int] = {}
@@ -237,10 +238,13 @@ class FoldedMetrics:
             n += 1
             if n == limit:
                 break
-        if n and n != limit:  # at the end of the log: its newest event is the one folded last
+        if n != limit and (n or self._stopped_at_limit):
+            # At the end of the log: its newest event is the one folded last. Also when this call folded nothing
+            # after one that stopped at its limit, which may have been exactly the log's end.
             b = reader.bounds()
             if b is not None:
                 self.last_recorded_at = b[3]
+        self._stopped_at_limit = n == limit
         if first and n:
             self.replay_seconds = time.perf_counter() - t0
         return n

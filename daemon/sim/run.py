@@ -119,6 +119,10 @@ class SimulatedCluster:
         # `quiet_limit` deadlines in a row are followed: a job that can never be admitted must not keep it going.
         self.pods_ready = pods_ready
         self.due = due
+        # The instant after one where the engine held back a workload stopped at it (`AdmissionEngine.retry_at`):
+        # followed whether or not waitForPodsReady is on, or that workload would wait for whatever happens next,
+        # and a quiet simulation would end with it never assessed again.
+        self.retry: Callable[[], Millis | None] | None = None
         self.can_finish = {
             job.workload.key
             for job in scenario.jobs
@@ -158,6 +162,9 @@ class SimulatedCluster:
             return True
         while True:
             due = self.due() if self.due is not None and self.can_finish else None
+            retry = self.retry() if self.retry is not None else None
+            if retry is not None and (due is None or retry < due):
+                due = retry
             if due is not None and (not self.timeline or due < self.timeline[0][0]):
                 if self.until is not None and due > self.until:
                     self.cut_by_until = True
@@ -315,6 +322,7 @@ async def run_simulation(
             actuate = Actuate(recorder, cluster, clock)
             admit = Admit(recorder, AdmissionEngine(config), clock, actuate.submit, pods_ready=pods_ready)
             cluster.due = admit.next_due
+            cluster.retry = lambda: admit.engine.retry_at
             ingest = Ingest(recorder, admit.notify)
             cluster.connect(ingest)
             last_report = time.monotonic()

@@ -4,8 +4,9 @@ A cycle runs only when something outside it changed the fold (an observation, an
 its own decisions: the engine's cycle already runs passes until nothing more fits, and "a cycle applied to its own
 output admits nothing more" is a tested property of the engine, so a second cycle would only cost time (it did, one
 empty cycle per admitting instant, until the 10,000-job benchmark showed it). The one exception is the engine's own
-request (`AdmissionEngine.deferred`): with fair sharing, a preemptor in a tree where the cycle admitted workloads it
-could preempt is left for the next cycle, which must then run even if nothing is observed. Decisions reach the
+request (`AdmissionEngine.deferred`): a cycle that preempts ends there (Kueue's next cycle is the one that sees the
+victims), and with fair sharing a preemptor in a tree where the cycle admitted workloads it could preempt is left
+for the next cycle; that cycle must then run even if nothing is observed. Decisions reach the
 actuate stage only after `Recorder.append` returned, which in the daemon means they are durable.
 """
 

@@ -31,15 +31,12 @@ SAMPLES = ROOT / "config" / "samples"
 CI_SEEDS = range(1, 201)
 """The seeds every build runs (CI shape, every fault on). Seeds the engine fails on are listed below, not dropped."""
 
-KNOWN_ENGINE_FAILURES: frozenset[int] = frozenset({88})
+KNOWN_ENGINE_FAILURES: frozenset[int] = frozenset()
 """Seeds of CI_SEEDS that fail `cycle-fixed-point` (and nothing else): the engine's cycle is not a fixed point of its
 own output. Each must still fail exactly so: the test says when one stops failing, so that the list shrinks as the
-engine is fixed (issue 23 rewrites the cycle).
-- 88 (shrunk: `python -m tests.dst --seed 88 --shape ci --faults 'unsuspend-latency=2s,evict-latency=30s,
-  watch-delay=1s,api-error=0.05,timeout=0.02' --keep-jobs 0,3,10,17,20,21,22,23,25,26,28 --trace`): at 19181 ms
-  cq-1/medium-21 reclaims by preempting cq-3/large-17 (a borrower) and waits for it; cq-3/medium-28, pending with
-  "cpu in flavor rf: 1 more needed", is not admitted. A fresh cycle on that cycle's own output (large-17 now
-  evicting, medium-21 waiting for it) admits medium-28 with nothing else changed."""
+engine is fixed. Empty since issue 23's cycle (one Kueue cycle per pass, a pass's admissions preemption candidates in
+the next): seed 88 (at 19181 ms cq-1/medium-21 reclaimed from cq-3/large-17 and cq-3/medium-28 was admitted only by
+a fresh cycle on that cycle's output) holds every invariant now."""
 
 
 def _invariants(case: Case) -> set[str]:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from daemon.domain.admission import AdmissionEngine, EngineConfig
+from daemon.domain.admission import ALL_OPTIMISATIONS, AdmissionEngine, EngineConfig, Optimisations
 from daemon.domain.events import Event, WorkloadAdmitted, WorkloadPreempted
+from daemon.domain.model import PendingReason
 from daemon.domain.quota import QuotaTree
 from tests.reference.kueue_model import Decision, KueueModel, Switches
 from tests.unit.builders import JobBuilder, World, cohort, cq, flavor, job, lq, namespace
@@ -60,8 +61,9 @@ SPACES = {
     "one-flavor": Space(flavors=1),
     "no-preemption-one-flavor": Space(preemption=False, flavors=1),
     "no-cohorts-no-preemption": Space(cohort_levels=0, preemption=False),
+    "best-effort": Space(strict_fifo=False),
 }
-CI_SPACE = SPACES["no-cohorts-no-preemption"]
+CI_SPACE = SPACES["no-cohorts"]
 """The part of the space where the engine and the model are equal (the unit test's); bench/RESULTS.md has the
 rest."""
 
@@ -178,9 +180,15 @@ def _drive(
     return out
 
 
-def run_engine(sc: Scenario, config: EngineConfig | None = None) -> list[Decision]:
+def run_engine(
+    sc: Scenario,
+    config: EngineConfig | None = None,
+    optimisations: Optimisations = ALL_OPTIMISATIONS,
+    reasons: list[tuple[int, dict[str, PendingReason | None]]] | None = None,
+) -> list[Decision]:
+    """The engine's decisions; with `reasons`, also every pending workload's last reason after each instant."""
     w = World().add(*sc.items)
-    engine = AdmissionEngine(config or EngineConfig())
+    engine = AdmissionEngine(config or EngineConfig(), optimisations)
 
     def finish(key: str) -> bool:
         if key not in w.admitted:
@@ -201,6 +209,8 @@ def run_engine(sc: Scenario, config: EngineConfig | None = None) -> list[Decisio
                     flavors = tuple((ps.name, tuple(sorted(ps.flavors.items()))) for ps in e.admission.pod_sets)
                     out.append(Decision(now, "admit", e.workload, e.admission.cluster_queue, flavors=flavors))
             if not any(isinstance(e, WorkloadAdmitted | WorkloadPreempted) for e in events):
+                if reasons is not None:
+                    reasons.append((now, {k: r.last_reason for k, r in sorted(w.pending.items())}))
                 return out
         raise AssertionError(f"the engine found no fixed point at {now} ms")
 

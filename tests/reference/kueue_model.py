@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from daemon.domain.admission import _blocked_above  # the switch's rule is the engine's own
 from daemon.domain.flavors import Assignment, FlavorAssigner, Mode
 from daemon.domain.model import (
     Admission,
@@ -53,6 +54,19 @@ class Switches:
     """A workload stopped at an instant is not admitted again at that instant, neither into free room nor by
     preempting in turn (issue 9: no instant undoes its own decisions); it is assessed again at the next instant.
     Kueue has no such rule: there the eviction takes the pods' grace period, so the question does not arise."""
+
+    no_overcommit_while_victims_leave: bool = True
+    """Kueue's `fits` removes every workload preempted in the cycle from the snapshot, so an entry that fits only
+    once they are gone is admitted at once, over-committing their quota until they stop. admitd admits it only when
+    it also fits beside what runs now (`_fits_as_running`: the victims still holding their quota, the usage the cycle
+    added for preemptors and reservations left out, as none of it runs yet); otherwise it waits for them (holding
+    the room it needs) and is admitted in the cycle after they leave."""
+
+    no_hold_when_a_cohort_limit_blocks: bool = True
+    """Kueue's reserveCapacityForUnreclaimablePreempt holds resourcesToReserve for every preemptor without
+    candidates. admitd holds nothing when what keeps it out is a Cohort's borrowingLimit (it would fit if the
+    Cohorts above its ClusterQueue had none): the hold would only keep the tree's other queues off idle capacity
+    for as long as the limit stays (`daemon.domain.admission._blocked_above`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +204,8 @@ class KueueModel:
         start = len(self.decisions)
         if self.held:
             for key in sorted(self.held):
-                self.queues[self.cq_of[key]].active.add(key)
+                if key in self.pending:
+                    self.queues[self.cq_of[key]].active.add(key)
             self.held = set()
         for _ in range(10_000):
             before = self._state()
@@ -235,8 +250,9 @@ class KueueModel:
         # 5. processEntry, one by one, on the cycle's snapshot.
         preempted: dict[str, AdmittedWorkload] = {}
         victims: list[tuple[str, str]] = []
+        held: list[tuple[Node, dict[FlavorResource, int]]] = []  # usage added for entries not admitted
         for e in entries:
-            self._process_entry(e, tree, snap, preempted, victims, now)
+            self._process_entry(e, tree, snap, preempted, victims, held, now)
         # 6. requeueAndUpdate for every entry not assumed.
         for e in [*entries, *inadmissible]:
             if e.status != "assumed":
@@ -304,9 +320,11 @@ class KueueModel:
         snap: Snapshot,
         preempted: dict[str, AdmittedWorkload],
         victims: list[tuple[str, str]],
+        held: list[tuple[Node, dict[FlavorResource, int]]],
         now: Millis,
     ) -> None:
-        """Scheduler.processEntry."""
+        """Scheduler.processEntry. `held`: the usage this cycle added to the snapshot for entries it did not admit
+        (preemptors, resourcesToReserve), which admitd's over-commit switch leaves out."""
         a = e.assignment
         assert a is not None
         node = tree.cqs[e.cq]
@@ -317,8 +335,11 @@ class KueueModel:
             # reserveCapacityForUnreclaimablePreempt: unless the ClusterQueue can always reclaim, it holds
             # resourcesToReserve in this cycle's snapshot.
             e.requeue_reason = NO_CANDIDATES
-            if self.cluster_queues[e.cq].preemption.reclaim_within_cohort is not PreemptionPolicy.ANY:
-                snap.add_usage(node, _resources_to_reserve(node, a))
+            blocked = self.switches.no_hold_when_a_cohort_limit_blocks and _blocked_above(node, a)
+            if self.cluster_queues[e.cq].preemption.reclaim_within_cohort is not PreemptionPolicy.ANY and not blocked:
+                reserve = _resources_to_reserve(node, a)
+                snap.add_usage(node, reserve)
+                held.append((node, reserve))
             return
         if self.switches.hold_evicted_until_next_instant and e.pw.evicted_now(now):
             e.requeue_reason = HELD  # admitd: not admitted again, nor preempting, at the instant it stopped
@@ -329,10 +350,21 @@ class KueueModel:
         if not _fits(snap, node, a.usage, [*preempted.values(), *(t.victim for t in e.targets)]):
             e.status = "skipped"  # "Workload no longer fits after processing another workload"
             return
+        if (
+            self.switches.no_overcommit_while_victims_leave
+            and a.mode is Mode.FIT
+            and preempted
+            and not _fits_as_running(snap, node, a.usage, held)
+        ):
+            snap.add_usage(node, a.usage)  # admitd: it waits for the victims, holding its room
+            held.append((node, dict(a.usage)))
+            e.status = "skipped"
+            return
         for t in e.targets:
             preempted[t.victim.key] = t.victim
         snap.add_usage(node, a.usage)
         if a.mode is Mode.PREEMPT:
+            held.append((node, dict(a.usage)))
             for t in e.targets:  # Preemptor.IssuePreemptions
                 victim = t.victim
                 self.decisions.append(
@@ -373,7 +405,9 @@ class KueueModel:
             reason = FAILED_AFTER_NOMINATION
         if reason == HELD:
             self.held.add(key)
-            return
+            if not q.strict:
+                return
+            reason = GENERIC  # a StrictFIFO head held back stays its queue's head: it blocks the queue meanwhile
         if q.strict:
             immediate = reason != NAMESPACE_MISMATCH
         else:
@@ -405,6 +439,20 @@ def _fits(snap: Snapshot, node: Node, usage: Mapping[FlavorResource, int], remov
     finally:
         for aw in gone:
             snap.add_workload(aw)
+
+
+def _fits_as_running(
+    snap: Snapshot, node: Node, usage: Mapping[FlavorResource, int], held: list[tuple[Node, dict[FlavorResource, int]]]
+) -> bool:
+    """admitd's over-commit check (`Switches.no_overcommit_while_victims_leave`): does `usage` fit beside what runs
+    now, the cycle's victims still holding their quota and no usage of entries not admitted (they run nothing yet)?"""
+    for n, u in held:
+        snap.remove_usage(n, u)
+    try:
+        return fits(node, usage)
+    finally:
+        for n, u in held:
+            snap.add_usage(n, u)
 
 
 def _resources_to_reserve(node: Node, a: Assignment) -> dict[FlavorResource, int]:

@@ -151,11 +151,14 @@ def test_non_borrowing_entries_go_first_in_a_pass() -> None:
 
 
 @pytest.mark.parametrize("reclaim", ["Any", "Never"])
-def test_borrowing_waits_for_later_passes_that_do_not_borrow(reclaim: str) -> None:
+def test_each_pass_is_one_kueue_cycle_so_a_borrower_of_the_first_is_admitted_before_the_next_head(
+    reclaim: str,
+) -> None:
     """a has 2 GPUs of its own free and two 1-GPU jobs; b is at its nominal quota with one more job, which would
-    borrow. One pass offers a0 and b0: if b0 were admitted after a0, a1 (next pass) would find no room and reclaim
-    one of b's running jobs (or, without reclaim, wait behind a borrower). The whole cycle serves what does not
-    borrow first: a0 and a1 are admitted, b0 waits, nothing is preempted."""
+    borrow. The first pass (Kueue's first cycle) has the heads a0 and b0: a0, then b0 borrowing a's second GPU. a1
+    is a's head in the next pass and finds it lent: with reclaimWithinCohort Any it takes it back from b0, the
+    workload admitted last (Kueue's candidate order; the first pass's admissions are candidates in the next),
+    and the cycle ends with that preemption; with Never it waits."""
     w = base(
         cq("a").cohort("c").flavor("h100", gpu=2).preempt(reclaim=reclaim),
         cq("b").cohort("c").flavor("h100", gpu=2).preempt(reclaim=reclaim),
@@ -166,9 +169,13 @@ def test_borrowing_waits_for_later_passes_that_do_not_borrow(reclaim: str) -> No
         job("b0").queue("qb").gpus(1).at(0),
     )
     events = cycle(w)
-    assert sorted(admitted(events)) == ["default/a0", "default/a1"]
-    assert preempted(events) == {}
-    assert pending(events)["default/b0"].reason.kind is K.WAITING_FOR_QUOTA
+    assert sorted(admitted(events)) == ["default/a0", "default/b0"]
+    if reclaim == "Any":
+        assert {k: e.preemptor for k, e in preempted(events).items()} == {"default/b0": "default/a1"}
+        assert pending(events)["default/a1"].reason.kind is K.WAITING_FOR_PREEMPTED_WORKLOADS
+    else:
+        assert preempted(events) == {}
+        assert pending(events)["default/a1"].reason.kind is K.WAITING_FOR_QUOTA
 
 
 def test_waiting_borrowers_are_not_assessed_again_at_every_pass(monkeypatch: pytest.MonkeyPatch) -> None:
