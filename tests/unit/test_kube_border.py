@@ -441,6 +441,7 @@ def test_after_a_restart_an_admission_without_a_recorded_unsuspension_counts_as_
     actuator.seen("DELETED", raw_job(suspend=True))
     assert not actuator.unsuspending("research/train-a")
 
+
 def test_an_accepted_queue_object_with_ignored_fields_is_warned_once_and_unwarned_when_they_go() -> None:
     """`object.warned` after the observation, naming each field; the same warnings again are not news; a version
     without them (even one the fold sees as unchanged: the ignored field removed) records warnings=()."""
