@@ -14,7 +14,7 @@ import gc
 import heapq
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from daemon.stages.ingest import Ingest
 from daemon.stages.ports import Done, Inbox, Observed, Outcome
 from daemon.stages.recorder import SNAPSHOT_EVERY, Recorder
 from daemon.stages.runner import run_stepped
+from daemon.views.projection import Projection
 
 _CREATE, _FINISH, _CONFIG = 0, 1, 2
 
@@ -285,6 +286,7 @@ async def run_simulation(
     until: Millis | None = None,
     config: EngineConfig | None = None,
     progress: Callable[[SimProgress, bool], None] | None = None,
+    views: Callable[[State], Sequence[Projection]] | None = None,
 ) -> SimResult:
     """Run `scenario`; keep the event log at `db_path` if given (it must not exist yet), else in a temp file."""
     wall0 = time.perf_counter()
@@ -300,6 +302,8 @@ async def run_simulation(
             recorder = Recorder(store, state, clock, wait_durable=False, snapshot_every=SNAPSHOT_EVERY)
             outcomes = _Outcomes(state)
             recorder.listeners.append(outcomes)
+            for projection in views(state) if views is not None else ():
+                recorder.projections.append(projection.apply)  # the live feeder (daemon.views)
             config = config or EngineConfig()
             pods_ready = config.wait_for_pods_ready
             cluster = SimulatedCluster(scenario, clock, until, pods_ready=pods_ready)
