@@ -28,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from daemon import metrics
 from daemon.buildinfo import build_info
 from daemon.domain import events as ev
 from daemon.domain import trust
@@ -49,7 +50,7 @@ from daemon.kube.observe import Observer
 from daemon.kube.status import StatusWriter
 from daemon.kube.watch import Reflector, Resource, backoff_s
 from daemon.manifests.conversion import review
-from daemon.obs import metrics, systemd
+from daemon.obs import systemd
 from daemon.obs.logging import get_logger
 from daemon.stages.actuate import Actuate
 from daemon.stages.admit import Admit
@@ -399,7 +400,7 @@ class Daemon:
         await work()
 
     async def _serve_health(self, opts: RunOptions) -> web.AppRunner:
-        from daemon.obs.metrics import CONTENT_TYPE, LogMetrics, MetricsNotReady  # noqa: PLC0415
+        from daemon.metrics import LogMetrics, scrape  # noqa: PLC0415
 
         log_metrics = LogMetrics(
             opts.db,
@@ -414,19 +415,16 @@ class Daemon:
         async def readyz(_: web.Request) -> web.Response:
             return web.Response(text="ready" if self.ready else "not ready", status=200 if self.ready else 503)
 
-        async def scrape(_: web.Request) -> web.Response:
-            try:
-                body = await asyncio.to_thread(log_metrics.render)
-            except MetricsNotReady as e:
-                return web.Response(text=str(e), status=503)
-            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+        async def answer(_: web.Request) -> web.Response:
+            status, body, content_type = await asyncio.to_thread(scrape, log_metrics.render)
+            return web.Response(body=body, status=status, headers={"Content-Type": content_type})
 
-        self._scrape = scrape
+        self._scrape = answer
         app = web.Application()
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", readyz)
         if not opts.metrics_auth:  # with it, /metrics is served on the webhook's HTTPS port only
-            app.router.add_get("/metrics", scrape)
+            app.router.add_get("/metrics", answer)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, opts.health_host, opts.health_port).start()

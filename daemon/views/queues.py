@@ -164,34 +164,26 @@ class Queues:
 
     # --- reading ---
 
-    def tree(self) -> QuotaTree:
-        """The engine's quota tree of the current configuration (built once per configuration), usage loaded."""
+    def config_tree(self) -> QuotaTree:
+        """The engine's quota tree of the current configuration, built once per configuration (the usage in its
+        nodes is whatever the last `tree()` loaded)."""
         state = self.state
         generation = state.config_generation
         if self._tree is None or self._tree[0] != generation:
             view = state.view()
-            built = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors, view.rejected)
-            self._tree = (generation, built)
-        tree = self._tree[1]
+            self._tree = (generation, QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors, view.rejected))
+        return self._tree[1]
+
+    def tree(self) -> QuotaTree:
+        """`config_tree()` with the usage of now loaded."""
+        tree = self.config_tree()
         tree.load_usage(self.usage)
         return tree
-
-    def inactive(self) -> Mapping[str, tuple[str, str]]:
-        """(reason, message) of every ClusterQueue the engine will not admit into (`QuotaTree.inactive`)."""
-        state = self.state
-        generation = state.config_generation
-        if self._tree is None or self._tree[0] != generation:
-            self.tree()
-        assert self._tree is not None
-        return {n: (i.reason, i.message) for n, i in self._tree[1].inactive.items()}
 
     def activity(self, name: str) -> Activity:
         """The ClusterQueue's activity: the engine's verdict first (what the cycle does), then its stopPolicy."""
         cq = self.state.cluster_queues[name]
-        if self._tree is None or self._tree[0] != self.state.config_generation:
-            self.tree()
-        assert self._tree is not None
-        inactive = self._tree[1].inactive.get(name)
+        inactive = self.config_tree().inactive.get(name)
         if inactive is not None:
             if inactive.reason == "FlavorNotFound":
                 missing = sorted(

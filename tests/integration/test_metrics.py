@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.domain.model import Admission
 from daemon.eventlog import LogReader, codec
-from daemon.obs.metrics import FoldedMetrics, LogMetrics, Renderer, metric_names
+from daemon.metrics import FoldedMetrics, LogMetrics, Renderer, metric_names
 from daemon.query.moment import state_at
 from tests.integration.logtools import interruptible
 

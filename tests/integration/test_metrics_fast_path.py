@@ -19,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.domain.quota import UNLIMITED, QuotaTree
 from daemon.eventlog import LogReader, codec
-from daemon.obs.metrics import COHORT_FAMILIES, FoldedMetrics, LogMetrics, MetricsNotReady, Renderer
+from daemon.metrics import FoldedMetrics, LogMetrics, MetricsNotReady, Renderer
+from daemon.metrics.families import COHORT_FAMILIES
 from daemon.query.moment import state_at
 from daemon.sim.run import run_simulation
 from daemon.sim.scenario import load_scenario
