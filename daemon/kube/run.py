@@ -58,6 +58,7 @@ from daemon.stages.ingest import Ingest
 from daemon.stages.ports import Inbox, Observed, Outcome, WallClock
 from daemon.stages.recorder import Recorder
 from daemon.stages.runner import StageCrashed, run_concurrently
+from daemon.views.queues import Queues
 
 log = get_logger("admitd.run")
 
@@ -220,7 +221,9 @@ class Daemon:
                 burst=opts.status_burst,
                 parallelism=opts.status_parallelism,
                 synced=metrics.status_synced,
+                queues=Queues.of(state),  # the replayed state's figures, then fed live
             )
+            recorder.projections.append(status.queues.apply)
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
             cluster = KubeCluster(client, partial(trust.sign, key), requests_in_flight=opts.actuation_parallelism)

@@ -227,11 +227,17 @@ class Queues:
                         reasons[why] = reasons.get(why, 0) + len(run)
         return PendingCounts(active + inadmissible, active, inadmissible, tuple(sorted(reasons.items())))
 
-    def resources(self, name: str, tree: QuotaTree | None = None) -> list[FRRow]:
-        """Per (flavor, resource) of the ClusterQueue: its limits, what it uses, borrows and lends."""
+    def resources(
+        self,
+        name: str,
+        tree: QuotaTree | None = None,
+        lent: Mapping[tuple[str, FlavorResource], Milli] | None = None,
+    ) -> list[FRRow]:
+        """Per (flavor, resource) of the ClusterQueue: its limits, what it uses, borrows and lends. `tree` (usage
+        loaded) and `lent` (`lent_by(tree)`) for a caller asking about many queues at once."""
         tree = self.tree() if tree is None else tree
         node = tree.cqs[name]
-        lent = _lent(tree)
+        lent = lent_by(tree) if lent is None else lent
         rows: list[FRRow] = []
         for fr in flavor_resources(self.state.cluster_queues[name]):
             limits = node.quotas[fr]
@@ -277,7 +283,7 @@ class Queues:
         return out
 
 
-def _lent(tree: QuotaTree) -> dict[tuple[str, FlavorResource], Milli]:
+def lent_by(tree: QuotaTree) -> dict[tuple[str, FlavorResource], Milli]:
     """Per ClusterQueue and (flavor, resource): its share of what others in its tree borrow.
 
     Kueue does not attribute borrowing to lenders. Here the tree's borrowing beyond the cohorts' own quota is split

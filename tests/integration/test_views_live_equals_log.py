@@ -20,6 +20,7 @@ from daemon.eventlog import LogReader
 from daemon.sim.run import run_simulation
 from daemon.sim.scenario import load_scenario
 from daemon.views.follow import Following
+from daemon.views.jobs import Jobs
 from daemon.views.kueue_counters import KueueCounters
 from daemon.views.projection import Projection
 from daemon.views.queues import Queues
@@ -68,7 +69,7 @@ def scenario_with_extras(seed: int) -> str:
 
 
 def projections(state: State) -> list[Projection]:
-    return [Queues(state), KueueCounters(state)]
+    return [Queues(state), KueueCounters(state), Jobs(state)]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
