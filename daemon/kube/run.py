@@ -183,6 +183,7 @@ class Daemon:
         self._leading = False
         self._new_jobs: webhook.NewJobPolicy | None = None
         self._scrape: Callable[[web.Request], Awaitable[web.Response]] | None = None
+        self._elector_is_leader: Callable[[], bool] | None = None  # with --leader-elect, once the elector exists
         self._validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self._admitd_users: frozenset[str] = frozenset()
 
@@ -245,6 +246,7 @@ class Daemon:
                     raise StartupError(str(e)) from None
             admit.gate = actuate.gate = elector.is_leader
             metrics.leader_is(elector.is_leader)
+            self._elector_is_leader = elector.is_leader if opts.leader_elect else None
             starter = _suspender(actuate)
             observer = Observer(
                 state,
@@ -305,7 +307,12 @@ class Daemon:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stop, main)
-            stages = (ingest, actuate, CountedCycles(admit, recorder, metrics.admission_attempt))
+            role = self._replica_role
+
+            def attempt(admitted: bool, seconds: float) -> None:
+                metrics.admission_attempt(admitted, seconds, role())
+
+            stages = (ingest, actuate, CountedCycles(admit, recorder, attempt))
             try:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
                 others.append(("startup", self._startup(queue_reflectors, all_jobs)))
@@ -396,6 +403,13 @@ class Daemon:
         log.info("ready: replayed and listed")
         await jobs_task
 
+    def _replica_role(self) -> str:
+        """Kueue's replica_role: standalone without leader election, else leader or follower as it is now."""
+        if not self.options.leader_elect:
+            return "standalone"
+        is_leader = self._elector_is_leader
+        return "leader" if is_leader is not None and is_leader() else "follower"
+
     @staticmethod
     async def _after(event: asyncio.Event, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """`work` once `event` is set (a watch that reads the fold's Jobs starts after they are listed)."""
@@ -407,6 +421,7 @@ class Daemon:
 
         log_metrics = LogMetrics(
             opts.db,
+            replica_role=self._replica_role,
             local_queue_metrics=opts.local_queue_metrics,
             fair_sharing=opts.engine.fair_sharing,
             follow_every=2.0,
@@ -463,7 +478,9 @@ class Daemon:
             raise StartupError(str(e)) from None
 
     async def _serve_webhook(self, client: KubeClient, opts: RunOptions, cert: certs.ServingCert) -> web.AppRunner:
-        app = webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs, self._validate)
+        app = webhook.routes(
+            {webhook.CONVERT_PATH: review}, self._new_jobs, self._validate, requested=metrics.webhook_requested
+        )
         if opts.metrics_auth and self._scrape is not None:  # the health server (started first) made it
             app.router.add_get("/metrics", self._guarded_scrape(client, self._scrape))
         served = {r.canonical for r in app.router.resources()}

@@ -20,6 +20,7 @@ from daemon.metrics.live import (
     status_backlog_is,
     status_synced,
     watch_restarted,
+    webhook_requested,
     write_observer,
 )
 from daemon.metrics.renderer import Renderer
@@ -46,5 +47,6 @@ __all__ = [
     "status_backlog_is",
     "status_synced",
     "watch_restarted",
+    "webhook_requested",
     "write_observer",
 ]

@@ -20,11 +20,19 @@ class Family:
 
 PER_QUEUE: tuple[Family, ...] = (
     Family("kueue_pending_workloads", "gauge", "Pending workloads per ClusterQueue, by status (active/inadmissible)"),
-    Family("kueue_unadmitted_workloads", "gauge", "Pending workloads per ClusterQueue, by the reason they wait"),
+    Family(
+        "kueue_unadmitted_workloads",
+        "gauge",
+        "Pending workloads per ClusterQueue, by the reason they wait (in Kueue since v0.19, not in v0.17)",
+    ),
     Family("kueue_admitted_active_workloads", "gauge", "Admitted workloads that hold quota now"),
     Family("kueue_reserving_active_workloads", "gauge", "Workloads reserving quota now (admitd: the admitted ones)"),
     Family("kueue_cluster_queue_status", "gauge", "1 for the ClusterQueue's status (pending/active/terminated)"),
-    Family("kueue_cluster_queue_info", "gauge", "1 per ClusterQueue, with its parent and root cohort"),
+    Family(
+        "kueue_cluster_queue_info",
+        "gauge",
+        "1 per ClusterQueue, with its parent and root cohort (in Kueue since v0.18, not in v0.17)",
+    ),
     Family("kueue_cluster_queue_resource_usage", "gauge", "Quota in use, per flavor and resource"),
     Family("kueue_cluster_queue_resource_reservation", "gauge", "Quota reserved, per flavor and resource"),
     Family("kueue_cluster_queue_nominal_quota", "gauge", "Nominal quota, per flavor and resource"),
@@ -35,13 +43,25 @@ PER_QUEUE: tuple[Family, ...] = (
     Family("kueue_finished_workloads_total", "counter", "Admitted workloads that finished"),
     Family("kueue_evicted_workloads_total", "counter", "Workloads evicted, by reason and underlying cause"),
     Family("kueue_preempted_workloads_total", "counter", "Workloads preempted, by the preempting ClusterQueue"),
-    Family("kueue_admission_wait_time_seconds", "histogram", "From creation or requeue to admission"),
+    Family(
+        "kueue_admission_wait_time_seconds",
+        "histogram",
+        "From creation or requeue to admission (Kueue v0.17's 16 buckets)",
+    ),
     Family("kueue_quota_reserved_wait_time_seconds", "histogram", "From creation or requeue to quota reservation"),
-    Family("kueue_execution_time_seconds", "histogram", "From admission to finish"),
+    Family(
+        "kueue_execution_time_seconds",
+        "histogram",
+        "From admission to finish (admitd's own: no Kueue version has it)",
+    ),
 )
 
 COHORT_FAMILIES: tuple[Family, ...] = (
-    Family("kueue_cohort_info", "gauge", "1 per Cohort, with its parent and root cohort"),
+    Family(
+        "kueue_cohort_info",
+        "gauge",
+        "1 per Cohort, with its parent and root cohort (in Kueue since v0.18, not in v0.17)",
+    ),
     Family(
         "kueue_cohort_subtree_quota",
         "gauge",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client import generate_latest
@@ -76,7 +77,7 @@ class LogMetrics:
     def __init__(
         self,
         path: Path,
-        replica_role: str = "leader",
+        replica_role: str | Callable[[], str] = "leader",
         *,
         local_queue_metrics: bool = False,
         fair_sharing: bool = False,
@@ -84,7 +85,10 @@ class LogMetrics:
     ) -> None:
         self.path = path
         self.fm = FoldedMetrics()
-        self.renderer = Renderer(replica_role, local_queue_metrics=local_queue_metrics, fair_sharing=fair_sharing)
+        # Kueue's replica_role: a name, or a callable read at every refresh (`admitd run`: leader or follower with
+        # leader election, standalone without).
+        self._role = replica_role if callable(replica_role) else (lambda: replica_role)
+        self.renderer = Renderer(self._role(), local_queue_metrics=local_queue_metrics, fair_sharing=fair_sharing)
         self._reader: LogReader | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -133,6 +137,7 @@ class LogMetrics:
                     reader = self._open()
                     n = self.fm.follow(reader, self.CHUNK) if reader is not None else 0
                     if n < self.CHUNK:
+                        self.renderer.set_role(self._role())
                         self.renderer.refresh(self.fm)
                         if reader is not None and not self._caught_up.is_set():
                             self.fm.replay_seconds = time.perf_counter() - started
@@ -166,6 +171,7 @@ class LogMetrics:
                     f"{reader.last_seq()}; scrape again"
                 )
             self.fm.follow(reader)
+            self.renderer.set_role(self._role())
             body = self.renderer.render(self.fm, lambda: log_file_figures(reader, self.fm), extra=generate_latest(LIVE))
         keep_on_heap(len(body))
         return body

@@ -4,10 +4,11 @@ the packages that report them knows prometheus-client (`admitd simulate` feeds n
 
 from __future__ import annotations
 
+import platform
 import threading
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, PlatformCollector, ProcessCollector
 
 from daemon.buildinfo import BuildInfo
 from daemon.eventlog.store import WriteObserver
@@ -53,11 +54,35 @@ STATUS_SYNC_DELAY = Histogram(
     "From a change being marked for the cluster (a Workload, a queue's status, an Event) to its write done, by kind "
     "and by the writer's lane (urgent, routine, queues); the linger and retries included",
     ["kind", "lane"],
-    buckets=(0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0),
+    buckets=(0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0),
     registry=LIVE,
 )
 STATUS_BACKLOG = Gauge(
     "admitd_status_backlog", "Objects and Events marked for the cluster and not yet written", registry=LIVE
+)
+WEBHOOK_REQUESTS = Counter(
+    "controller_runtime_webhook_requests_total",
+    "Webhook requests answered, by path and HTTP status (controller-runtime's name, as Kueue's webhooks report)",
+    ["webhook", "code"],
+    registry=LIVE,
+)
+WEBHOOK_LATENCY = Histogram(
+    "controller_runtime_webhook_latency_seconds",
+    "Time to answer a webhook request, by path (controller-runtime's name and buckets)",
+    ["webhook"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=LIVE,
+)
+# The process's own figures (process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds...,
+# python_info), as every Go controller exports them.
+ProcessCollector(registry=LIVE)
+PlatformCollector(registry=LIVE)
+KUEUE_BUILD_INFO = Gauge(
+    "kueue_build_info",
+    "Always 1; Kueue's build labels filled with admitd's: git_version (the package version), git_commit, "
+    "build_date (empty), go_version (the Python version), compiler (CPython), platform",
+    ["git_version", "git_commit", "build_date", "go_version", "compiler", "platform"],
+    registry=LIVE,
 )
 BUILD_INFO = Gauge(
     "admitd_build_info",
@@ -106,9 +131,24 @@ def status_backlog_is(backlog: Callable[[], int]) -> None:
     STATUS_BACKLOG.set_function(lambda: float(backlog()))
 
 
+def webhook_requested(path: str, code: int, seconds: float) -> None:
+    """One webhook request answered (`daemon.kube.webhook.routes(requested=...)`)."""
+    WEBHOOK_REQUESTS.labels(webhook=path, code=str(code)).inc()
+    WEBHOOK_LATENCY.labels(webhook=path).observe(seconds)
+
+
 def build_info_is(info: BuildInfo) -> None:
-    """`admitd_build_info{version,commit,python} 1` (daemon.buildinfo), set once by `admitd run` at start."""
+    """`admitd_build_info{version,commit,python} 1` (daemon.buildinfo) and the same in Kueue's `kueue_build_info`
+    labels, set once by `admitd run` at start."""
     BUILD_INFO.labels(version=info.version, commit=info.commit, python=info.python).set(1)
+    KUEUE_BUILD_INFO.labels(
+        git_version=info.version,
+        git_commit=info.commit,
+        build_date="",
+        go_version=info.python,
+        compiler=platform.python_implementation(),
+        platform=f"{platform.system().lower()}/{platform.machine()}",
+    ).set(1)
 
 
 def replayed(seconds: float) -> None:

@@ -29,7 +29,7 @@ from daemon.metrics.families import (
 from daemon.metrics.folded import FoldedMetrics
 from daemon.metrics.live import REPLAY_DURATION, STARTUP_REPLAY
 from daemon.metrics.text import amount, esc, num, rename
-from daemon.views.kueue_counters import WAIT_BUCKETS, Hist
+from daemon.views.kueue_counters import Hist
 
 
 def weighted_share(node: Node) -> float:
@@ -40,7 +40,14 @@ def weighted_share(node: Node) -> float:
     return math.nan if infinite else float(ratio)
 
 
-_LES = [num(b) for b in WAIT_BUCKETS] + ["+Inf"]
+_LES: dict[tuple[float, ...], list[str]] = {}  # buckets -> their `le` label values
+
+
+def _les(buckets: tuple[float, ...]) -> list[str]:
+    les = _LES.get(buckets)
+    if les is None:
+        les = _LES[buckets] = [num(b) for b in buckets] + ["+Inf"]
+    return les
 
 
 class _Context:
@@ -73,7 +80,6 @@ class _Context:
         return self._preempted.get(cq, [])
 
 
-_QR_WAIT = b"kueue_quota_reserved_wait_time_seconds"
 _LQ_WAIT = b"kueue_local_queue_admission_wait_time_seconds"
 _LQ_QR_WAIT = b"kueue_local_queue_quota_reserved_wait_time_seconds"
 _USAGE = b"kueue_cluster_queue_resource_usage"
@@ -128,6 +134,20 @@ class Renderer:
             out.append("".join(reader_info()).encode())
         out.append(extra)
         return b"".join(out)
+
+    def set_role(self, replica_role: str) -> None:
+        """Kueue's `replica_role` label from the next render on (leader, follower, standalone): every label set
+        changes, so every fragment is rendered again."""
+        role = esc(replica_role)
+        if role == self.role:
+            return
+        self.role = role
+        self._labels.clear()
+        self._hist_text.clear()
+        self._twin_text.clear()
+        self._hist_templates.clear()
+        self._resource_labels.clear()
+        self._tree = None  # a render from scratch (as after a configuration change)
 
     def refresh(self, fm: FoldedMetrics) -> None:
         """Render again what changed since the last call (the queues `fm` marked dirty, all after a configuration
@@ -194,7 +214,7 @@ class Renderer:
         template = self._hist_templates.get(key)
         if template is None:
             lab = labels.replace("%", "%%")
-            text = "".join(f'{name}_bucket{{{lab},le="{le}"}} %d\n' for le in _LES)
+            text = "".join(f'{name}_bucket{{{lab},le="{le}"}} %d\n' for le in _les(h.buckets))
             text += f"{name}_sum{{{lab}}} %s\n{name}_count{{{lab}}} %d\n"
             template = self._hist_templates[key] = text.encode()
         out = template % (*h.counts, h.n, num(h.total).encode(), h.n)
@@ -286,11 +306,9 @@ class Renderer:
                 adm.append(f"kueue_admitted_workloads_total{{{lab}}} {n}\n")
                 qr.append(f"kueue_quota_reserved_workloads_total{{{lab}}} {n}\n")
             h = counters.wait.get(label)
-            if h is not None:
-                # The same observations (admitd reserves quota and admits at once).
-                text, twin = self._hist_twins("kueue_admission_wait_time_seconds", _QR_WAIT, lab, h)
-                wait.append(text)
-                qrw.append(twin)
+            if h is not None:  # the same observations in Kueue's two sets of buckets (16 and 14)
+                wait.append(self._hist("kueue_admission_wait_time_seconds", lab, h))
+                qrw.append(self._hist("kueue_quota_reserved_wait_time_seconds", lab, counters.qr_wait[label]))
         return {
             "kueue_admitted_workloads_total": "".join(adm).encode(),
             "kueue_quota_reserved_workloads_total": "".join(qr).encode(),

@@ -17,20 +17,34 @@ from daemon.domain import events as ev
 from daemon.domain.model import Workload
 from daemon.domain.state import Phase, State
 
-WAIT_BUCKETS: tuple[float, ...] = (1.0, *(2.5 * 2**i for i in range(13)))
-"""Kueue's `generateExponentialBuckets(14)`: 1, 2.5, 5, 10, 20 ... 10240 seconds (pkg/metrics, v0.17)."""
+
+def kueue_buckets(count: int) -> tuple[float, ...]:
+    """Kueue's `generateExponentialBuckets(count)` (pkg/metrics, v0.17): 1, then 2.5 doubling, `count` in all."""
+    return (1.0, *(2.5 * 2**i for i in range(count - 1)))
+
+
+WAIT_BUCKETS = kueue_buckets(14)
+"""1, 2.5, 5 ... 10240 s: Kueue v0.17's buckets of quota_reserved_wait_time_seconds, the LocalQueue wait times and
+admitd's execution time."""
+ADMISSION_WAIT_BUCKETS = kueue_buckets(16)
+"""1, 2.5, 5 ... 40960 s: Kueue v0.17's buckets of kueue_admission_wait_time_seconds (16, not 14)."""
 
 
 @dataclass(slots=True)
 class Hist:
-    counts: list[int] = field(default_factory=lambda: [0] * len(WAIT_BUCKETS))  # cumulative, per bucket
+    buckets: tuple[float, ...] = WAIT_BUCKETS
+    counts: list[int] = field(default_factory=list)  # cumulative, per bucket
     total: float = 0.0
     n: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * len(self.buckets)
 
     def observe(self, seconds: float) -> None:
         self.n += 1
         self.total += seconds
-        for i, le in enumerate(WAIT_BUCKETS):
+        for i, le in enumerate(self.buckets):
             if seconds <= le:
                 self.counts[i] += 1
 
@@ -51,7 +65,8 @@ class KueueCounters:
         self.evicted: dict[tuple[str, str, str, str], int] = {}  # (cq, reason, underlying_cause, priority_class)
         self.preempted: dict[tuple[str, str], int] = {}  # (preempting cq, reason)
         self.actuation_failures: dict[str, int] = {}  # "true" | "false" (permanent)
-        self.wait: dict[tuple[str, str], Hist] = {}
+        self.wait: dict[tuple[str, str], Hist] = {}  # admission wait (ADMISSION_WAIT_BUCKETS)
+        self.qr_wait: dict[tuple[str, str], Hist] = {}  # the same waits in quota_reserved_wait's buckets
         self.execution: dict[tuple[str, str], Hist] = {}
         self.priority_classes: dict[str, set[str]] = {}  # cluster queue -> the priority_class labels it has
         self.counted_queues: set[str] = set()  # queues named by a counter (they stay after the queue is deleted)
@@ -81,6 +96,7 @@ class KueueCounters:
             "preempted": dict(self.preempted),
             "actuation_failures": dict(self.actuation_failures),
             "wait": hists(self.wait),  # type: ignore[arg-type]
+            "qr_wait": hists(self.qr_wait),  # type: ignore[arg-type]
             "execution": hists(self.execution),  # type: ignore[arg-type]
             "priority_classes": {k: sorted(v) for k, v in self.priority_classes.items()},
             "counted_queues": sorted(self.counted_queues),
@@ -137,7 +153,9 @@ class KueueCounters:
                         self.counted_queues.add(label[0])
                     self.admitted[label] = self.admitted.get(label, 0) + 1
                     since = self._queued_at.pop(key, rec.workload.created_at)
-                    self.wait.setdefault(label, Hist()).observe(max(0, at - since) / 1000)
+                    waited = max(0, at - since) / 1000
+                    self.wait.setdefault(label, Hist(ADMISSION_WAIT_BUCKETS)).observe(waited)
+                    self.qr_wait.setdefault(label, Hist()).observe(waited)  # admitd reserves quota and admits at once
                     wl = rec.workload
                     if wl.queue_name is not None:
                         lq3 = (wl.namespace, wl.queue_name, label[1])

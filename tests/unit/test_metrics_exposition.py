@@ -8,17 +8,20 @@ Faked: nothing; no SQLite file is opened.
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.domain.events import Event, JobFinished, WorkloadAdmitted
-from daemon.metrics import FoldedMetrics, MetricsNotReady, Renderer, scrape
+from daemon.kube import webhook
+from daemon.metrics import LIVE, FoldedMetrics, MetricsNotReady, Renderer, scrape, webhook_requested
 from daemon.metrics.families import GROUPS, PER_QUEUE
 from daemon.metrics.renderer import GROUP_TEXT, _Context
 from daemon.metrics.text import CONTENT_TYPE, esc, num, rename
-from daemon.views.kueue_counters import WAIT_BUCKETS
+from daemon.views.kueue_counters import ADMISSION_WAIT_BUCKETS, WAIT_BUCKETS
 from tests.unit.builders import World, cohort, cq, flavor, job, lq, namespace
 from tests.unit.test_admission import cycle
 
@@ -66,13 +69,19 @@ def test_admissions_and_finishes_move_the_gauges_counters_and_kueues_wait_bucket
     assert value(got, "kueue_pending_workloads", cluster_queue="a", status="inadmissible") == 1
     assert value(got, "kueue_unadmitted_workloads", cluster_queue="a", reason="WaitingForQuota") == 1
     assert value(got, "kueue_admitted_workloads_total", cluster_queue="a", priority_class="") == 1
-    # Kueue v0.17's buckets: 1, 2.5, 5, ... 10240 s; the wait from creation (0) to the cycle's NOW.
+    # Kueue v0.17's buckets: 1, 2.5, 5, ... 40960 s (16) for the admission wait, ... 10240 s (14) for the quota
+    # reservation's; the wait from creation (0) to the cycle's NOW.
     waited = next(e for e in events if isinstance(e, WorkloadAdmitted)).at / 1000
-    for le in WAIT_BUCKETS:
-        assert value(got, "kueue_admission_wait_time_seconds_bucket", cluster_queue="a", le=num(le)) == (
-            1 if waited <= le else 0
-        )
-    assert WAIT_BUCKETS[:3] == (1.0, 2.5, 5.0) and WAIT_BUCKETS[-1] == 10240.0 and len(WAIT_BUCKETS) == 14
+    for family, buckets in (
+        ("kueue_admission_wait_time_seconds", ADMISSION_WAIT_BUCKETS),
+        ("kueue_quota_reserved_wait_time_seconds", WAIT_BUCKETS),
+    ):
+        les = {lab["le"] for (n, fs), _ in got.items() if n == f"{family}_bucket" for lab in [dict(fs)]}
+        assert les == {num(b) for b in buckets} | {"+Inf"}, family
+        for le in buckets:
+            assert value(got, f"{family}_bucket", cluster_queue="a", le=num(le)) == (1 if waited <= le else 0)
+    assert ADMISSION_WAIT_BUCKETS[:3] == (1.0, 2.5, 5.0) and ADMISSION_WAIT_BUCKETS[-1] == 40960.0
+    assert len(ADMISSION_WAIT_BUCKETS) == 16 and len(WAIT_BUCKETS) == 14 and WAIT_BUCKETS[-1] == 10240.0
     w.apply([JobFinished(job="default/j", at=10_000_000, succeeded=True)])
     got = samples(Renderer().render(w.fm).decode())
     assert value(got, "kueue_admitted_active_workloads", cluster_queue="a") == 0
@@ -139,3 +148,40 @@ def test_one_answer_for_both_servers() -> None:
     assert status == 503 and b"scrape again" in body
     status, body, _ = scrape(broken)
     assert status == 500 and b"rendering metrics failed: boom" in body
+
+
+def test_webhook_requests_are_counted_by_path_and_status() -> None:
+    """The webhook server reports each answered request (path, HTTP status, seconds) to
+    `metrics.webhook_requested`, which feeds controller-runtime's two webhook families."""
+    seen: list[tuple[str, int]] = []
+
+    def requested(path: str, code: int, seconds: float) -> None:
+        assert seconds >= 0
+        seen.append((path, code))
+        webhook_requested(path, code, seconds)
+
+    app = webhook.routes({"/echo": lambda body: body}, requested=requested)
+
+    async def ask() -> None:
+        async with TestClient(TestServer(app)) as client:
+            assert (await client.post("/echo", data=b"not json")).status == 400
+            assert (await client.post("/echo", json={"a": 1})).status == 200
+
+    before = LIVE.get_sample_value("controller_runtime_webhook_requests_total", {"webhook": "/echo", "code": "200"})
+    asyncio.run(ask())
+    assert seen == [("/echo", 400), ("/echo", 200)]
+    after = LIVE.get_sample_value("controller_runtime_webhook_requests_total", {"webhook": "/echo", "code": "200"})
+    assert after == (before or 0) + 1
+    assert LIVE.get_sample_value("controller_runtime_webhook_latency_seconds_count", {"webhook": "/echo"}) == 2
+
+
+def test_the_replica_role_follows_the_process_and_every_label_changes_with_it() -> None:
+    w = base()
+    w.add(cq("a").flavor("h100", gpu=8), job("j").gpus(2))
+    w.apply(cycle(w))
+    renderer = Renderer("leader")
+    assert 'replica_role="leader"' in renderer.render(w.fm).decode()
+    renderer.set_role("follower")
+    text = renderer.render(w.fm).decode()
+    assert 'replica_role="leader"' not in text and 'replica_role="follower"' in text
+    assert text == Renderer("follower").render(w.fm).decode()
