@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_query import calibration_ms, fold_but_tail
+from daemon.metrics import FoldedMetrics, LogMetrics, Renderer, keep_on_heap
 from daemon.obs.logging import configure as configure_logging
-from daemon.obs.metrics import FoldedMetrics, LogMetrics, Renderer, keep_on_heap
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,8 +26,8 @@ from typing import Any
 
 from bench.kueue_shapes import BASELINE, LARGE_SCALE, Shape, WorkloadClass, scenario
 from daemon.eventlog import LogReader, codec
+from daemon.metrics import FoldedMetrics, Renderer
 from daemon.obs.logging import configure as configure_logging
-from daemon.obs.metrics import FoldedMetrics, Renderer
 from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
 from daemon.query.listing import queues_at, queues_json, replay_json

@@ -28,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from daemon import metrics
 from daemon.buildinfo import build_info
 from daemon.domain import events as ev
 from daemon.domain import trust
@@ -50,7 +51,7 @@ from daemon.kube.observe import Observer
 from daemon.kube.status import StatusWriter
 from daemon.kube.watch import Reflector, Resource, backoff_s
 from daemon.manifests.conversion import review
-from daemon.obs import metrics, systemd
+from daemon.obs import systemd
 from daemon.obs.logging import get_logger
 from daemon.stages.actuate import Actuate
 from daemon.stages.admit import Admit
@@ -58,6 +59,7 @@ from daemon.stages.ingest import Ingest
 from daemon.stages.ports import Inbox, Observed, Outcome, WallClock
 from daemon.stages.recorder import Recorder
 from daemon.stages.runner import StageCrashed, run_concurrently
+from daemon.views.queues import Queues
 
 log = get_logger("admitd.run")
 
@@ -182,6 +184,7 @@ class Daemon:
         self._leading = False
         self._new_jobs: webhook.NewJobPolicy | None = None
         self._scrape: Callable[[web.Request], Awaitable[web.Response]] | None = None
+        self._elector_is_leader: Callable[[], bool] | None = None  # with --leader-elect, once the elector exists
         self._validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self._admitd_users: frozenset[str] = frozenset()
 
@@ -220,7 +223,9 @@ class Daemon:
                 burst=opts.status_burst,
                 parallelism=opts.status_parallelism,
                 synced=metrics.status_synced,
+                queues=Queues.of(state),  # the replayed state's figures, then fed live
             )
+            recorder.projections.append(status.queues.apply)
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
             cluster = KubeCluster(client, partial(trust.sign, key), requests_in_flight=opts.actuation_parallelism)
@@ -243,6 +248,7 @@ class Daemon:
                     raise StartupError(str(e)) from None
             admit.gate = actuate.gate = elector.is_leader
             metrics.leader_is(elector.is_leader)
+            self._elector_is_leader = elector.is_leader if opts.leader_elect else None
             starter = _suspender(actuate)
             observer = Observer(
                 state,
@@ -311,7 +317,12 @@ class Daemon:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stop, main)
-            stages = (ingest, actuate, CountedCycles(admit, recorder, metrics.admission_attempt))
+            role = self._replica_role
+
+            def attempt(admitted: bool, seconds: float) -> None:
+                metrics.admission_attempt(admitted, seconds, role())
+
+            stages = (ingest, actuate, CountedCycles(admit, recorder, attempt))
             try:
                 others = [(f"watch-{r.resource.name}", r.run()) for r in queue_reflectors]
                 others.append(("startup", self._startup(queue_reflectors, all_jobs)))
@@ -404,6 +415,13 @@ class Daemon:
         log.info("ready: replayed and listed")
         await jobs_task
 
+    def _replica_role(self) -> str:
+        """Kueue's replica_role: standalone without leader election, else leader or follower as it is now."""
+        if not self.options.leader_elect:
+            return "standalone"
+        is_leader = self._elector_is_leader
+        return "leader" if is_leader is not None and is_leader() else "follower"
+
     @staticmethod
     async def _after(event: asyncio.Event, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """`work` once `event` is set (a watch that reads the fold's Jobs starts after they are listed)."""
@@ -411,10 +429,11 @@ class Daemon:
         await work()
 
     async def _serve_health(self, opts: RunOptions) -> web.AppRunner:
-        from daemon.obs.metrics import CONTENT_TYPE, LogMetrics, MetricsNotReady  # noqa: PLC0415
+        from daemon.metrics import LogMetrics, scrape  # noqa: PLC0415
 
         log_metrics = LogMetrics(
             opts.db,
+            replica_role=self._replica_role,
             local_queue_metrics=opts.local_queue_metrics,
             fair_sharing=opts.engine.fair_sharing,
             follow_every=2.0,
@@ -426,19 +445,16 @@ class Daemon:
         async def readyz(_: web.Request) -> web.Response:
             return web.Response(text="ready" if self.ready else "not ready", status=200 if self.ready else 503)
 
-        async def scrape(_: web.Request) -> web.Response:
-            try:
-                body = await asyncio.to_thread(log_metrics.render)
-            except MetricsNotReady as e:
-                return web.Response(text=str(e), status=503)
-            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+        async def answer(_: web.Request) -> web.Response:
+            status, body, content_type = await asyncio.to_thread(scrape, log_metrics.render)
+            return web.Response(body=body, status=status, headers={"Content-Type": content_type})
 
-        self._scrape = scrape
+        self._scrape = answer
         app = web.Application()
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", readyz)
         if not opts.metrics_auth:  # with it, /metrics is served on the webhook's HTTPS port only
-            app.router.add_get("/metrics", scrape)
+            app.router.add_get("/metrics", answer)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, opts.health_host, opts.health_port).start()
@@ -474,7 +490,9 @@ class Daemon:
             raise StartupError(str(e)) from None
 
     async def _serve_webhook(self, client: KubeClient, opts: RunOptions, cert: certs.ServingCert) -> web.AppRunner:
-        app = webhook.routes({webhook.CONVERT_PATH: review}, self._new_jobs, self._validate)
+        app = webhook.routes(
+            {webhook.CONVERT_PATH: review}, self._new_jobs, self._validate, requested=metrics.webhook_requested
+        )
         if opts.metrics_auth and self._scrape is not None:  # the health server (started first) made it
             app.router.add_get("/metrics", self._guarded_scrape(client, self._scrape))
         served = {r.canonical for r in app.router.resources()}

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from daemon.domain import events as ev
-from daemon.domain.quota import QuotaTree
 from daemon.domain.state import Phase, State
 from daemon.kube import status_objects as so
 from daemon.kube.client import MERGE_PATCH, KubeClient, Obj
 from daemon.kube.errors import Conflict, KubeError, NotFound, Permanent, Temporary
 from daemon.obs.logging import get_logger
 from daemon.stages.ports import Clock
+from daemon.views.queues import Queues
 
 log = get_logger("admitd.status")
 
@@ -98,9 +98,14 @@ class StatusWriter:
         parallelism: int = 4,
         monotonic: Callable[[], float] = time.monotonic,
         synced: Callable[[str, str, float], None] | None = None,
+        queues: Queues | None = None,
     ) -> None:
         self.client = client
         self.state = state
+        # The queue figures the ClusterQueue and LocalQueue status render (daemon/views, the same as /metrics and
+        # `admitd queues`): a projection the caller feeds before the state folds each event (admitd run: the
+        # Recorder's `projections`).
+        self.queues = Queues.of(state) if queues is None else queues
         self.clock = clock
         self.workload_objects = workload_objects
         self.linger_s = linger_s
@@ -133,7 +138,6 @@ class StatusWriter:
         self._lq_status: dict[str, Obj] = {}
         self._rejected: dict[tuple[str, str], tuple[str, ...]] = {}  # (kind, name or ns/name) -> why, while so
         self._warned: dict[tuple[str, str], tuple[str, ...]] = {}  # the same -> the fields it ignores, while so
-        self._inactive: tuple[int, dict[str, tuple[str, str]]] = (-1, {})  # config generation -> the engine's verdicts
         self._events: dict[str, so.JobEvent] = {}  # event id -> event, unsent
         self._pending_event: dict[str, str] = {}  # job -> id of its unsent Pending event
         self._event_ids = 0
@@ -291,7 +295,7 @@ class StatusWriter:
 
     def _rejection(self, kind: str, name: str, namespace: str | None, errors: tuple[str, ...], seq: int) -> None:
         """Tell the object's owner: a Warning Event on it, and for a ClusterQueue or LocalQueue an Active=False
-        condition (through the engine's verdict where an older version is held, see `_verdicts`)."""
+        condition (through the engine's verdict where an older version is held: `views.queues.Queues.activity`)."""
         subject = f"{namespace}/{name}" if namespace else name
         self._rejected[(kind, subject)] = errors
         kept = (kind == "ClusterQueue" and name in self.state.cluster_queues) or (
@@ -343,17 +347,6 @@ class StatusWriter:
                 self._rejected.pop(("LocalQueue", f"{ns}/{name}"), None)
             case _:
                 pass
-
-    def _verdicts(self) -> dict[str, tuple[str, str]]:
-        """The engine's own inactive verdicts, (reason, message) by ClusterQueue: the same `QuotaTree` the cycle
-        builds, once per configuration, so that the status says what the engine does (a cohort cycle included)."""
-        generation = self.state.config_generation
-        if self._inactive[0] != generation:
-            tree = QuotaTree.build(
-                self.state.cluster_queues, self.state.cohorts, self.state.flavors, self.state.rejected
-            )
-            self._inactive = (generation, {n: (i.reason, i.message) for n, i in tree.inactive.items()})
-        return self._inactive[1]
 
     def _mark_cq_and_its_lqs(self, name: str) -> None:
         self._mark(("cq", name))
@@ -713,45 +706,20 @@ class StatusWriter:
     # --- queues -------------------------------------------------------------------------------------------------
 
     def _cq_counts(self, name: str) -> so.QueueCounts:
-        view = self.state.view()
-        admitted = view.admitted_by_cq.get(name, {})
-        usage: dict[tuple[str, str], int] = {}
-        for aw in admitted.values():
-            for fr, amount in aw.admission.usage().items():
-                usage[fr] = usage.get(fr, 0) + amount
-        return so.QueueCounts(pending=len(view.pending_by_cq.get(name, ())), reserving=len(admitted), usage=usage)
+        q = self.queues
+        return so.QueueCounts(pending=q.pending(name), reserving=q.admitted(name), usage=q.usage.get(name, {}))
 
     def _lq_counts(self) -> dict[str, so.QueueCounts]:
-        """Every LocalQueue's counts in one pass over the live workloads, shared by the drain round."""
+        """Every LocalQueue's counts (`Queues.local_queues`), shared by the drain round."""
         now = self.monotonic()
         if self._round is not None and now - self._round_at < self.queue_linger_s:
             return self._round
-        pending: dict[str, int] = {}
-        reserving: dict[str, int] = {}
-        usage: dict[str, dict[tuple[str, str], int]] = {}
-        for rec in self.state.workloads.values():
-            wl = rec.workload
-            if not wl.queue_name:
-                continue
-            lq = f"{wl.namespace}/{wl.queue_name}"
-            if rec.phase is Phase.PENDING:
-                pending[lq] = pending.get(lq, 0) + 1
-            elif rec.admission is not None:
-                reserving[lq] = reserving.get(lq, 0) + 1
-                per = usage.setdefault(lq, {})
-                for fr, amount in rec.admission.usage().items():
-                    per[fr] = per.get(fr, 0) + amount
         self._round = {
-            lq: so.QueueCounts(pending=pending.get(lq, 0), reserving=reserving.get(lq, 0), usage=usage.get(lq, {}))
-            for lq in self.state.local_queues
+            lq: so.QueueCounts(pending=c.pending, reserving=c.admitted, usage=c.usage)
+            for lq, c in self.queues.local_queues().items()
         }
         self._round_at = now
         return self._round
-
-    def _missing_flavors(self, name: str) -> list[str]:
-        cq = self.state.cluster_queues[name]
-        flavors = self.state.flavors
-        return sorted({fq.name for g in cq.resource_groups for fq in g.flavors if fq.name not in flavors})
 
     async def _write_cluster_queue(self, name: str) -> None:
         cq = self.state.cluster_queues.get(name)
@@ -763,14 +731,14 @@ class StatusWriter:
                 return
             desired = so.rejected_status("ClusterQueue", errors, previous, self._now())
         else:
-            verdict = self._verdicts().get(name)
+            a = self.queues.activity(name)
+            active = (a.active, a.reason, a.condition)
             desired = so.cluster_queue_status(
                 cq,
                 self._cq_counts(name),
-                self._missing_flavors(name),
+                active,
                 previous,
                 self._now(),
-                inactive=verdict if verdict is not None and verdict[0] != "FlavorNotFound" else None,
                 warnings=self._warned.get(("ClusterQueue", name), ()),
             )
         await self._patch_status(f"{_BASE}/clusterqueues/{name}/status", desired, previous, "clusterqueue")
@@ -791,12 +759,7 @@ class StatusWriter:
             self._lq_status[key] = desired
             return
         cq = self.state.cluster_queues.get(lq.cluster_queue)
-        active = (
-            cq is not None
-            and lq.cluster_queue not in self._verdicts()
-            and not self._missing_flavors(lq.cluster_queue)
-            and cq.stop_policy.value == "None"
-        )
+        active = cq is not None and self.queues.activity(lq.cluster_queue).active
         counts = self._lq_counts().get(key, so.QueueCounts(pending=0, reserving=0, usage={}))
         desired = so.local_queue_status(
             lq, cq, active, counts, previous, self._now(), warnings=self._warned.get(("LocalQueue", key), ())

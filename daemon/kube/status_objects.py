@@ -354,28 +354,16 @@ class QueueCounts:
 def cluster_queue_status(
     cq: ClusterQueue,
     counts: QueueCounts,
-    missing_flavors: Sequence[str],
+    active: tuple[bool, str, str],
     previous: Mapping[str, Any] | None,
     now: str,
-    inactive: tuple[str, str] | None = None,
     warnings: Sequence[str] = (),
 ) -> Obj:
     """A ClusterQueue's status as Kueue writes it; no admission checks here, so admitted == reserving.
-    `inactive`: (reason, message) of the engine's own verdict (`QuotaTree.inactive`) where it is not a missing
-    flavor: a cohort cycle (Kueue's CohortCycleDetected) or a latest version admitd rejected (InvalidSpec)."""
+    `active`: the Active condition (status, reason, message) of its activity (`views.queues.Queues.activity`: a
+    missing flavor, a cohort cycle, a latest version admitd rejected, a stopPolicy, or Ready); `warnings`: the
+    fields admitd ignores (`object.warned`), as the condition admitd.io/IgnoredSpec."""
     conds = [dict(c) for c in (previous or {}).get("conditions") or ()]
-    if missing_flavors:
-        active = (
-            False,
-            "FlavorNotFound",
-            f"Can't admit new workloads: references missing ResourceFlavor(s): {', '.join(missing_flavors)}",
-        )
-    elif inactive is not None:
-        active = (False, inactive[0], f"Can't admit new workloads: {inactive[1]}")
-    elif cq.stop_policy.value != "None":
-        active = (False, "Stopped", f"ClusterQueue is stopped ({cq.stop_policy.value})")
-    else:
-        active = (True, "Ready", "Can admit new workloads")
     conds = _ignored_spec(set_condition(conds, "Active", *active, now), "ClusterQueue", warnings, now)
     flavors = _flavor_list(cq, counts.usage, borrowed=True)
     return {

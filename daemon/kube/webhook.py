@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -493,24 +494,36 @@ def routes(
     extra: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
     policy: NewJobPolicy | None = None,
     validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    requested: Callable[[str, int, float], None] | None = None,
 ) -> web.Application:
     """The webhook server's application: /mutate-batch-v1-job, /validate-jobs (`validate`, an AdmissionReview
-    answered by `daemon.kube.guard.validation_response`) and any extra JSON-in/JSON-out handlers."""
+    answered by `daemon.kube.guard.validation_response`) and any extra JSON-in/JSON-out handlers. `requested(path,
+    HTTP status, seconds)` is told of every request answered (`daemon.metrics.live.webhook_requested`)."""
 
-    def json_handler(answer: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[..., Any]:
-        async def handle(request: web.Request) -> web.Response:
+    def json_handler(path: str, answer: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[..., Any]:
+        async def respond(request: web.Request) -> web.Response:
             try:
                 body = await request.json()
             except (json.JSONDecodeError, UnicodeDecodeError):
                 return web.json_response({"error": "the body is not JSON"}, status=400)
             return web.json_response(answer(body))
 
+        async def handle(request: web.Request) -> web.Response:
+            started, status = time.perf_counter(), 500  # an exception is aiohttp's 500
+            try:
+                response = await respond(request)
+                status = response.status
+                return response
+            finally:
+                if requested is not None:
+                    requested(path, status, time.perf_counter() - started)
+
         return handle
 
     app = web.Application()
-    app.router.add_post(MUTATE_JOBS_PATH, json_handler(lambda review: admission_response(review, policy)))
+    app.router.add_post(MUTATE_JOBS_PATH, json_handler(MUTATE_JOBS_PATH, lambda r: admission_response(r, policy)))
     if validate is not None:
-        app.router.add_post(VALIDATE_JOBS_PATH, json_handler(validate))
+        app.router.add_post(VALIDATE_JOBS_PATH, json_handler(VALIDATE_JOBS_PATH, validate))
     for path, answer in (extra or {}).items():
-        app.router.add_post(path, json_handler(answer))
+        app.router.add_post(path, json_handler(path, answer))
     return app

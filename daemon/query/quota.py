@@ -10,25 +10,36 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from daemon.domain.flavors import incompatibility
-from daemon.domain.model import FlavorResource, Milli, StopPolicy, Workload
+from daemon.domain.model import FlavorResource, Milli, Workload
 from daemon.domain.quota import (
     UNLIMITED,
     Node,
     QuotaTree,
-    Snapshot,
     available,
     cq_available,
     potential_available,
 )
 from daemon.domain.state import State
+from daemon.views import queues as views
+from daemon.views.queues import FRRow
+
+__all__ = [
+    "FRRow",
+    "FlavorFit",
+    "QueueRow",
+    "ResourceFit",
+    "flavor_analysis",
+    "flavor_resources",
+    "in_tree",
+    "loaded_tree",
+    "queues",
+    "requests_of",
+]
 
 
 def loaded_tree(state: State) -> QuotaTree:
     """The quota tree with every admitted workload's usage (evicting ones included: they hold quota until gone)."""
-    view = state.view()
-    tree = QuotaTree.build(view.cluster_queues, view.cohorts, view.flavors, view.rejected)
-    Snapshot(tree, view.admitted_by_cq, {})
-    return tree
+    return views.Queues.of(state).tree()
 
 
 def in_tree(tree: QuotaTree, node: Node) -> list[str]:
@@ -39,20 +50,7 @@ def in_tree(tree: QuotaTree, node: Node) -> list[str]:
 
 def flavor_resources(state: State, cq_name: str) -> list[FlavorResource]:
     """The ClusterQueue's (flavor, resource) pairs in its own order: resource groups, flavors, resources."""
-    cq = state.cluster_queues[cq_name]
-    return [(fq.name, rq.name) for g in cq.resource_groups for fq in g.flavors for rq in fq.resources]
-
-
-@dataclass(slots=True)
-class FRRow:
-    flavor: str
-    resource: str
-    nominal: Milli
-    borrowing_limit: Milli | None
-    lending_limit: Milli | None
-    used: Milli
-    borrowed: Milli
-    lent: Milli
+    return views.flavor_resources(state.cluster_queues[cq_name])
 
 
 @dataclass(slots=True)
@@ -73,89 +71,27 @@ def _cap(v: Milli | None) -> Milli | None:
 def queues(
     state: State, names: Iterable[str] | None = None, pending_counts: Mapping[str, int] | None = None
 ) -> list[QueueRow]:
-    """One row per ClusterQueue (`names`, default all). `pending_counts`: each queue's pending count, for a state
-    that does not hold every pending workload (`daemon.query.moment.PartialState`); default: counted in `state`."""
-    view = state.view()
-    tree = loaded_tree(state)
-    lent = _lent(tree)
+    """One row per ClusterQueue (`names`, default all), rendering `views.queues` (the figures /metrics and the
+    ClusterQueue status show). `pending_counts`: each queue's pending count, for a state that does not hold every
+    pending workload (`daemon.query.moment.PartialState`); default: counted in `state`."""
+    q = views.Queues.of(state)
+    tree = q.tree()
+    lent = views.lent_by(tree)
     rows: list[QueueRow] = []
-    for name in sorted(view.cluster_queues) if names is None else names:
-        cq = view.cluster_queues[name]
-        node = tree.cqs[name]
-        inactive = tree.inactive.get(name)
-        if inactive is not None:
-            status, message = "inactive", inactive.message
-        elif cq.stop_policy is not StopPolicy.NONE:
-            status, message = "stopped", f"stopPolicy {cq.stop_policy.value}"
-        else:
-            status, message = "active", None
-        row = QueueRow(
-            name=name,
-            cohort=cq.cohort,
-            status=status,
-            status_message=message,
-            pending=len(view.pending_by_cq.get(name, ())) if pending_counts is None else pending_counts.get(name, 0),
-            admitted=len(view.admitted_by_cq.get(name, {})),
-        )
-        for fr in flavor_resources(state, name):
-            limits = node.quotas[fr]
-            used = node.usage.get(fr, 0)
-            row.resources.append(
-                FRRow(
-                    flavor=fr[0],
-                    resource=fr[1],
-                    nominal=limits.nominal,
-                    borrowing_limit=_cap(limits.borrowing_limit),
-                    lending_limit=_cap(limits.lending_limit),
-                    used=used,
-                    borrowed=max(0, used - limits.nominal) if node.parent is not None else 0,
-                    lent=lent.get((name, fr), 0),
-                )
+    for name in sorted(state.cluster_queues) if names is None else names:
+        activity = q.activity(name)
+        rows.append(
+            QueueRow(
+                name=name,
+                cohort=state.cluster_queues[name].cohort,
+                status=activity.status,
+                status_message=activity.message,
+                pending=q.pending(name) if pending_counts is None else pending_counts.get(name, 0),
+                admitted=q.admitted(name),
+                resources=q.resources(name, tree, lent),
             )
-        rows.append(row)
+        )
     return rows
-
-
-def _lent(tree: QuotaTree) -> dict[tuple[str, FlavorResource], Milli]:
-    """Per ClusterQueue and (flavor, resource): its share of what others in its tree borrow.
-
-    Kueue does not attribute borrowing to lenders. Here the tree's borrowing beyond the cohorts' own quota is split
-    over the queues with unused, lendable nominal quota in proportion to that unused quota (exact when one queue
-    lends). Integer milli-units, rounded down.
-    """
-    out: dict[tuple[str, FlavorResource], Milli] = {}
-    by_root: dict[int, list[Node]] = {}
-    for node in tree.cqs.values():
-        if node.parent is not None:
-            by_root.setdefault(id(node.root()), []).append(node)
-    cohort_own: dict[int, dict[FlavorResource, Milli]] = {}
-    for co in tree.cohorts.values():
-        acc = cohort_own.setdefault(id(co.root()), {})
-        for fr, own in co.quotas.items():
-            acc[fr] = acc.get(fr, 0) + own.nominal
-    for root_id, members in by_root.items():
-        frs = {fr for n in members for fr in n.quotas}
-        for fr in frs:
-            borrowed = sum(max(0, n.usage.get(fr, 0) - n.quotas[fr].nominal) for n in members if fr in n.quotas)
-            borrowed = max(0, borrowed - cohort_own.get(root_id, {}).get(fr, 0))
-            if not borrowed:
-                continue
-            lendable: dict[str, Milli] = {}
-            for n in members:
-                lim = n.quotas.get(fr)
-                if lim is None:
-                    continue
-                free = max(0, lim.nominal - n.usage.get(fr, 0))
-                if lim.lending_limit is not None:
-                    free = min(free, lim.lending_limit)
-                if free:
-                    lendable[n.name] = free
-            total = sum(lendable.values())
-            if not total:
-                continue
-            for name, free in lendable.items():
-                out[(name, fr)] = min(free, borrowed * free // total)
-    return out
 
 
 @dataclass(slots=True)

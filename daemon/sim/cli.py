@@ -120,7 +120,7 @@ def _cmd_simulate_served(args: argparse.Namespace) -> int:
     """`--metrics-port`: serve /metrics from the simulation's log (a temporary one without --db) during the run."""
     if args.metrics_port is None:
         return _cmd_simulate(args)
-    from daemon.obs.metrics import LogMetrics, serve  # noqa: PLC0415  (only this option needs the server)
+    from daemon.metrics import LogMetrics, serve  # noqa: PLC0415  (only this option needs the server)
 
     with tempfile.TemporaryDirectory(prefix="admitd-sim-") as tmp:
         if args.db is None:

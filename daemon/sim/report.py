@@ -10,7 +10,8 @@ from typing import Any
 from daemon.domain.durations import format_seconds
 from daemon.domain.model import Millis
 from daemon.manifests.fields import printable
-from daemon.sim.run import JobOutcome, SimResult
+from daemon.sim.run import SimResult
+from daemon.views.jobs import JobOutcome
 
 
 def _seconds(ms: Millis) -> int | float:

@@ -14,14 +14,14 @@ import gc
 import heapq
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.domain import events as ev
 from daemon.domain.actuation import Action, Order
 from daemon.domain.admission import AdmissionEngine, EngineConfig
-from daemon.domain.model import Millis, PendingReason
+from daemon.domain.model import Millis
 from daemon.domain.podsready import WaitForPodsReady
 from daemon.domain.state import State
 from daemon.eventlog import EventStore
@@ -33,6 +33,8 @@ from daemon.stages.ingest import Ingest
 from daemon.stages.ports import Done, Inbox, Observed, Outcome
 from daemon.stages.recorder import SNAPSHOT_EVERY, Recorder
 from daemon.stages.runner import run_stepped
+from daemon.views.jobs import JobOutcome, Jobs
+from daemon.views.projection import Projection
 
 _CREATE, _FINISH, _CONFIG = 0, 1, 2
 
@@ -40,21 +42,6 @@ _ACTIVE, _INACTIVE = 4, 5  # a job's Workload's spec.active set to true / false 
 _READY = 3  # waitForPodsReady: a job's pods all became ready (simulate.admitd.io/ready-after)
 
 log = get_logger("admitd.sim")
-
-
-@dataclass(slots=True)
-class JobOutcome:
-    key: str
-    cluster_queue: str | None = None
-    admitted_at: list[Millis] = field(default_factory=list)
-    evicted_at: list[Millis] = field(default_factory=list)
-    finished_at: Millis | None = None
-    flavors: dict[str, dict[str, str]] | None = None
-    counts: dict[str, int] | None = None  # pods per pod set at the last admission (fewer with partial admission)
-    asked: dict[str, int] = field(default_factory=dict)  # pods per pod set the job asked for
-    pending_reason: PendingReason | None = None
-    running: bool = False
-    created_at: Millis = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -230,46 +217,7 @@ class SimulatedCluster:
         return Done()
 
 
-class _Outcomes:
-    """Each job's story for the report, kept up to date from the appended events."""
-
-    def __init__(self, state: State) -> None:
-        self.state = state
-        self.jobs: dict[str, JobOutcome] = {}
-        self.admitted = 0
-        self.finished = 0
-
-    def __call__(self, event: ev.Event, seq: int) -> None:
-        match event:
-            case ev.JobObserved(workload=wl):
-                out = self.jobs.setdefault(wl.key, JobOutcome(key=wl.key, created_at=wl.created_at))
-                out.asked = {ps.name: ps.count for ps in wl.pod_sets}
-                lq = self.state.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
-                if lq is not None and lq.cluster_queue in self.state.cluster_queues:
-                    out.cluster_queue = lq.cluster_queue
-            case ev.WorkloadAdmitted(workload=key, at=at, admission=adm):
-                out = self.jobs[key]
-                out.admitted_at.append(at)
-                out.cluster_queue = adm.cluster_queue
-                out.flavors = {ps.name: dict(ps.flavors) for ps in adm.pod_sets}
-                out.counts = {ps.name: ps.count for ps in adm.pod_sets}
-                out.running, out.pending_reason = True, None
-                self.admitted += 1
-            case ev.WorkloadEvicted(workload=key, at=at):
-                out = self.jobs[key]
-                out.evicted_at.append(at)
-                out.running = False
-            case ev.WorkloadPending(workload=key, reason=reason):
-                self.jobs[key].pending_reason = reason
-            case ev.JobFinished(job=key, at=at):
-                out = self.jobs[key]
-                out.finished_at, out.running = at, False
-                self.finished += 1
-            case _:
-                pass
-
-
-def _progress(clock: VirtualClock, cluster: SimulatedCluster, outcomes: _Outcomes, total: int) -> SimProgress:
+def _progress(clock: VirtualClock, cluster: SimulatedCluster, outcomes: Jobs, total: int) -> SimProgress:
     return SimProgress(
         now=clock.now(),
         created=cluster.created,
@@ -301,6 +249,7 @@ async def run_simulation(
     until: Millis | None = None,
     config: EngineConfig | None = None,
     progress: Callable[[SimProgress, bool], None] | None = None,
+    views: Callable[[State], Sequence[Projection]] | None = None,
 ) -> SimResult:
     """Run `scenario`; keep the event log at `db_path` if given (it must not exist yet), else in a temp file."""
     wall0 = time.perf_counter()
@@ -314,8 +263,10 @@ async def run_simulation(
         try:
             state = State()
             recorder = Recorder(store, state, clock, wait_durable=False, snapshot_every=SNAPSHOT_EVERY)
-            outcomes = _Outcomes(state)
-            recorder.listeners.append(outcomes)
+            outcomes = Jobs(state)  # each job's story for the report (daemon/views), fed live
+            recorder.projections.append(outcomes.apply)
+            for projection in views(state) if views is not None else ():
+                recorder.projections.append(projection.apply)  # the live feeder (daemon.views)
             config = config or EngineConfig()
             pods_ready = config.wait_for_pods_ready
             cluster = SimulatedCluster(scenario, clock, until, pods_ready=pods_ready)

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field, replace
 
 from daemon.domain import events as ev
 from daemon.domain.model import Millis, Workload
-from daemon.sim.run import JobOutcome, SimResult
+from daemon.sim.run import SimResult
 from daemon.sim.scenario import Scenario, SimJob
+from daemon.views.jobs import JobOutcome
 
 VIRTUAL_BEFORE_MS = 946_684_800_000  # as daemon.query.moment: a log starting before 2000-01-01 has virtual times
 

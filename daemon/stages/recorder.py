@@ -28,6 +28,7 @@ _CATCH_UP_EVERY = 256  # appends between two looks at the log by a non-waiting r
 _BACKLOG_MAX = 8 * _CATCH_UP_EVERY  # unwritten appends beyond which a non-waiting recorder waits for the oldest
 
 Listener = Callable[[Event, int], None]
+Projection = Callable[[Event, int], None]  # a `daemon.views` projection's `apply`: called before the state folds
 
 log = get_logger("admitd.recorder")
 
@@ -51,7 +52,10 @@ class Recorder:
         self.clock = clock
         self.wait_durable = wait_durable
         self.snapshot_every = snapshot_every
-        self.listeners: list[Listener] = []
+        self.listeners: list[Listener] = []  # told of each event after the state folded it
+        # `daemon.views` projections (their `apply`), the live feeder: each event before the state folds it, so that
+        # a projection reads the record as of the event, as it does when it follows the log (`views.follow`).
+        self.projections: list[Projection] = []
         self.appended = 0
         self._unawaited: dict[int, tuple[asyncio.Future[list[int]], int]] = {}  # first seq -> (future, count)
         self._snapshotting = False
@@ -71,8 +75,10 @@ class Recorder:
             await self.catch_up()
         first = self.store.expected_seq
         future = self.store.submit(items, recorded_at=self.clock.now())
-        apply, listeners = self.state.apply, self.listeners
+        apply, listeners, projections = self.state.apply, self.listeners, self.projections
         for offset, (event, _) in enumerate(items):
+            for project in projections:
+                project(event, first + offset)
             apply(event, first + offset)
             for listener in listeners:
                 listener(event, first + offset)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from daemon.sim.report import to_table
-from daemon.sim.run import JobOutcome, SimResult
+from daemon.sim.run import SimResult
+from daemon.views.jobs import JobOutcome
 from tests.integration.inprocess import Run, admitd
 from tests.integration.scenario_text import BASE, job
 

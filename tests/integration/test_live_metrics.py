@@ -20,14 +20,22 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from daemon import metrics
 from daemon.domain.events import Event, JobFinished, JobObserved, WorkloadAdmitted
 from daemon.eventlog import EventStore, LogReader, codec
 from daemon.eventlog.errors import AppendFailed
 from daemon.kube.errors import Temporary
 from daemon.kube.run import CountedCycles
 from daemon.kube.watch import Reflector, Resource
-from daemon.obs import metrics
-from daemon.obs.metrics import LIVE, LOCAL_QUEUE_FAMILIES, FoldedMetrics, LogMetrics, MetricsNotReady, Renderer, serve
+from daemon.metrics import (
+    LIVE,
+    LOCAL_QUEUE_FAMILIES,
+    FoldedMetrics,
+    LogMetrics,
+    MetricsNotReady,
+    Renderer,
+    serve,
+)
 from daemon.sim.run import run_simulation
 from daemon.sim.scenario import load_scenario
 from tests.integration.logtools import ROOT

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from daemon.domain.fairsharing import dominant_resource_share
 from daemon.domain.quota import QuotaTree
 from daemon.eventlog import LogReader
-from daemon.obs.metrics import FoldedMetrics, LogMetrics, Renderer
+from daemon.metrics import FoldedMetrics, LogMetrics, Renderer
 
 ROOT = Path(__file__).resolve().parents[2]
 

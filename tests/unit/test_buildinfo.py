@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon import buildinfo
-from daemon.obs import metrics
+from daemon import buildinfo, metrics
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,6 +70,13 @@ def test_the_build_info_gauge_carries_the_three_labels() -> None:
     try:
         labels = {"version": "9.9.9", "commit": "feedface", "python": "3.11.2"}
         assert metrics.LIVE.get_sample_value("admitd_build_info", labels) == 1.0
+        (kueue,) = [s for m in metrics.LIVE.collect() if m.name == "kueue_build_info" for s in m.samples]
+        assert (kueue.labels["git_version"], kueue.labels["git_commit"], kueue.labels["go_version"]) == (
+            "9.9.9",
+            "feedface",
+            "3.11.2",
+        )
     finally:
-        metrics.BUILD_INFO.remove("9.9.9", "feedface", "3.11.2")  # the registry is the process's
-    assert "admitd_build_info" in metrics.metric_names()
+        metrics.live.BUILD_INFO.remove("9.9.9", "feedface", "3.11.2")  # the registry is the process's
+        metrics.live.KUEUE_BUILD_INFO.clear()
+    assert {"admitd_build_info", "kueue_build_info", "process_cpu_seconds_total"} <= metrics.metric_names()

@@ -11,6 +11,7 @@ from daemon.domain.model import PendingReasonKind as K
 from daemon.domain.quota import QuotaTree
 from daemon.domain.state import State
 from daemon.kube import status_objects as so
+from daemon.views.queues import Queues
 from tests.unit.builders import World, cohort, cq, flavor, job, lq, namespace, running, world
 from tests.unit.test_admission import admitted, cycle, pending
 
@@ -83,20 +84,20 @@ def test_the_tree_says_why_with_kueues_reason_names() -> None:
 
 
 def test_a_cluster_queue_status_shows_the_engines_verdict() -> None:
+    """A ClusterQueue in a cohort cycle: inactive for the cycle, and so in its status (one definition,
+    `views.queues.Queues.activity`)."""
+    w = setup(cohort("x").parent("y"), cohort("y").parent("x"), cq("a").cohort("x").flavor("h100", gpu=8))
     counts = so.QueueCounts(pending=1, reserving=0, usage={})
-    status = so.cluster_queue_status(
-        cq("a").flavor("h100", gpu=8).obj(),
-        counts,
-        [],
-        None,
-        "2026-12-02T00:00:00Z",
-        inactive=("CohortCycleDetected", "cohort x is in a cohort cycle"),
-    )
+    a = Queues.of(w.state).activity("a")
+    queue = w.state.cluster_queues["a"]
+    status = so.cluster_queue_status(queue, counts, (a.active, a.reason, a.condition), None, "2026-12-02T00:00:00Z")
     (active,) = status["conditions"]
     assert (active["status"], active["reason"]) == ("False", "CohortCycleDetected")
     assert active["message"] == "Can't admit new workloads: cohort x is in a cohort cycle"
-    fine = so.cluster_queue_status(cq("a").flavor("h100", gpu=8).obj(), counts, [], None, "2026-12-02T00:00:00Z")
-    assert fine["conditions"][0]["status"] == "True"
+    fine = setup(cq("a").flavor("h100", gpu=8))
+    b = Queues.of(fine.state).activity("a")
+    ok = so.cluster_queue_status(queue, counts, (b.active, b.reason, b.condition), None, "2026-12-02T00:00:00Z")
+    assert ok["conditions"][0]["status"] == "True"
 
 
 def test_a_never_valid_object_gets_an_inactive_condition_naming_the_field() -> None:

@@ -24,6 +24,7 @@ from daemon.domain.model import (
     PendingReasonKind,
     PodSet,
     PodSetAssignment,
+    ResourceFlavor,
     ResourceGroup,
     ResourceQuota,
     StopPolicy,
@@ -35,6 +36,7 @@ from daemon.kube import status_objects as so
 from daemon.kube.client import KubeClient
 from daemon.kube.errors import Temporary
 from daemon.kube.status import StatusWriter
+from daemon.views.queues import Queues
 
 GPU = "nvidia.com/gpu"
 T0, T1, T2 = "2026-12-01T03:00:00Z", "2026-12-01T03:01:00Z", "2026-12-01T03:02:00Z"
@@ -270,6 +272,8 @@ def test_a_finished_workload_keeps_its_admission_and_says_how_it_ended() -> None
 
 # --- queues ---------------------------------------------------------------------------------------------------
 
+READY = (True, "Ready", "Can admit new workloads")
+
 
 def cluster_queue(stop: StopPolicy = StopPolicy.NONE) -> ClusterQueue:
     return ClusterQueue(
@@ -290,7 +294,7 @@ def cluster_queue(stop: StopPolicy = StopPolicy.NONE) -> ClusterQueue:
 
 def test_cluster_queue_status_counts_and_lists_every_flavor_with_what_it_borrows() -> None:
     counts = so.QueueCounts(pending=3, reserving=2, usage={("h100", GPU): 12000})
-    status = so.cluster_queue_status(cluster_queue(), counts, [], None, T0)
+    status = so.cluster_queue_status(cluster_queue(), counts, READY, None, T0)
     assert (status["pendingWorkloads"], status["reservingWorkloads"], status["admittedWorkloads"]) == (3, 2, 2)
     assert status["flavorsReservation"] == [
         {"name": "h100", "resources": [{"name": GPU, "total": "12", "borrowed": "4"}]},
@@ -307,9 +311,19 @@ def test_cluster_queue_status_counts_and_lists_every_flavor_with_what_it_borrows
     ],
 )
 def test_an_inactive_cluster_queue_says_why(stop: StopPolicy, missing: list[str], reason: str) -> None:
+    """The Active condition renders the queue's activity (`views.queues`), as the writer does."""
+    state = State()
+    for name in {"h100", "a100"} - set(missing):
+        state.apply(ev.ResourceFlavorObserved(flavor=ResourceFlavor(name=name)))
+    state.apply(ev.ClusterQueueObserved(cluster_queue=cluster_queue(stop)))
+    a = Queues.of(state).activity("team-research")
     counts = so.QueueCounts(pending=0, reserving=0, usage={})
-    status = so.cluster_queue_status(cluster_queue(stop), counts, missing, None, T0)
+    status = so.cluster_queue_status(cluster_queue(stop), counts, (a.active, a.reason, a.condition), None, T0)
     assert conds(status)["Active"] == ("False", reason, T0)
+    if missing:
+        assert status["conditions"][0]["message"] == (
+            "Can't admit new workloads: references missing ResourceFlavor(s): a100"
+        )
 
 
 def test_local_queue_status_without_its_cluster_queue_is_inactive_and_has_no_borrowed_field() -> None:
@@ -323,9 +337,9 @@ def test_local_queue_status_without_its_cluster_queue_is_inactive_and_has_no_bor
 
 def test_an_unchanged_queue_builds_an_equal_status_so_nothing_is_written() -> None:
     counts = so.QueueCounts(pending=3, reserving=2, usage={("h100", GPU): 12000})
-    first = so.cluster_queue_status(cluster_queue(), counts, [], None, T0)
+    first = so.cluster_queue_status(cluster_queue(), counts, READY, None, T0)
     read_back = so.queue_status_view({**first, "fairSharing": {"weightedShare": 0}})
-    assert so.cluster_queue_status(cluster_queue(), counts, [], read_back, T1) == read_back
+    assert so.cluster_queue_status(cluster_queue(), counts, READY, read_back, T1) == read_back
 
 
 # --- Events ---------------------------------------------------------------------------------------------------
@@ -401,6 +415,7 @@ def writer(*, workload_objects: bool = False) -> tuple[StatusWriter, State]:
 
 def feed(w: StatusWriter, state: State, *events: ev.Event) -> None:
     for i, e in enumerate(events, start=state.seq + 1):
+        w.queues.apply(e, i)  # the projection first, as the Recorder feeds it
         state.apply(e, i)
         w.listener(e, i)
 
