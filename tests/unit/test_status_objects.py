@@ -798,14 +798,14 @@ IGNORED = ("ClusterQueue team-research: spec.admissionChecksStrategy is not impl
 
 def test_a_queue_with_ignored_fields_says_so_in_a_condition_until_a_version_without_them() -> None:
     counts = so.QueueCounts(pending=0, reserving=0, usage={})
-    warned = so.cluster_queue_status(cluster_queue(), counts, [], None, T0, warnings=IGNORED)
+    warned = so.cluster_queue_status(cluster_queue(), counts, READY, None, T0, warnings=IGNORED)
     cond = next(c for c in warned["conditions"] if c["type"] == "admitd.io/IgnoredSpec")
     assert (cond["status"], cond["reason"]) == ("True", "IgnoredSpec")
     assert cond["message"] == f"admitd accepts this ClusterQueue but ignores part of it: {IGNORED[0]}"
     assert conds(warned)["Active"] == ("True", "Ready", T0), "it is enforced, all but the named fields"
-    mended = so.cluster_queue_status(cluster_queue(), counts, [], warned, T1)
+    mended = so.cluster_queue_status(cluster_queue(), counts, READY, warned, T1)
     assert conds(mended)["admitd.io/IgnoredSpec"] == ("False", "Enforced", T1)
-    never = so.cluster_queue_status(cluster_queue(), counts, [], None, T0)
+    never = so.cluster_queue_status(cluster_queue(), counts, READY, None, T0)
     assert "admitd.io/IgnoredSpec" not in conds(never)
     lq = LocalQueue(namespace="research", name="q", cluster_queue="team-research")
     lq_status = so.local_queue_status(lq, cluster_queue(), True, counts, None, T0, warnings=("LocalQueue x: y",))
