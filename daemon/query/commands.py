@@ -19,6 +19,7 @@ from daemon.eventlog import LogReader
 from daemon.eventlog.codec import encode_json
 from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
+from daemon.query import ledger as ledger_mod
 from daemon.query.listing import (
     pending_json,
     pending_seqs,
@@ -116,6 +117,19 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return _run(args, answer)
 
 
+def _cmd_preemptions(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        start = ledger_mod.since_ms(args.since, clock, _now_ms())
+        body = ledger_mod.preemptions_json(reader, clock, start_ms=start, queue=args.queue)
+        if args.json:
+            _emit(body)
+        else:
+            print(ledger_mod.preemptions_text(body))
+        return 0
+
+    return _run(args, answer)
+
+
 _RELATIVE = re.compile(r"^-(\d+(\.\d+)?(ms|s|m|h|d)?)+$")
 
 _TIME_HELP = (
@@ -147,7 +161,18 @@ def add_query_parsers(sub: Any, *, db_default: Path, db_help: str) -> None:
     which.add_argument("--at", metavar="TIME", help=_TIME_HELP)
     which.add_argument("--seq", type=_positive, metavar="N", help="the state right after event N")
     replay.set_defaults(func=_cmd_replay)
-    for p in (explain, history, queues, pending, replay):
+    preemptions = sub.add_parser(
+        "preemptions", help="who preempted whom, under which rule, at which Cohort level, the work lost, the rerun"
+    )
+    preemptions.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="a duration back from now (7d, 12h; on a simulated log from its end) or a time as --at takes; "
+        "default: the whole log",
+    )
+    preemptions.add_argument("--queue", metavar="CLUSTERQUEUE", help="only preemptions of or by this ClusterQueue")
+    preemptions.set_defaults(func=_cmd_preemptions)
+    for p in (explain, history, queues, pending, replay, preemptions):
         # So that `--at -2h` reads as a value, as argparse already does for negative numbers (private, but stable
         # since Python 3.2; the alternative, `--at=-2h`, works too).
         p._negative_number_matcher = _RELATIVE
