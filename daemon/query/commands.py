@@ -20,6 +20,7 @@ from daemon.eventlog.codec import encode_json
 from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
 from daemon.query import ledger as ledger_mod
+from daemon.query import usage as usage_mod
 from daemon.query.listing import (
     pending_json,
     pending_seqs,
@@ -130,6 +131,19 @@ def _cmd_preemptions(args: argparse.Namespace) -> int:
     return _run(args, answer)
 
 
+def _cmd_usage(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        start = ledger_mod.since_ms(args.since, clock, _now_ms())
+        body = usage_mod.usage_json(reader, clock, start_ms=start, by=args.by)
+        if args.json:
+            _emit(body)
+        else:
+            print(usage_mod.usage_text(body))
+        return 0
+
+    return _run(args, answer)
+
+
 _RELATIVE = re.compile(r"^-(\d+(\.\d+)?(ms|s|m|h|d)?)+$")
 
 _TIME_HELP = (
@@ -164,15 +178,20 @@ def add_query_parsers(sub: Any, *, db_default: Path, db_help: str) -> None:
     preemptions = sub.add_parser(
         "preemptions", help="who preempted whom, under which rule, at which Cohort level, the work lost, the rerun"
     )
-    preemptions.add_argument(
-        "--since",
-        metavar="WHEN",
-        help="a duration back from now (7d, 12h; on a simulated log from its end) or a time as --at takes; "
-        "default: the whole log",
+    preemptions_since_help = (
+        "a duration back from now (7d, 12h; on a simulated log from its end) or a time as --at takes; "
+        "default: the whole log"
     )
+    preemptions.add_argument("--since", metavar="WHEN", help=preemptions_since_help)
     preemptions.add_argument("--queue", metavar="CLUSTERQUEUE", help="only preemptions of or by this ClusterQueue")
     preemptions.set_defaults(func=_cmd_preemptions)
-    for p in (explain, history, queues, pending, replay, preemptions):
+    usage = sub.add_parser(
+        "usage", help="GPU-hours and pod-hours used, borrowed and lent, per ClusterQueue, LocalQueue or namespace"
+    )
+    usage.add_argument("--since", metavar="WHEN", help=preemptions_since_help)
+    usage.add_argument("--by", choices=usage_mod.GROUPINGS, default="clusterqueue", help="default: clusterqueue")
+    usage.set_defaults(func=_cmd_usage)
+    for p in (explain, history, queues, pending, replay, preemptions, usage):
         # So that `--at -2h` reads as a value, as argparse already does for negative numbers (private, but stable
         # since Python 3.2; the alternative, `--at=-2h`, works too).
         p._negative_number_matcher = _RELATIVE
