@@ -128,31 +128,48 @@ def preemptions_json(reader: LogReader, clock: Clock, *, start_ms: int, queue: s
     }
 
 
+def table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Left-aligned columns as wide as their widest cell (as `admitd queues` prints)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
 def preemptions_text(body: dict[str, Any]) -> str:
     rows = body["preemptions"]
     lines = [f"preemptions from {body['since']} to {body['until']}: {len(rows)}"]
     if rows:
-        lines.append(
-            f"{'SEQ':>7}  {'AT':<24}  {'VICTIM':<28}  {'BY':<28}  {'RULE':<30}  {'LEVEL':<14}  "
-            f"{'POD-H':>8}  {'GPU-H':>8}  RERUN"
-        )
+        cells = [("SEQ", "AT", "VICTIM", "BY", "RULE", "WHERE", "LOST POD-H", "LOST GPU-H", "RERUN AFTER")]
         for r in rows:
-            level = "ClusterQueue" if r["level"] == 0 else f"{r['cohort']} ({r['level']})"
+            where = "ClusterQueue" if r["level"] == 0 else f"{r['cohort']} (level {r['level']})"
             rerun = "-" if r["rerunAfterSeconds"] is None else f"{r['rerunAfterSeconds']:g}s"
-            lines.append(
-                f"{r['seq']:>7}  {r['at']:<24}  {r['victim']:<28}  {r['preemptor'] or '-':<28}  {r['rule']:<30}  "
-                f"{level:<14}  {r['lostPodHours']:>8.3f}  {r['lostGpuHours']:>8.3f}  {rerun}"
+            cells.append(
+                (
+                    str(r["seq"]),
+                    r["at"],
+                    r["victim"],
+                    r["preemptor"] or "-",
+                    r["rule"],
+                    where,
+                    f"{r['lostPodHours']:.3f}",
+                    f"{r['lostGpuHours']:.3f}",
+                    rerun,
+                )
             )
+        lines += table(cells)
     if body["clusterQueues"]:
-        lines.append("")
-        lines.append(
-            f"{'CLUSTERQUEUE':<24}  {'PREEMPTED':>9}  {'PREEMPTING':>10}  {'LOST POD-H':>10}  {'LOST GPU-H':>10}  "
-            f"{'RERUN P50':>9}  NOT RERUN"
-        )
+        cells = [("CLUSTERQUEUE", "PREEMPTED", "PREEMPTING", "LOST POD-H", "LOST GPU-H", "RERUN P50", "NOT RERUN")]
         for q, t in body["clusterQueues"].items():
             p50 = "-" if t["rerunMedianSeconds"] is None else f"{t['rerunMedianSeconds']:g}s"
-            lines.append(
-                f"{q:<24}  {t['preempted']:>9}  {t['preempting']:>10}  {t['lostPodHours']:>10.3f}  "
-                f"{t['lostGpuHours']:>10.3f}  {p50:>9}  {t['notRerun']}"
+            cells.append(
+                (
+                    q,
+                    str(t["preempted"]),
+                    str(t["preempting"]),
+                    f"{t['lostPodHours']:.3f}",
+                    f"{t['lostGpuHours']:.3f}",
+                    p50,
+                    str(t["notRerun"]),
+                )
             )
+        lines += ["", *table(cells)]
     return "\n".join(lines)

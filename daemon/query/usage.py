@@ -10,7 +10,7 @@ from typing import Any
 
 from daemon.domain.state import State
 from daemon.eventlog import LogReader
-from daemon.query.ledger import GPU_RESOURCES, MS_PER_HOUR
+from daemon.query.ledger import GPU_RESOURCES, MS_PER_HOUR, table
 from daemon.query.moment import Clock, state_at
 from daemon.views.follow import Following
 from daemon.views.usage import Acc, Usage
@@ -67,19 +67,19 @@ def usage_json(reader: LogReader, clock: Clock, *, start_ms: int, by: str = "clu
 
 def usage_text(body: dict[str, Any]) -> str:
     by = body["by"]
-    lines = [f"usage by {by} from {body['since']} to {body['until']} (hours)"]
-    resources = sorted({r for row in body["usage"].values() for r in row["used"]})
-    head = f"{by.upper():<32}  {'GPU-H':>9}  {'POD-H':>9}"
-    head += "".join(f"  {r[:16].upper():>16}" for r in resources)
+    resources = sorted({r for row in body["usage"].values() for r in row["used"]} - set(GPU_RESOURCES))
+    head: tuple[str, ...] = (by.upper(), "GPU-H", "POD-H", *(f"{r} H" for r in resources))
     if by == "clusterqueue":
-        head += f"  {'BORROWED GPU-H':>14}  {'LENT GPU-H':>10}  BORROWED / LENT"
-    lines.append(head)
+        head += ("BORROWED GPU-H", "LENT GPU-H")
+    cells = [head]
     for g, row in body["usage"].items():
-        line = f"{g:<32}  {row['gpuHours']:>9.3f}  {row['podHours']:>9.3f}"
-        line += "".join(f"  {row['used'].get(r, 0):>16.3f}" for r in resources)
+        line: tuple[str, ...] = (
+            g,
+            f"{row['gpuHours']:.3f}",
+            f"{row['podHours']:.3f}",
+            *(f"{row['used'].get(r, 0):.3f}" for r in resources),
+        )
         if by == "clusterqueue":
-            b = ", ".join(f"{r} {v:g}" for r, v in row["borrowed"].items()) or "-"
-            le = ", ".join(f"{r} {v:g}" for r, v in row["lent"].items()) or "-"
-            line += f"  {row['borrowedGpuHours']:>14.3f}  {row['lentGpuHours']:>10.3f}  {b} / {le}"
-        lines.append(line)
-    return "\n".join(lines)
+            line += (f"{row['borrowedGpuHours']:.3f}", f"{row['lentGpuHours']:.3f}")
+        cells.append(line)
+    return "\n".join([f"usage by {by} from {body['since']} to {body['until']}, in hours", *table(cells)])
