@@ -37,7 +37,7 @@ def since_ms(text: str | None, clock: Clock, now_ms: int) -> int:
 def ledger_since(reader: LogReader, start_ms: int) -> Preemptions:
     """The ledger from the last event before `start_ms` to the log's end (filter on `at` for the window)."""
     seq = reader.seq_at(start_ms - 1)
-    state = state_at(reader, seq) if seq > 0 else State()
+    state = state_at(reader, seq) if seq > 0 else State(pending_indexes=False)
     ledger = Preemptions(state)
     for key, rec in state.workloads.items():
         # Runs that began before the window: counted from their admission (see the module's docstring).

@@ -20,7 +20,7 @@ GROUPINGS = ("clusterqueue", "localqueue", "namespace")
 
 def usage_since(reader: LogReader, start_ms: int) -> Usage:
     seq = reader.seq_at(start_ms - 1)
-    state = state_at(reader, seq) if seq > 0 else State()
+    state = state_at(reader, seq) if seq > 0 else State(pending_indexes=False)
     usage = Usage(state, start_ms)
     Following(state, (usage,)).follow(reader)
     return usage
