@@ -17,6 +17,7 @@ from typing import Any
 from daemon.cliargs import whole_number
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import encode_json
+from daemon.query import eta as eta_mod
 from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
 from daemon.query import ledger as ledger_mod
@@ -131,6 +132,18 @@ def _cmd_preemptions(args: argparse.Namespace) -> int:
     return _run(args, answer)
 
 
+def _cmd_eta(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        body = eta_mod.eta_json(reader, clock, queue=args.queue)
+        if args.json:
+            _emit(body)
+        else:
+            print(eta_mod.eta_text(body))
+        return 0
+
+    return _run(args, answer)
+
+
 def _cmd_usage(args: argparse.Namespace) -> int:
     def answer(reader: LogReader, clock: Clock) -> int:
         start = ledger_mod.since_ms(args.since, clock, _now_ms())
@@ -191,7 +204,10 @@ def add_query_parsers(sub: Any, *, db_default: Path, db_help: str) -> None:
     usage.add_argument("--since", metavar="WHEN", help=preemptions_since_help)
     usage.add_argument("--by", choices=usage_mod.GROUPINGS, default="clusterqueue", help="default: clusterqueue")
     usage.set_defaults(func=_cmd_usage)
-    for p in (explain, history, queues, pending, replay, preemptions, usage):
+    eta = sub.add_parser("eta", help="when each pending workload is estimated to start (p50, p90), from recorded runs")
+    eta.add_argument("--queue", metavar="CLUSTERQUEUE", help="only the workloads pending in this ClusterQueue")
+    eta.set_defaults(func=_cmd_eta)
+    for p in (explain, history, queues, pending, replay, preemptions, usage, eta):
         # So that `--at -2h` reads as a value, as argparse already does for negative numbers (private, but stable
         # since Python 3.2; the alternative, `--at=-2h`, works too).
         p._negative_number_matcher = _RELATIVE

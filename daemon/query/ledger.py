@@ -138,7 +138,9 @@ def preemptions_text(body: dict[str, Any]) -> str:
     rows = body["preemptions"]
     lines = [f"preemptions from {body['since']} to {body['until']}: {len(rows)}"]
     if rows:
-        cells = [("SEQ", "AT", "VICTIM", "BY", "RULE", "WHERE", "LOST POD-H", "LOST GPU-H", "RERUN AFTER")]
+        cells: list[tuple[str, ...]] = [
+            ("SEQ", "AT", "VICTIM", "BY", "RULE", "WHERE", "LOST POD-H", "LOST GPU-H", "RERUN AFTER")
+        ]
         for r in rows:
             where = "ClusterQueue" if r["level"] == 0 else f"{r['cohort']} (level {r['level']})"
             rerun = "-" if r["rerunAfterSeconds"] is None else f"{r['rerunAfterSeconds']:g}s"
@@ -157,7 +159,9 @@ def preemptions_text(body: dict[str, Any]) -> str:
             )
         lines += table(cells)
     if body["clusterQueues"]:
-        cells = [("CLUSTERQUEUE", "PREEMPTED", "PREEMPTING", "LOST POD-H", "LOST GPU-H", "RERUN P50", "NOT RERUN")]
+        cells = [
+            ("CLUSTERQUEUE", "PREEMPTED", "PREEMPTING", "LOST POD-H", "LOST GPU-H", "RERUN P50", "NOT RERUN")
+        ]
         for q, t in body["clusterQueues"].items():
             p50 = "-" if t["rerunMedianSeconds"] is None else f"{t['rerunMedianSeconds']:g}s"
             cells.append(
