@@ -22,10 +22,11 @@ import bisect
 import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from daemon.domain import events as ev
 from daemon.domain.admission import AdmissionEngine, EngineConfig
-from daemon.domain.model import Millis, Workload
+from daemon.domain.model import Admission, Millis, PendingReason, PendingReasonKind, Workload
 from daemon.domain.state import Phase, State
 
 Shape = tuple[tuple[str, int, tuple[tuple[str, int], ...]], ...]
@@ -130,3 +131,61 @@ def estimates(
     config: EngineConfig | None = None,
 ) -> Mapping[float, dict[str, Millis | None]]:
     return {q: estimate(state, now, durations, q, config=config) for q in quantiles}
+
+
+NEVER = (PendingReasonKind.EXCEEDS_MAX_QUOTA, PendingReasonKind.NO_MATCHING_FLAVOR)
+"""Reasons that no amount of waiting changes (as `explain`'s verdict never-fits)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DryRun:
+    """What would happen to a workload submitted at `now` (nothing is written anywhere)."""
+
+    workload: str
+    admitted_now: Admission | None  # admitted by the cycles at `now`
+    would_preempt: tuple[str, ...]  # the victims it would preempt at `now` (for its admission now or later)
+    reason: PendingReason | None  # why it would wait, after the cycles at `now`
+    never: bool  # its reason is one waiting does not change
+    starts: Mapping[float, Millis | None]  # per quantile; None: not within the forward run
+
+
+def dry_run(
+    state: State,
+    now: Millis,
+    durations: Durations,
+    workload: Workload,
+    quantiles: Iterable[float] = (0.5, 0.9),
+    *,
+    config: EngineConfig | None = None,
+) -> DryRun:
+    """`workload` observed at `now` in a copy of `state`: the cycles at `now` (what they admit or preempt for it,
+    or its reason), then its estimated start per quantile."""
+    world = State.from_snapshot(state.to_snapshot())
+    world.apply(ev.JobObserved(workload=workload))
+    key = workload.key
+    engine = AdmissionEngine(config or EngineConfig())
+    admitted: Admission | None = None
+    victims: list[str] = []
+    for _ in range(MAX_CYCLES):
+        decisions = engine.decide(world.view(), now)
+        for d in decisions:
+            world.apply(d)
+            if isinstance(d, ev.WorkloadAdmitted) and d.workload == key:
+                admitted = d.admission
+            elif isinstance(d, ev.WorkloadPreempted) and d.preemptor == key:
+                victims.append(d.workload)
+        if not any(isinstance(d, ev.WorkloadAdmitted | ev.WorkloadPreempted) for d in decisions):
+            break
+    rec = world.workloads.get(key)
+    reason = rec.last_reason if rec is not None and admitted is None else None
+    with_it = State.from_snapshot(state.to_snapshot())
+    with_it.apply(ev.JobObserved(workload=workload))
+    starts = {q: estimate(with_it, now, durations, q, config=config).get(key) for q in quantiles}
+    return DryRun(
+        workload=key,
+        admitted_now=admitted,
+        would_preempt=tuple(victims),
+        reason=reason,
+        never=reason is not None and reason.kind in NEVER,
+        starts=starts,
+    )

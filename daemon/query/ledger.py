@@ -159,9 +159,7 @@ def preemptions_text(body: dict[str, Any]) -> str:
             )
         lines += table(cells)
     if body["clusterQueues"]:
-        cells = [
-            ("CLUSTERQUEUE", "PREEMPTED", "PREEMPTING", "LOST POD-H", "LOST GPU-H", "RERUN P50", "NOT RERUN")
-        ]
+        cells = [("CLUSTERQUEUE", "PREEMPTED", "PREEMPTING", "LOST POD-H", "LOST GPU-H", "RERUN P50", "NOT RERUN")]
         for q, t in body["clusterQueues"].items():
             p50 = "-" if t["rerunMedianSeconds"] is None else f"{t['rerunMedianSeconds']:g}s"
             cells.append(
