@@ -31,7 +31,7 @@ from daemon.query.listing import (
     queues_text,
     replay_json,
 )
-from daemon.query.moment import Clock, Moment, QueryError, clock_of, resolve, state_at
+from daemon.query.moment import Clock, Moment, QueryError, clock_of, parse_duration_ms, resolve, state_at
 
 
 def _now_ms() -> int:
@@ -144,6 +144,18 @@ def _cmd_eta(args: argparse.Namespace) -> int:
     return _run(args, answer)
 
 
+def _cmd_eta_report(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        body = eta_mod.eta_report_json(reader, clock, every_ms=parse_duration_ms(args.every), by=args.by)
+        if args.json:
+            _emit(body)
+        else:
+            print(eta_mod.eta_report_text(body))
+        return 0
+
+    return _run(args, answer)
+
+
 def _cmd_usage(args: argparse.Namespace) -> int:
     def answer(reader: LogReader, clock: Clock) -> int:
         start = ledger_mod.since_ms(args.since, clock, _now_ms())
@@ -207,7 +219,13 @@ def add_query_parsers(sub: Any, *, db_default: Path, db_help: str) -> None:
     eta = sub.add_parser("eta", help="when each pending workload is estimated to start (p50, p90), from recorded runs")
     eta.add_argument("--queue", metavar="CLUSTERQUEUE", help="only the workloads pending in this ClusterQueue")
     eta.set_defaults(func=_cmd_eta)
-    for p in (explain, history, queues, pending, replay, preemptions, usage, eta):
+    eta_report = sub.add_parser(
+        "eta-report", help="back-test: the estimates eta would have given through the log, against the actual starts"
+    )
+    eta_report.add_argument("--every", default="5m", metavar="DURATION", help="one moment per DURATION (default 5m)")
+    eta_report.add_argument("--by", choices=("clusterqueue", "priorityclass"), default="clusterqueue")
+    eta_report.set_defaults(func=_cmd_eta_report)
+    for p in (explain, history, queues, pending, replay, preemptions, usage, eta, eta_report):
         # So that `--at -2h` reads as a value, as argparse already does for negative numbers (private, but stable
         # since Python 3.2; the alternative, `--at=-2h`, works too).
         p._negative_number_matcher = _RELATIVE

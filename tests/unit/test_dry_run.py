@@ -117,3 +117,20 @@ def test_nothing_is_written_and_bad_input_is_one_line(tmp_path: Path) -> None:
         text=True,
     )
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+
+
+def test_eta_report_scores_the_estimates_of_a_known_history(tmp_path: Path) -> None:
+    """a, b, c (8 GPUs, 10 minutes each) one after the other: at 5m nothing has finished (b and c: unknown); at 10m
+    and 15m c is estimated to start at 20m from a's recorded 10 minutes, and it does: error 0, inside p10-p90."""
+    scenario = tmp_path / "three.yaml"
+    jobs = [_job(n, 8, at=f"{i}s", runtime="10m") for i, n in enumerate("abc")]
+    scenario.write_text(SCENARIO + "---\n" + "---\n".join(jobs))
+    db = tmp_path / "three.db"
+    subprocess.run([*ADMITD, "simulate", str(scenario), "--db", str(db)], check=True, capture_output=True)
+    out = subprocess.run(
+        [*ADMITD, "eta-report", "--db", str(db), "--every", "5m", "--json"], check=True, capture_output=True, text=True
+    )
+    body = json.loads(out.stdout)
+    assert (body["estimates_made"], body["unknown"], body["not_started_by_the_end"]) == (4, 2, 0)
+    assert body["scores"]["lab"] == {"estimates": 2, "median_abs_error_seconds": 0.0, "inside_p10_p90": 1.0}
+    assert body["scores"]["all"] == body["scores"]["lab"]
