@@ -108,7 +108,7 @@ def eta_report_json(reader: LogReader, clock: Clock, *, every_ms: int, by: str =
     runtimes = Runtimes(state)
     starts = _Starts()
     following = Following(state, (runtimes, starts))
-    samples: list[tuple[int, str, str | None, dict[float, int | None]]] = []  # (t, job, cluster queue, estimates)
+    samples: list[tuple[int, str, str | None, dict[float, int | None]]] = []  # (t, job, its group, estimates)
     t = clock.first_ms + every_ms
     while t <= clock.last_ms:
         target = reader.seq_at(t)
@@ -117,15 +117,12 @@ def eta_report_json(reader: LogReader, clock: Clock, *, every_ms: int, by: str =
         found = estimates(state, t, runtimes.durations, REPORT_QUANTILES)
         for key, rec in state.workloads.items():
             if rec.phase is Phase.PENDING:
-                lq = state.local_queues.get(f"{rec.workload.namespace}/{rec.workload.queue_name}")
-                samples.append(
-                    (
-                        t,
-                        key,
-                        lq.cluster_queue if lq is not None else None,
-                        {q: found[q].get(key) for q in REPORT_QUANTILES},
-                    )
-                )
+                if by == "priorityclass":
+                    group = rec.workload.priority_class or rec.workload.pod_priority_class
+                else:
+                    lq = state.local_queues.get(f"{rec.workload.namespace}/{rec.workload.queue_name}")
+                    group = lq.cluster_queue if lq is not None else None
+                samples.append((t, key, group, {q: found[q].get(key) for q in REPORT_QUANTILES}))
         t += every_ms
     following.follow(reader)
     groups: dict[str, list[tuple[int, bool]]] = {}
