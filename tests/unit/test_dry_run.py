@@ -134,3 +134,10 @@ def test_eta_report_scores_the_estimates_of_a_known_history(tmp_path: Path) -> N
     assert (body["estimates_made"], body["unknown"], body["not_started_by_the_end"]) == (4, 2, 0)
     assert body["scores"]["lab"] == {"estimates": 2, "median_abs_error_seconds": 0.0, "inside_p10_p90": 1.0}
     assert body["scores"]["all"] == body["scores"]["lab"]
+    by_class = subprocess.run(
+        [*ADMITD, "eta-report", "--db", str(db), "--every", "5m", "--by", "priorityclass", "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert set(json.loads(by_class.stdout)["scores"]) == {"-", "all"}  # the jobs name no priority class
