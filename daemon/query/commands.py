@@ -17,8 +17,11 @@ from typing import Any
 from daemon.cliargs import whole_number
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import encode_json
+from daemon.query import eta as eta_mod
 from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
+from daemon.query import ledger as ledger_mod
+from daemon.query import usage as usage_mod
 from daemon.query.listing import (
     pending_json,
     pending_seqs,
@@ -28,7 +31,7 @@ from daemon.query.listing import (
     queues_text,
     replay_json,
 )
-from daemon.query.moment import Clock, Moment, QueryError, clock_of, resolve, state_at
+from daemon.query.moment import Clock, Moment, QueryError, clock_of, parse_duration_ms, resolve, state_at
 
 
 def _now_ms() -> int:
@@ -116,6 +119,56 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return _run(args, answer)
 
 
+def _cmd_preemptions(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        start = ledger_mod.since_ms(args.since, clock, _now_ms())
+        body = ledger_mod.preemptions_json(reader, clock, start_ms=start, queue=args.queue)
+        if args.json:
+            _emit(body)
+        else:
+            print(ledger_mod.preemptions_text(body))
+        return 0
+
+    return _run(args, answer)
+
+
+def _cmd_eta(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        body = eta_mod.eta_json(reader, clock, queue=args.queue)
+        if args.json:
+            _emit(body)
+        else:
+            print(eta_mod.eta_text(body))
+        return 0
+
+    return _run(args, answer)
+
+
+def _cmd_eta_report(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        body = eta_mod.eta_report_json(reader, clock, every_ms=parse_duration_ms(args.every), by=args.by)
+        if args.json:
+            _emit(body)
+        else:
+            print(eta_mod.eta_report_text(body))
+        return 0
+
+    return _run(args, answer)
+
+
+def _cmd_usage(args: argparse.Namespace) -> int:
+    def answer(reader: LogReader, clock: Clock) -> int:
+        start = ledger_mod.since_ms(args.since, clock, _now_ms())
+        body = usage_mod.usage_json(reader, clock, start_ms=start, by=args.by)
+        if args.json:
+            _emit(body)
+        else:
+            print(usage_mod.usage_text(body))
+        return 0
+
+    return _run(args, answer)
+
+
 _RELATIVE = re.compile(r"^-(\d+(\.\d+)?(ms|s|m|h|d)?)+$")
 
 _TIME_HELP = (
@@ -147,7 +200,32 @@ def add_query_parsers(sub: Any, *, db_default: Path, db_help: str) -> None:
     which.add_argument("--at", metavar="TIME", help=_TIME_HELP)
     which.add_argument("--seq", type=_positive, metavar="N", help="the state right after event N")
     replay.set_defaults(func=_cmd_replay)
-    for p in (explain, history, queues, pending, replay):
+    preemptions = sub.add_parser(
+        "preemptions", help="who preempted whom, under which rule, at which Cohort level, the work lost, the rerun"
+    )
+    preemptions_since_help = (
+        "a duration back from now (7d, 12h; on a simulated log from its end) or a time as --at takes; "
+        "default: the whole log"
+    )
+    preemptions.add_argument("--since", metavar="WHEN", help=preemptions_since_help)
+    preemptions.add_argument("--queue", metavar="CLUSTERQUEUE", help="only preemptions of or by this ClusterQueue")
+    preemptions.set_defaults(func=_cmd_preemptions)
+    usage = sub.add_parser(
+        "usage", help="GPU-hours and pod-hours used, borrowed and lent, per ClusterQueue, LocalQueue or namespace"
+    )
+    usage.add_argument("--since", metavar="WHEN", help=preemptions_since_help)
+    usage.add_argument("--by", choices=usage_mod.GROUPINGS, default="clusterqueue", help="default: clusterqueue")
+    usage.set_defaults(func=_cmd_usage)
+    eta = sub.add_parser("eta", help="when each pending workload is estimated to start (p50, p90), from recorded runs")
+    eta.add_argument("--queue", metavar="CLUSTERQUEUE", help="only the workloads pending in this ClusterQueue")
+    eta.set_defaults(func=_cmd_eta)
+    eta_report = sub.add_parser(
+        "eta-report", help="back-test: the estimates eta would have given through the log, against the actual starts"
+    )
+    eta_report.add_argument("--every", default="5m", metavar="DURATION", help="one moment per DURATION (default 5m)")
+    eta_report.add_argument("--by", choices=("clusterqueue", "priorityclass"), default="clusterqueue")
+    eta_report.set_defaults(func=_cmd_eta_report)
+    for p in (explain, history, queues, pending, replay, preemptions, usage, eta, eta_report):
         # So that `--at -2h` reads as a value, as argparse already does for negative numbers (private, but stable
         # since Python 3.2; the alternative, `--at=-2h`, works too).
         p._negative_number_matcher = _RELATIVE

@@ -70,6 +70,13 @@ def add_simulate_parser(sub: Any) -> None:
         metavar="CHANGES.yaml",
         help="with --from-log: queue objects (Kueue YAML) that replace the recorded ones of the same kind and name",
     )
+    p.add_argument(
+        "--against",
+        type=Path,
+        metavar="LOG",
+        help="dry run: would the jobs of -f be admitted now on this log's state, when, or never (nothing written)",
+    )
+    p.add_argument("-f", dest="job_file", type=Path, metavar="JOB.yaml", help="with --against: the job(s) to try")
     p.add_argument("--db", type=Path, help="keep the event log in this new file (for `admitd log ...`)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--until", type=_duration, metavar="DURATION", help="stop at this virtual time (e.g. 10m)")
@@ -166,6 +173,13 @@ def _input_problem(path: Path) -> str | None:
 
 def _cmd_simulate(args: argparse.Namespace, on_config: Callable[[EngineConfig], None] | None = None) -> int:
     """`on_config`: told the engine configuration the run uses (the flags applied), before it starts."""
+    if args.against is not None or args.job_file is not None:
+        from daemon.sim.dryrun_cli import cmd_dry_run  # noqa: PLC0415  (only the dry run needs it)
+
+        if args.against is None:
+            print("admitd: -f JOB.yaml needs --against LOG: the log whose state to try it on", file=sys.stderr)
+            return 2
+        return cmd_dry_run(args)
     if args.from_log is not None or args.changes is not None:
         from daemon.sim.whatif_cli import cmd_what_if  # noqa: PLC0415  (only the what-if needs it)
 

@@ -22,8 +22,10 @@ from daemon.sim.scenario import load_scenario
 from daemon.views.follow import Following
 from daemon.views.jobs import Jobs
 from daemon.views.kueue_counters import KueueCounters
+from daemon.views.ledger import Preemptions
 from daemon.views.projection import Projection
 from daemon.views.queues import Queues
+from daemon.views.usage import Usage
 from tests.integration.test_metrics_fast_path import random_scenario
 
 SEEDS = range(8)
@@ -69,7 +71,7 @@ def scenario_with_extras(seed: int) -> str:
 
 
 def projections(state: State) -> list[Projection]:
-    return [Queues(state), KueueCounters(state), Jobs(state)]
+    return [Queues(state), KueueCounters(state), Jobs(state), Preemptions(state), Usage(state, 0)]
 
 
 @pytest.mark.parametrize("seed", SEEDS)

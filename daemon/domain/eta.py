@@ -1,0 +1,191 @@
+"""When will it start: the engine run forward from a state on a virtual clock, runtimes from the recorded runs. Pure.
+
+`estimate(state, now, durations, q)` copies the state and repeats, until every pending workload has started or
+nothing more can happen: an admission cycle at the current instant (the engine the daemon runs, with its config),
+its decisions folded in (a preemption's victim stops at once), each admitted workload's end scheduled, the clock
+moved to the next end. Arrivals are not assumed: only the workloads pending now are estimated.
+
+Runtimes: a running workload that has run `elapsed` ends after the q-quantile of what the recorded runs of its
+class that lasted longer than `elapsed` still took (`remaining`); a pending one, when admitted,
+after the q-quantile of its class's runs. A class with no recorded run borrows its ClusterQueue's; with none at
+all, the workload's end is unknown: it runs forever in the forward run, and what waits for its quota gets no
+estimate (None). `estimates(..., (0.5, 0.9))` runs once per quantile: the p50 estimate is the start time when every
+run takes its class's median, the p90 when every run takes its 90th percentile. That is not the distribution of
+the start time (runs are not all slow together), but start times only grow as runtimes do, so p50 <= p90 and the
+two bracket the likely start. How good they are is for a back-test to say (not built yet: the log does not record
+the estimates).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from daemon.domain import events as ev
+from daemon.domain.admission import AdmissionEngine, EngineConfig
+from daemon.domain.model import Admission, Millis, PendingReason, PendingReasonKind, Workload
+from daemon.domain.state import Phase, State
+
+Shape = tuple[tuple[str, int, tuple[tuple[str, int], ...]], ...]
+Class = tuple[str, Shape, int]  # (cluster queue, shape, priority)
+Durations = Callable[[Class], Sequence[Millis]]
+"""The recorded runs of a class, sorted (`daemon.views.runtimes.Runtimes.durations`)."""
+
+
+def shape_of(wl: Workload) -> Shape:
+    """A workload's pod sets as (name, count, requests per pod): jobs of one shape are usually one program."""
+    return tuple((ps.name, ps.count, tuple(sorted(ps.requests.items()))) for ps in wl.pod_sets)
+
+
+def remaining(durations: Sequence[Millis], elapsed: Millis, q: float) -> Millis | None:
+    """The q-quantile (nearest rank) of how much longer a run that has lasted `elapsed` takes, from the runs that
+    lasted longer than that; None when no recorded run did (nothing says when it ends)."""
+    i = bisect.bisect_right(durations, elapsed)
+    longer = durations[i:]
+    if not longer:
+        return None
+    k = min(len(longer) - 1, max(0, math.ceil(q * len(longer)) - 1))
+    return longer[k] - elapsed
+
+
+MAX_CYCLES = 100_000  # a forward run that has not settled by then gives up on what is still pending
+
+
+def _class(state: State, key: str) -> Class | None:
+    rec = state.workloads.get(key)
+    if rec is None or rec.admission is None:
+        return None
+    return (rec.admission.cluster_queue, shape_of(rec.workload), rec.priority)
+
+
+def estimate(
+    state: State,
+    now: Millis,
+    durations: Durations,
+    q: float,
+    *,
+    config: EngineConfig | None = None,
+) -> dict[str, Millis | None]:
+    """The estimated start time of every workload pending in `state` at `now`; None: not within the forward run."""
+    world = State.from_snapshot(state.to_snapshot())
+    engine = AdmissionEngine(config or EngineConfig())
+    waiting = {k for k, r in world.workloads.items() if r.phase is Phase.PENDING}
+    started: dict[str, Millis | None] = dict.fromkeys(waiting)
+    ends: list[tuple[Millis, str, int]] = []  # (time, workload, admission generation)
+    generation: dict[str, int] = {}
+
+    def schedule(key: str, at: Millis, elapsed: Millis) -> None:
+        cls = _class(world, key)
+        if cls is None:
+            return
+        rest = remaining(durations(cls), elapsed, q)
+        if rest is not None:
+            generation[key] = generation.get(key, 0) + 1
+            heapq.heappush(ends, (at + max(1, rest), key, generation[key]))
+
+    for key, rec in world.workloads.items():
+        if rec.phase is Phase.ADMITTED and not rec.evicting and rec.admitted_at is not None:
+            schedule(key, now, max(0, now - rec.admitted_at))
+    t = now
+    for _ in range(MAX_CYCLES):
+        decisions = engine.decide(world.view(), t)
+        for d in decisions:
+            world.apply(d)
+            if isinstance(d, ev.WorkloadAdmitted):
+                if d.workload in waiting and started.get(d.workload) is None:
+                    started[d.workload] = t
+                schedule(d.workload, t, 0)
+            elif isinstance(d, ev.WorkloadPreempted):
+                generation[d.workload] = generation.get(d.workload, 0) + 1  # its scheduled end is void
+                world.apply(ev.WorkloadEvicted(workload=d.workload, at=t, reason="Preempted"))
+        if all(started[k] is not None for k in waiting):
+            break
+        changed = any(isinstance(d, ev.WorkloadAdmitted | ev.WorkloadPreempted) for d in decisions)
+        if changed:
+            continue  # the next cycle at the same instant sees what this one did
+        if engine.retry_at is not None:
+            t = max(t, engine.retry_at)
+            continue
+        while ends and ends[0][2] != generation.get(ends[0][1]):
+            heapq.heappop(ends)
+        if not ends:
+            break
+        t, key, _ = heapq.heappop(ends)
+        world.apply(ev.JobFinished(job=key, at=t))
+        while ends and ends[0][0] == t:  # everything ending at this instant ends before the next cycle
+            _, other, gen = heapq.heappop(ends)
+            if gen == generation.get(other):
+                world.apply(ev.JobFinished(job=other, at=t))
+    return started
+
+
+def estimates(
+    state: State,
+    now: Millis,
+    durations: Durations,
+    quantiles: Iterable[float] = (0.5, 0.9),
+    *,
+    config: EngineConfig | None = None,
+) -> Mapping[float, dict[str, Millis | None]]:
+    return {q: estimate(state, now, durations, q, config=config) for q in quantiles}
+
+
+NEVER = (PendingReasonKind.EXCEEDS_MAX_QUOTA, PendingReasonKind.NO_MATCHING_FLAVOR)
+"""Reasons that no amount of waiting changes (as `explain`'s verdict never-fits)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DryRun:
+    """What would happen to a workload submitted at `now` (nothing is written anywhere)."""
+
+    workload: str
+    admitted_now: Admission | None  # admitted by the cycles at `now`
+    would_preempt: tuple[str, ...]  # the victims it would preempt at `now` (for its admission now or later)
+    reason: PendingReason | None  # why it would wait, after the cycles at `now`
+    never: bool  # its reason is one waiting does not change
+    starts: Mapping[float, Millis | None]  # per quantile; None: not within the forward run
+
+
+def dry_run(
+    state: State,
+    now: Millis,
+    durations: Durations,
+    workload: Workload,
+    quantiles: Iterable[float] = (0.5, 0.9),
+    *,
+    config: EngineConfig | None = None,
+) -> DryRun:
+    """`workload` observed at `now` in a copy of `state`: the cycles at `now` (what they admit or preempt for it,
+    or its reason), then its estimated start per quantile."""
+    world = State.from_snapshot(state.to_snapshot())
+    world.apply(ev.JobObserved(workload=workload))
+    key = workload.key
+    engine = AdmissionEngine(config or EngineConfig())
+    admitted: Admission | None = None
+    victims: list[str] = []
+    for _ in range(MAX_CYCLES):
+        decisions = engine.decide(world.view(), now)
+        for d in decisions:
+            world.apply(d)
+            if isinstance(d, ev.WorkloadAdmitted) and d.workload == key:
+                admitted = d.admission
+            elif isinstance(d, ev.WorkloadPreempted) and d.preemptor == key:
+                victims.append(d.workload)
+        if not any(isinstance(d, ev.WorkloadAdmitted | ev.WorkloadPreempted) for d in decisions):
+            break
+    rec = world.workloads.get(key)
+    reason = rec.last_reason if rec is not None and admitted is None else None
+    with_it = State.from_snapshot(state.to_snapshot())
+    with_it.apply(ev.JobObserved(workload=workload))
+    starts = {q: estimate(with_it, now, durations, q, config=config).get(key) for q in quantiles}
+    return DryRun(
+        workload=key,
+        admitted_now=admitted,
+        would_preempt=tuple(victims),
+        reason=reason,
+        never=reason is not None and reason.kind in NEVER,
+        starts=starts,
+    )

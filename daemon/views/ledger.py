@@ -1,0 +1,162 @@
+"""The preemption ledger: who preempted whom, under which rule, where in the cohort tree, and what it cost.
+
+One `Preemption` per `workload.preempted`, built from the event and the fold's record of the victim as it was just
+before (its admission and since when it held it):
+
+- `rule`: the event's reason (Kueue's: `InClusterQueue`, `InCohortReclamation`, `InCohortReclaimWhileBorrowing`,
+  `InCohortFairSharing`; `ClusterQueueStopped` / `LocalQueueStopped` when a queue drains its own) and the policy
+  that allowed it (`reclaimWithinCohort=Any`, ...).
+- `cohort` and `level`: where the preemptor's ClusterQueue and the victim's meet: the nearest Cohort both are under
+  and how many steps up from the victim's ClusterQueue it is (1: their shared parent Cohort); level 0 and no
+  Cohort within one ClusterQueue, or when a queue drains its own.
+- `lost`: the work the victim's run had done when it was preempted, in pod-milliseconds and per resource in
+  milli-units x milliseconds, counted from the moment its pods were started (`job.unsuspended` after the
+  admission); a victim preempted before its pods were started lost nothing.
+- `rerun_after`: milliseconds from the preemption to the victim's next admission; None while it has not been
+  admitted again (or never was: it finished pending or was deleted).
+
+Times are the log's (`at`, milliseconds); the exporters turn them into hours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from daemon.domain import events as ev
+from daemon.domain.model import Millis
+from daemon.domain.state import State
+
+
+@dataclass(slots=True, kw_only=True)
+class Preemption:
+    seq: int
+    at: Millis
+    victim: str
+    victim_cluster_queue: str
+    preemptor: str | None
+    preemptor_cluster_queue: str | None
+    rule: str
+    policy: str
+    cohort: str | None
+    level: int
+    admitted_at: Millis | None  # the victim's admission that was undone
+    ran_from: Millis | None  # when its pods were started under that admission; None: never started
+    pods: int
+    lost_pod_ms: int
+    lost: dict[str, int] = field(default_factory=dict)  # resource -> milli-units x ms of the run
+    rerun_after: Millis | None = None
+
+    def figures(self) -> tuple[object, ...]:
+        return (
+            self.seq,
+            self.at,
+            self.victim,
+            self.victim_cluster_queue,
+            self.preemptor,
+            self.preemptor_cluster_queue,
+            self.rule,
+            self.policy,
+            self.cohort,
+            self.level,
+            self.admitted_at,
+            self.ran_from,
+            self.pods,
+            self.lost_pod_ms,
+            tuple(sorted(self.lost.items())),
+            self.rerun_after,
+        )
+
+
+def _ancestors(state: State, cluster_queue: str | None) -> list[str]:
+    """The Cohorts above a ClusterQueue, nearest first (a cycle in the Cohorts stops the walk)."""
+    cq = state.cluster_queues.get(cluster_queue) if cluster_queue is not None else None
+    out: list[str] = []
+    name = cq.cohort if cq is not None else None
+    while name is not None and name not in out:
+        out.append(name)
+        cohort = state.cohorts.get(name)
+        name = cohort.parent if cohort is not None else None
+    return out
+
+
+def meeting_point(state: State, victim_cq: str, preemptor_cq: str | None) -> tuple[str | None, int]:
+    """The nearest Cohort above both ClusterQueues and its level above the victim's (1: their parent); (None, 0)
+    within one ClusterQueue, or when there is no preemptor's queue or no Cohort they share."""
+    if preemptor_cq is None or preemptor_cq == victim_cq:
+        return None, 0
+    theirs = set(_ancestors(state, preemptor_cq))
+    for level, name in enumerate(_ancestors(state, victim_cq), start=1):
+        if name in theirs:
+            return name, level
+    return None, 0
+
+
+class Preemptions:
+    """The ledger: every preemption in log order, each with its cost and, once known, the time until it reran."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.seq = state.seq
+        self.entries: list[Preemption] = []
+        self._ran_from: dict[str, Millis] = {}  # workload -> when its pods were started under its admission
+        self._open: dict[str, int] = {}  # victim -> index of its last preemption not followed by an admission
+
+    def started(self, key: str, at: Millis) -> None:
+        """`key`'s pods run since `at` (for a ledger begun at a state, not at the log's start)."""
+        self._ran_from[key] = at
+
+    def apply(self, event: ev.Event, seq: int) -> None:
+        self.seq = seq
+        match event:
+            case ev.WorkloadAdmitted(workload=key, at=at):
+                self._ran_from.pop(key, None)
+                i = self._open.pop(key, None)
+                if i is not None:
+                    self.entries[i].rerun_after = at - self.entries[i].at
+            case ev.JobUnsuspended(job=key, at=at):
+                rec = self.state.workloads.get(key)
+                if rec is not None and rec.admission is not None and not rec.evicting:
+                    self._ran_from.setdefault(key, at)
+            case ev.WorkloadPreempted():
+                self._preempted(event, seq)
+            case ev.JobFinished(job=key) | ev.JobDeleted(job=key):
+                self._ran_from.pop(key, None)
+                self._open.pop(key, None)
+            case _:
+                pass
+
+    def _preempted(self, event: ev.WorkloadPreempted, seq: int) -> None:
+        rec = self.state.workloads.get(event.workload)
+        admission = rec.admission if rec is not None else None
+        ran_from = self._ran_from.pop(event.workload, None)
+        ran = max(0, event.at - ran_from) if ran_from is not None else 0
+        pods = sum(ps.count for ps in admission.pod_sets) if admission is not None else 0
+        lost: dict[str, int] = {}
+        if admission is not None and ran:
+            for ps in admission.pod_sets:
+                for resource, amount in ps.usage.items():
+                    lost[resource] = lost.get(resource, 0) + amount * ran
+        cohort, level = meeting_point(self.state, event.cluster_queue, event.preemptor_cluster_queue)
+        self._open[event.workload] = len(self.entries)
+        self.entries.append(
+            Preemption(
+                seq=seq,
+                at=event.at,
+                victim=event.workload,
+                victim_cluster_queue=event.cluster_queue,
+                preemptor=event.preemptor,
+                preemptor_cluster_queue=event.preemptor_cluster_queue,
+                rule=event.reason,
+                policy=event.policy,
+                cohort=cohort,
+                level=level,
+                admitted_at=rec.admitted_at if rec is not None else None,
+                ran_from=ran_from,
+                pods=pods,
+                lost_pod_ms=pods * ran,
+                lost=lost,
+            )
+        )
+
+    def figures(self) -> object:
+        return (tuple(e.figures() for e in self.entries), tuple(sorted(self._ran_from.items())))

@@ -1,0 +1,238 @@
+"""Usage accounting (Slurm's `sreport`): what each ClusterQueue, LocalQueue and namespace used, and what each
+ClusterQueue borrowed and lent, integrated over time from a start.
+
+- used: a workload holds its admission's usage from `workload.admitted` until its quota is released (its eviction
+  once the pods are gone, its finish, its deletion), the same span the engine counts against quota. Per resource
+  (flavors summed) in milli-units x milliseconds, and pods x milliseconds.
+- borrowed (per ClusterQueue): at each moment, what its usage is above its nominal quota, per flavor and resource.
+- lent (per ClusterQueue): at each moment, its cohort tree's borrowing is attributed to the members with unused
+  nominal quota, in proportion to what each has unused (capped by its lendingLimit). Kueue pools unused quota
+  without saying whose it is; this is admitd's choice of a fair attribution, and the lent figures of a tree
+  sum to its borrowed figures. Quota a Cohort holds itself (Cohort resourceGroups) is not attributed to anyone.
+
+Everything is integrated lazily: a ClusterQueue's figures advance when it changes, a tree's lending when one of
+its members does; `totals(until)` brings everything to `until` without changing the projection.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from daemon.domain import events as ev
+from daemon.domain.model import Admission, FlavorResource, Millis
+from daemon.domain.state import Phase, State
+
+Acc = dict[str, int]  # resource -> milli-units x ms
+
+
+@dataclass(slots=True)
+class _Holding:
+    cluster_queue: str
+    local_queue: str  # namespace/name
+    namespace: str
+    usage: dict[FlavorResource, int]
+    pods: int
+    since: Millis
+
+
+def _usage(a: Admission) -> tuple[dict[FlavorResource, int], int]:
+    return a.usage(), sum(ps.count for ps in a.pod_sets)
+
+
+def _add(acc: Acc, resource: str, v: int) -> None:
+    if v:
+        acc[resource] = acc.get(resource, 0) + v
+
+
+class Usage:
+    """Usage integrated from `start` (the state's holdings count from then on)."""
+
+    def __init__(self, state: State, start: Millis) -> None:
+        self.state = state
+        self.seq = state.seq
+        self.start = start
+        self.holding: dict[str, _Holding] = {}
+        self.used: dict[str, dict[str, Acc]] = {"clusterqueue": {}, "localqueue": {}, "namespace": {}}
+        self.pod_ms: dict[str, dict[str, int]] = {"clusterqueue": {}, "localqueue": {}, "namespace": {}}
+        self.borrowed: dict[str, Acc] = {}
+        self.lent: dict[str, Acc] = {}
+        self._cq_usage: dict[str, dict[FlavorResource, int]] = defaultdict(dict)
+        self._cq_at: dict[str, Millis] = {}
+        self._tree_at: dict[str, Millis] = {}
+        self._trees: dict[str, list[str]] | None = None  # tree -> its ClusterQueues, until the next config change
+        self._nominals: dict[str, dict[FlavorResource, tuple[int, int | None]]] = {}
+        self.now = start
+        for key, rec in state.workloads.items():
+            if rec.phase is Phase.ADMITTED and rec.admission is not None:
+                self._hold(key, rec.admission, start)
+
+    # --- events ------------------------------------------------------------------------------------------------
+
+    def apply(self, event: ev.Event, seq: int) -> None:
+        self.seq = seq
+        match event:
+            case ev.WorkloadAdmitted(workload=key, at=at, admission=admission):
+                self._advance(at)
+                self._release(key, at)
+                self._hold(key, admission, at)
+            case (
+                ev.WorkloadEvicted(workload=key, at=at) | ev.JobFinished(job=key, at=at) | ev.JobDeleted(job=key, at=at)
+            ):
+                self._advance(at)
+                self._release(key, at)
+            case ev.ClusterQueueObserved() | ev.ClusterQueueDeleted() | ev.CohortObserved() | ev.CohortDeleted():
+                # Quotas or the trees may change: settle every tree with the figures of before (the state takes
+                # the new version after this), and read quotas and members afresh from then on.
+                self._settle_all(self.now)
+                self._trees = None
+                self._nominals.clear()
+            case _:
+                when: object = getattr(event, "at", None)
+                if isinstance(when, int):
+                    self._advance(when)
+
+    def _advance(self, at: Millis) -> None:
+        self.now = max(self.now, at)
+
+    def _hold(self, key: str, admission: Admission, at: Millis) -> None:
+        rec = self.state.workloads.get(key)
+        if rec is None:
+            return
+        wl = rec.workload
+        usage, pods = _usage(admission)
+        cq = admission.cluster_queue
+        self._settle_cq(cq, at)
+        self.holding[key] = _Holding(
+            cq, f"{wl.namespace}/{wl.queue_name}", wl.namespace, usage, pods, max(at, self.start)
+        )
+        u = self._cq_usage[cq]
+        for fr, v in usage.items():
+            u[fr] = u.get(fr, 0) + v
+
+    def _release(self, key: str, at: Millis) -> None:
+        h = self.holding.pop(key, None)
+        if h is None:
+            return
+        self._settle_cq(h.cluster_queue, at)
+        self._charge(h, at)
+        u = self._cq_usage[h.cluster_queue]
+        for fr, v in h.usage.items():
+            u[fr] = u.get(fr, 0) - v
+
+    def _charge(self, h: _Holding, until: Millis) -> None:
+        dt = max(0, until - max(h.since, self.start))
+        if not dt:
+            return
+        for kind, group in (
+            ("clusterqueue", h.cluster_queue),
+            ("localqueue", h.local_queue),
+            ("namespace", h.namespace),
+        ):
+            acc = self.used[kind].setdefault(group, {})
+            for (_, resource), v in h.usage.items():
+                _add(acc, resource, v * dt)
+            self.pod_ms[kind][group] = self.pod_ms[kind].get(group, 0) + h.pods * dt
+
+    # --- borrowing and lending -----------------------------------------------------------------------------------
+
+    def _nominal(self, cq_name: str) -> dict[FlavorResource, tuple[int, int | None]]:
+        known = self._nominals.get(cq_name)
+        if known is not None:
+            return known
+        cq = self.state.cluster_queues.get(cq_name)
+        out: dict[FlavorResource, tuple[int, int | None]] = {}
+        self._nominals[cq_name] = out
+        if cq is None:
+            return out
+        for g in cq.resource_groups:
+            for fq in g.flavors:
+                for rq in fq.resources:
+                    out[(fq.name, rq.name)] = (rq.nominal, rq.lending_limit)
+        return out
+
+    def trees(self) -> dict[str, list[str]]:
+        if self._trees is None:
+            trees: dict[str, list[str]] = defaultdict(list)
+            for name in self.state.cluster_queues:
+                trees[self.state.tree_of_cq(name)].append(name)
+            self._trees = dict(trees)
+        return self._trees
+
+    def _settle_all(self, at: Millis) -> None:
+        for tree, members in self.trees().items():
+            self._settle_tree(tree, members, at)
+
+    def _settle_cq(self, cq_name: str, at: Millis) -> None:
+        """Bring `cq_name`'s tree's borrowing and lending to `at` with the figures of now."""
+        tree = self.state.tree_of_cq(cq_name)
+        self._settle_tree(tree, self.trees().get(tree, [cq_name]), at)
+
+    def _settle_tree(self, tree: str, members: list[str], at: Millis) -> None:
+        since = max(self._tree_at.get(tree, self.start), self.start)
+        self._tree_at[tree] = max(since, at)
+        dt = at - since
+        if dt <= 0:
+            return
+        self._integrate(members, dt, self.borrowed, self.lent)
+
+    def _integrate(self, members: list[str], dt: int, borrowed: dict[str, Acc], lent: dict[str, Acc]) -> None:
+        over: dict[FlavorResource, dict[str, int]] = defaultdict(dict)
+        spare: dict[FlavorResource, dict[str, int]] = defaultdict(dict)
+        for name in members:
+            usage = self._cq_usage.get(name, {})
+            for fr, (nominal, lending_limit) in self._nominal(name).items():
+                used = usage.get(fr, 0)
+                if used > nominal:
+                    over[fr][name] = used - nominal
+                elif used < nominal:
+                    unused = nominal - used
+                    spare[fr][name] = unused if lending_limit is None else min(unused, lending_limit)
+            for fr, used in usage.items():
+                if used > 0 and fr not in self._nominal(name):
+                    over[fr][name] = used  # usage in a flavor it has no quota of: all borrowed
+        for fr, who in over.items():
+            total = sum(who.values())
+            for name, v in who.items():
+                _add(borrowed.setdefault(name, {}), fr[1], v * dt)
+            pool = spare.get(fr, {})
+            pool_total = sum(pool.values())
+            if pool_total <= 0:
+                continue
+            lendable = min(total, pool_total)
+            for name, v in pool.items():
+                _add(lent.setdefault(name, {}), fr[1], lendable * v * dt // pool_total)
+
+    # --- reading -------------------------------------------------------------------------------------------------
+
+    def totals(self, until: Millis) -> dict[str, object]:
+        """Every figure integrated to `until` (the projection itself is left as it is)."""
+        used = {k: {g: dict(a) for g, a in v.items()} for k, v in self.used.items()}
+        pod_ms = {k: dict(v) for k, v in self.pod_ms.items()}
+        for h in self.holding.values():
+            dt = max(0, until - max(h.since, self.start))
+            for kind, group in (
+                ("clusterqueue", h.cluster_queue),
+                ("localqueue", h.local_queue),
+                ("namespace", h.namespace),
+            ):
+                acc = used[kind].setdefault(group, {})
+                for (_, resource), v in h.usage.items():
+                    _add(acc, resource, v * dt)
+                pod_ms[kind][group] = pod_ms[kind].get(group, 0) + h.pods * dt
+        borrowed = {k: dict(v) for k, v in self.borrowed.items()}
+        lent = {k: dict(v) for k, v in self.lent.items()}
+        for tree, members in self.trees().items():
+            dt = until - max(self._tree_at.get(tree, self.start), self.start)
+            if dt > 0:
+                self._integrate(members, dt, borrowed, lent)
+        return {"used": used, "pod_ms": pod_ms, "borrowed": borrowed, "lent": lent}
+
+    def figures(self) -> object:
+        return (
+            sorted((k, h.cluster_queue, h.since, sorted(h.usage.items())) for k, h in self.holding.items()),
+            {k: sorted((g, sorted(a.items())) for g, a in v.items()) for k, v in self.used.items()},
+            {k: sorted(v.items()) for k, v in self.pod_ms.items()},
+            sorted((k, sorted(v.items())) for k, v in self.borrowed.items()),
+            sorted((k, sorted(v.items())) for k, v in self.lent.items()),
+        )
