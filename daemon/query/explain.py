@@ -64,7 +64,8 @@ def _fmt_requests(requests: dict[str, Milli]) -> str:
     return ", ".join(f"{q(v, r)} {r}" for r, v in sorted(requests.items())) or "nothing"
 
 
-def explain(reader: LogReader, clock: Clock, key: str, moment: Moment) -> Explanation:
+def explain(reader: LogReader, clock: Clock, key: str, moment: Moment, *, state: State | None = None) -> Explanation:
+    """`state`: the state after `moment.seq` when the caller holds it (a daemon's live fold); else built here."""
     rows = job_events(reader, key, moment.seq)
     if not rows:
         first = reader.events_of(f"job/{key}")[0]
@@ -72,7 +73,8 @@ def explain(reader: LogReader, clock: Clock, key: str, moment: Moment) -> Explan
             f"{key} had not been seen yet at {clock.show(moment.recorded_at)} (seq {moment.seq}); "
             f"it first appears at seq {first.seq}, {clock.show(first.recorded_at)}"
         )
-    state = _state_for(reader, key, rows, moment.seq)
+    if state is None:
+        state = _state_for(reader, key, rows, moment.seq)
     x = Explanation(job=key, moment=moment, status="pending")
     observed = next(((r, e) for r, e in rows if isinstance(e, ev.JobObserved)), None)
     if observed is not None:

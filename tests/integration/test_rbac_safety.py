@@ -38,7 +38,11 @@ pytestmark = pytest.mark.cluster
 NAMESPACE = "admitd-system"
 SERVICE_ACCOUNT = ("admitd", NAMESPACE)
 
-SAFE_URLS = {"/metrics"}  # admitd-metrics-reader: what a scraper needs under --metrics-auth
+SAFE_URLS = {  # admitd-metrics-reader and admitd-answers-reader: what a scraper and an on-call person need
+    "/metrics",  # under --metrics-auth
+    "/answers/v1",
+    *(f"/answers/v1/{c}" for c in ("explain", "history", "queues", "pending", "replay")),
+}
 WEBHOOK_KINDS = {"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}
 WEBHOOK_VERBS = {"get", "patch", "update"}
 SECRET_VERBS = {"get", "create", "update"}
