@@ -12,8 +12,10 @@ import json
 import ssl
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -83,8 +85,8 @@ def test_the_daemon_answers_from_its_live_state_as_the_cli_on_its_file(
     crds: KubeCluster, tmp_path: Path, namespace: str
 ) -> None:
     ns, cq = namespace, f"answers-{namespace}"
-    with running_daemon(crds, tmp_path) as d:
-        try:
+    try:
+        with running_daemon(crds, tmp_path) as d:
             one_running_one_waiting(crds, ns, cq)
             base = f"http://127.0.0.1:{d.health_port}/answers/v1"
 
@@ -117,8 +119,36 @@ def test_the_daemon_answers_from_its_live_state_as_the_cli_on_its_file(
 
             status, err = get(f"{base}/explain/{ns}/nobody")
             assert status == 404 and err["error"]["parameter"] == "job"
-        finally:
-            cleanup(crds, ns, cq)
+
+            # Now is now: a running job's time runs to the present, over HTTP and in the CLI on the live file.
+            admitted_ms = next(
+                e["recorded_at"]
+                for e in d.events()
+                if e["type"] == "workload.admitted" and e["subject"] == f"job/{ns}/first"
+            )
+            wait_for("3 s of running", lambda: time.time() * 1000 - admitted_ms > 3000, timeout=10)
+            status, h = get(f"{base}/history/{ns}/first")
+            since = time.time() - admitted_ms / 1000
+            assert since - 2 <= h["running_seconds"] <= since, (h["running_seconds"], since)
+            on_file = cli("history", f"{ns}/first", "--db", str(d.db))
+            assert since - 2 <= on_file["running_seconds"] <= time.time() - admitted_ms / 1000
+            status, x = get(f"{base}/explain/{ns}/first")
+            assert abs(rfc3339_ms(x["at"]["time"]) - time.time() * 1000) < 2000, x["at"]
+            assert (
+                abs(rfc3339_ms(cli("explain", f"{ns}/first", "--db", str(d.db))["at"]["time"]) - time.time() * 1000)
+                < 2000
+            )
+        # A log nobody writes any more ends at its last event: the run is measured to it, not to now.
+        last_ms = d.events()[-1]["recorded_at"]
+        stopped = cli("history", f"{ns}/first", "--db", str(d.db))
+        assert stopped["status"] == "running"
+        assert stopped["running_seconds"] == (last_ms - admitted_ms) / 1000
+    finally:
+        cleanup(crds, ns, cq)  # after the daemon stopped: its log keeps the first job running
+
+
+def rfc3339_ms(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000
 
 
 def insecure() -> ssl.SSLContext:
