@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.domain import events as ev
 from daemon.domain.state import State
 from daemon.eventlog import EventLogError, LogReader
 from daemon.eventlog.codec import encode_json
 from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
 from daemon.query.listing import (
+    Seqs,
     pending_json,
     pending_seqs,
     pending_text,
@@ -145,6 +147,51 @@ def present_moment(clock: Clock, seq: int, now_ms: int) -> Moment:
     return Moment(seq, max(now_ms, clock.last_ms) if not clock.virtual else clock.last_ms)
 
 
+class LiveSeqs:
+    """What `pending_seqs` says of each pending job (the seqs its row rests on), remembered once read and kept up to
+    date by the recorder's listener (`apply`), so that a `pending` answer at the present does not read every row's
+    events from the file again. `apply` follows `pending_seqs` rule for rule on the job's own events (its subject);
+    a job that finishes or is deleted is forgotten (read again if it is ever asked about)."""
+
+    _OBSERVED, _EVICTED, _PENDING = ev.JobObserved.TYPE, ev.WorkloadEvicted.TYPE, ev.WorkloadPending.TYPE
+    _GONE = frozenset({ev.JobDeleted.TYPE, ev.JobFinished.TYPE})
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[int | None, int | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def apply(self, event: ev.Event, seq: int) -> None:
+        subject = event.subject
+        if not subject.startswith("job/"):
+            return
+        key = subject[4:]
+        got = self._known.get(key)
+        if got is None:
+            return
+        kind = event.TYPE
+        if kind == self._EVICTED or (kind == self._OBSERVED and got[0] is None):
+            self._known[key] = (seq, None)
+        elif kind == self._PENDING:
+            self._known[key] = (got[0], seq)
+        elif kind in self._GONE:
+            del self._known[key]
+
+    def seqs(self, reader: LogReader, upto: int) -> Seqs:
+        """For a state after `upto` that has every event the listener saw (the live fold, the file settled)."""
+        read = pending_seqs(reader, upto)
+        known = self._known
+
+        def get(key: str) -> tuple[int | None, int | None]:
+            got = known.get(key)
+            if got is None:
+                got = known[key] = read(key)
+            return got
+
+        return get
+
+
 def render(
     q: Query,
     reader: LogReader,
@@ -152,6 +199,7 @@ def render(
     moment: Moment,
     state: State | None,
     until_ms: int | None,
+    live_seqs: LiveSeqs | None = None,
 ) -> Rendered:
     """The answer to `q` at `moment`: from `state` (the state after `moment.seq`) when given, else built from the
     file as the CLI builds it. `until_ms`: where a running job's time stops (history; the present on a live log)."""
@@ -180,7 +228,7 @@ def render(
         if q.command == "pending":
             if state is None:
                 state = state_at(reader, moment.seq)
-            seqs = pending_seqs(reader, moment.seq)
+            seqs = live_seqs.seqs(reader, moment.seq) if live_seqs is not None else pending_seqs(reader, moment.seq)
             try:
                 if q.text:
                     return _text(pending_text(state, clock, moment, q.queue, seqs))
@@ -237,11 +285,14 @@ class Answers:
         *,
         state: State | None = None,
         settle: Callable[[], Awaitable[None]] | None = None,
+        live_seqs: LiveSeqs | None = None,
         now_ms: Callable[[], int] = _now_ms,
         workers: int = 2,
     ) -> None:
+        """`live_seqs`: fed by the same recorder as `state` (its `apply` a listener), or None to read them."""
         self.db = db
         self.state = state
+        self.live_seqs = live_seqs
         self.settle = settle
         self.now_ms = now_ms
         self._reader: LogReader | None = None  # the event loop's own (SQLite connections stay on their thread)
@@ -286,7 +337,7 @@ class Answers:
                 clock = _clock(reader)
                 moment = present_moment(clock, state.seq, self.now_ms())
                 self.live_answers += 1
-                return render(q, reader, clock, moment, state, moment.recorded_at)
+                return render(q, reader, clock, moment, state, moment.recorded_at, self.live_seqs)
         return None
 
 

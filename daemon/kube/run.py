@@ -30,7 +30,7 @@ from aiohttp import web
 
 from daemon.answers import http as answers_http
 from daemon.answers.answer import PREFIX as ANSWERS_PREFIX
-from daemon.answers.answer import Answers
+from daemon.answers.answer import Answers, LiveSeqs
 from daemon.buildinfo import build_info
 from daemon.domain import events as ev
 from daemon.domain import trust
@@ -296,7 +296,9 @@ class Daemon:
             # fold (a Job that became ready while admitd was down must not be evicted on its restart).
             admit.deadlines_gate = lambda: all_jobs.synced.is_set() and not ingest.has_work()
             # The answers API (daemon.answers): the live fold at the present, the file for past moments.
-            self._answers = Answers(opts.db, state=state, settle=recorder.catch_up)
+            live_seqs = LiveSeqs()
+            recorder.listeners.append(live_seqs.apply)
+            self._answers = Answers(opts.db, state=state, settle=recorder.catch_up, live_seqs=live_seqs)
             web_runner = await self._serve_health(opts)
             self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
             self._validate = partial(

@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from daemon.answers import http as answers_http
-from daemon.answers.answer import Answers
+from daemon.answers.answer import Answers, LiveSeqs
 from daemon.eventlog import LogReader, replay
 from tests.integration.daemon_harness import free_port
 
@@ -94,7 +94,7 @@ async def from_file(db: Path) -> AsyncIterator[Served]:
 async def from_fold(db: Path) -> AsyncIterator[Served]:
     with LogReader(db) as reader:
         state = replay(reader)
-    async for s in _serve(Answers(db, state=state)):
+    async for s in _serve(Answers(db, state=state, live_seqs=LiveSeqs())):
         yield s
 
 
@@ -185,3 +185,40 @@ async def test_the_index_lists_every_path(from_file: Served) -> None:
         "/answers/v1/pending",
         "/answers/v1/replay",
     ]
+
+
+@pytest.mark.parametrize("scenario", sorted(p.stem for p in SCENARIO.parent.glob("*.yaml")))
+def test_live_seqs_kept_by_the_listener_equal_the_files(scenario: str, tmp_path: Path) -> None:
+    # Remembered at some moment (read from the file up to it), then kept up to date event by event: at the end each
+    # remembered job's seqs are what `pending_seqs` reads from the whole file.
+    from daemon.eventlog import codec  # noqa: PLC0415
+    from daemon.query.listing import pending_seqs  # noqa: PLC0415
+
+    db = tmp_path / "log.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "simulate", str(SCENARIO.parent / f"{scenario}.yaml"), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    with LogReader(db) as reader:
+        rows = list(reader.iter_events())
+        last = rows[-1].seq
+        jobs = sorted({r.subject[4:] for r in rows if r.subject.startswith("job/")})
+        checked = 0
+        for stop in (last // 4, last // 2, 3 * last // 4):
+            live = LiveSeqs()
+            ask = live.seqs(reader, stop)
+            for key in jobs:  # every job, pending or not: the rule is the same
+                assert ask(key) == pending_seqs(reader, stop)(key)
+            for row in rows[stop:]:
+                live.apply(codec.decode(row.type, row.version, row.payload, seq=row.seq), row.seq)
+            at_end = pending_seqs(reader, last)
+            remembered = live.seqs(reader, last)
+            for key in jobs:
+                assert remembered(key) == at_end(key), (scenario, stop, key)
+                checked += 1
+        assert checked == 3 * len(jobs) > 0
