@@ -620,6 +620,15 @@ class LogReader:
         )
         return [_row(r) for r in rows]
 
+    def last_seq_of(self, subject: str, upto: int | None = None) -> int | None:
+        """The seq of the newest event about `subject` with seq <= upto (`events_of(...)[-1].seq` without reading
+        them all: one step down the events_by_subject index), or None."""
+        row = self._one(
+            "SELECT max(seq) FROM events WHERE subject = ? AND seq <= ?",
+            (subject, INTEGER_MAX if upto is None else min(upto, INTEGER_MAX)),
+        )
+        return None if row is None or row[0] is None else int(row[0])
+
     def bounds(self) -> tuple[int, int, int, int] | None:
         """`(first_seq, first_recorded_at, last_seq, last_recorded_at)` by primary key (no scan); None when empty."""
         with self.consistent():

@@ -414,8 +414,8 @@ def _position(x: Explanation, state: State, rec: WorkloadRecord, cq_name: str, l
     )
     shown = []
     for p in ahead[:AHEAD_SHOWN]:
-        rows = reader.events_of(f"job/{p.key}", x.moment.seq)
-        seq = rows[-1].seq if rows else x.moment.seq
+        last = reader.last_seq_of(f"job/{p.key}", x.moment.seq)
+        seq = last if last is not None else x.moment.seq
         reason = p.last_reason.kind.value if p.last_reason is not None else None
         req = requests_of(p.workload)
         shown.append(
