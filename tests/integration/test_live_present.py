@@ -1,5 +1,5 @@
 """Who is writing a log (`daemon.eventlog.store.writer_pid`), which decides the read side's present: now on a log a
-daemon writes, the last event on one nobody writes (test_answers_daemon.py checks the answers themselves).
+daemon writes, the last event on one nobody writes (test_served_answers_daemon.py checks the answers themselves).
 
 Real: an EventStore holding its writer's flock, the kernel's /proc/locks. A hand-written lock table checks the
 parsing of the lines that are not the holder's.

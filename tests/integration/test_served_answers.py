@@ -3,7 +3,7 @@
 JSON errors naming the parameter.
 
 Real: the simulator's log (tests/integration/query_scenarios), the CLI as a subprocess, aiohttp serving on loopback
-and a real HTTP client. Faked: nothing; the daemon's own wiring is tested in test_answers_daemon.py.
+and a real HTTP client. Faked: nothing; the daemon's own wiring is tested in test_served_answers_daemon.py.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import yaml
 
 from tests.integration.conftest import REPO, KubeCluster
 from tests.integration.daemon_harness import Daemon, install_crds, kubectl, running_daemon, wait_for
-from tests.integration.test_answers_daemon import cleanup, get, one_running_one_waiting
+from tests.integration.test_served_answers_daemon import cleanup, get, one_running_one_waiting
 
 pytestmark = pytest.mark.cluster
 

@@ -3,7 +3,8 @@
 
 Real: the local control plane (marker `cluster`), `admitd run` as a process, Jobs run by kwok, ServiceAccount
 tokens the API server issues, RBAC from config/rbac/answers_reader_role.yaml, the CLI on the daemon's file. Faked:
-nothing.
+nothing. (These files are named to run after test_crds.py, which needs CRDs that no daemon has pointed at
+itself yet.)
 """
 
 from __future__ import annotations
