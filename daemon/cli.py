@@ -199,9 +199,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     # Each command's parsers load only for that command (or for `admitd --help`): a read command does not import
     # the simulator or the Kubernetes client.
     if command is None or command in QUERY_COMMANDS:
+        from daemon.answers.client import add_server_options  # noqa: PLC0415
         from daemon.query.commands import add_query_parsers  # noqa: PLC0415
 
         add_query_parsers(sub, db_default=default_db_path(), db_help=_DB_HELP)
+        for name in sorted(QUERY_COMMANDS):  # --server / --kube: the same answer from a running daemon
+            add_server_options(sub.choices[name])
+            sub.choices[name].set_defaults(local=sub.choices[name].get_default("func"), func=_ask_where)
     if command is None or command == "run":
         from daemon.kube.cli import add_run_parser  # noqa: PLC0415
 
@@ -212,6 +216,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         add_simulate_parser(sub)
     _add_global_options_below(parser)
     return parser
+
+
+def _ask_where(args: argparse.Namespace) -> int:
+    """A read command: from the file (`--db`), or from a running daemon (`--server URL`, `--kube`)."""
+    from daemon.answers.client import remote, run_remote  # noqa: PLC0415
+
+    code: int = run_remote(args) if remote(args) else args.local(args)
+    return code
 
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C

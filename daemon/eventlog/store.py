@@ -232,6 +232,33 @@ def _read_pid(fd: int) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def writer_pid(db: Path | str, *, locks: Path = Path("/proc/locks")) -> int | None:
+    """The PID of the process writing `db` now, or None: no writer, or it cannot be told.
+
+    Looked up without touching the lock (taking even a shared `flock` to test it could make a daemon starting at
+    that moment refuse the log): the writer's PID from `<log>.lock`, and the kernel's table of locks (`/proc/locks`,
+    Linux) holding an exclusive FLOCK by that PID on that file's inode. A lock file left by a writer that has
+    exited, or a PID reused since, finds no such lock. For the read side, whose present on a live log is now."""
+    path = lock_path(db)
+    try:
+        inode = os.stat(path).st_ino
+        text = path.read_text(encoding="ascii", errors="replace").strip()
+        table = locks.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    if not text.isdigit():
+        return None
+    pid = int(text)
+    for line in table.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 4242 00:2d:1234567 0 EOF" (a "->" marks a waiter, never the holder)
+        fields = line.split()
+        if len(fields) < 6 or "->" in fields or fields[1] != "FLOCK" or fields[3] != "WRITE":
+            continue
+        if fields[4] == str(pid) and fields[5].rsplit(":", 1)[-1] == str(inode):
+            return pid
+    return None
+
+
 def _bytes(value: bytes | str) -> bytes:
     # A row edited by hand (e.g. with SQL replace()) may come back as TEXT: read it as the bytes it now holds.
     return value.encode() if isinstance(value, str) else bytes(value)
@@ -592,6 +619,15 @@ class LogReader:
             (subject, INTEGER_MAX if upto is None else min(upto, INTEGER_MAX)),
         )
         return [_row(r) for r in rows]
+
+    def last_seq_of(self, subject: str, upto: int | None = None) -> int | None:
+        """The seq of the newest event about `subject` with seq <= upto (`events_of(...)[-1].seq` without reading
+        them all: one step down the events_by_subject index), or None."""
+        row = self._one(
+            "SELECT max(seq) FROM events WHERE subject = ? AND seq <= ?",
+            (subject, INTEGER_MAX if upto is None else min(upto, INTEGER_MAX)),
+        )
+        return None if row is None or row[0] is None else int(row[0])
 
     def bounds(self) -> tuple[int, int, int, int] | None:
         """`(first_seq, first_recorded_at, last_seq, last_recorded_at)` by primary key (no scan); None when empty."""

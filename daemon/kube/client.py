@@ -262,6 +262,27 @@ class KubeClient:
             raise Temporary(method, path, None, "the API server answered with something other than an object")
         return decoded
 
+    async def get_raw(
+        self, path: str, *, params: Mapping[str, str] | None = None, deadline_s: float = 30.0
+    ) -> tuple[int, str, bytes]:
+        """One GET whose answer is passed on as it is, whatever its status: (status, content type, body). For what
+        the API server relays (a service proxy's answer). Raises Temporary only when the API server is unreachable."""
+        for attempt in (0, 1):
+            headers = await self._headers(None)
+            headers["Accept"] = "application/json, text/plain"
+            self.requests += 1
+            try:
+                async with self.session.get(
+                    self.host + path, params=params, headers=headers, timeout=aiohttp.ClientTimeout(total=deadline_s)
+                ) as resp:
+                    raw, status, kind = await resp.read(), resp.status, resp.content_type
+            except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                raise Temporary("GET", path, None, f"API server unreachable: {type(e).__name__}: {e}") from e
+            if status == 401 and attempt == 0 and self._credential_rotated():
+                continue
+            break
+        return status, kind, raw
+
     async def stream(
         self,
         path: str,

@@ -47,26 +47,27 @@ class MetricsAuth:
         self.clock = clock
         self._cache: dict[bytes, tuple[float, Verdict]] = {}
 
-    async def check(self, authorization: str | None) -> Verdict:
+    async def check(self, authorization: str | None, path: str = "/metrics") -> Verdict:
+        """May the bearer of `authorization` get the non-resource URL `path` (/metrics, or an answer's path)?"""
         token = bearer_token(authorization)
         if token is None:
             return Verdict(401, "a bearer token is required (Authorization: Bearer <token>)")
-        key = hashlib.sha256(token.encode()).digest()  # never keep the token itself
+        key = hashlib.sha256(token.encode() + b"\0" + path.encode()).digest()  # never keep the token itself
         now = self.clock()
         cached = self._cache.get(key)
         if cached is not None and cached[0] > now:
             return cached[1]
         try:
-            verdict = await self._ask(token)
+            verdict = await self._ask(token, path)
         except KubeError as e:  # not cached: the next scrape asks again
-            log.warning("cannot check a /metrics caller with the API server", error=str(e))
+            log.warning("cannot check a caller with the API server", path=path, error=str(e))
             return Verdict(503, f"cannot check the token with the API server: {e}")
         if len(self._cache) > 1024:  # a bound against many distinct tokens: drop what has expired
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
         self._cache[key] = (now + (ALLOWED_TTL_S if verdict.status == 200 else DENIED_TTL_S), verdict)
         return verdict
 
-    async def _ask(self, token: str) -> Verdict:
+    async def _ask(self, token: str, path: str) -> Verdict:
         review = await self.client.request(
             "POST",
             "/apis/authentication.k8s.io/v1/tokenreviews",
@@ -88,10 +89,10 @@ class MetricsAuth:
                     "uid": user.get("uid", ""),
                     "groups": user.get("groups") or [],
                     "extra": user.get("extra") or {},
-                    "nonResourceAttributes": {"path": "/metrics", "verb": "get"},
+                    "nonResourceAttributes": {"path": path, "verb": "get"},
                 },
             },
         )
         if not (access.get("status") or {}).get("allowed"):
-            return Verdict(403, f"{name} may not get /metrics (RBAC: nonResourceURLs /metrics, verb get)")
+            return Verdict(403, f"{name} may not get {path} (RBAC: nonResourceURLs {path}, verb get)")
         return Verdict(200, name)

@@ -29,6 +29,9 @@ from typing import Any
 from aiohttp import web
 
 from daemon import metrics
+from daemon.answers import http as answers_http
+from daemon.answers.answer import PREFIX as ANSWERS_PREFIX
+from daemon.answers.answer import Answers, LiveSeqs
 from daemon.buildinfo import build_info
 from daemon.domain import events as ev
 from daemon.domain import trust
@@ -187,6 +190,7 @@ class Daemon:
         self._elector_is_leader: Callable[[], bool] | None = None  # with --leader-elect, once the elector exists
         self._validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self._admitd_users: frozenset[str] = frozenset()
+        self._answers: Answers | None = None
 
     async def run(self) -> int:
         opts = self.options
@@ -307,6 +311,10 @@ class Daemon:
             # waitForPodsReady: no timeout is decided before the Jobs are listed and what was observed is in the
             # fold (a Job that became ready while admitd was down must not be evicted on its restart).
             admit.deadlines_gate = lambda: all_jobs.synced.is_set() and not ingest.has_work()
+            # The answers API (daemon.answers): the live fold at the present, the file for past moments.
+            live_seqs = LiveSeqs()
+            recorder.listeners.append(live_seqs.apply)
+            self._answers = Answers(opts.db, state=state, settle=recorder.catch_up, live_seqs=live_seqs)
             web_runner = await self._serve_health(opts)
             self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
             self._validate = partial(
@@ -354,6 +362,7 @@ class Daemon:
                         await elector.release()
                 await web_runner.cleanup()
                 await webhook_runner.cleanup()
+                self._answers.close()
         log.info("stopped", seq=state.seq, api_requests=client.requests, status_requests=status_client.requests)
         return 0
 
@@ -453,13 +462,15 @@ class Daemon:
         app = web.Application()
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", readyz)
-        if not opts.metrics_auth:  # with it, /metrics is served on the webhook's HTTPS port only
+        if not opts.metrics_auth:  # with it, /metrics and the answers are served on the webhook's HTTPS port only
             app.router.add_get("/metrics", answer)
+            if self._answers is not None:
+                answers_http.add_routes(app, self._answers)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, opts.health_host, opts.health_port).start()
         log.info(
-            "serving /healthz, /readyz" + ("" if opts.metrics_auth else " and /metrics"),
+            "serving /healthz, /readyz" + ("" if opts.metrics_auth else f", /metrics and {ANSWERS_PREFIX}"),
             host=opts.health_host,
             port=opts.health_port,
         )
@@ -467,10 +478,9 @@ class Daemon:
 
     @staticmethod
     def _guarded_scrape(
-        client: KubeClient, inner: Callable[[web.Request], Awaitable[web.Response]]
+        auth: MetricsAuth, inner: Callable[[web.Request], Awaitable[web.Response]]
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
         """/metrics for callers the API server vouches for (`--metrics-auth`)."""
-        auth = MetricsAuth(client)
 
         async def scrape(request: web.Request) -> web.Response:
             verdict = await auth.check(request.headers.get("Authorization"))
@@ -494,7 +504,10 @@ class Daemon:
             {webhook.CONVERT_PATH: review}, self._new_jobs, self._validate, requested=metrics.webhook_requested
         )
         if opts.metrics_auth and self._scrape is not None:  # the health server (started first) made it
-            app.router.add_get("/metrics", self._guarded_scrape(client, self._scrape))
+            auth = MetricsAuth(client)
+            app.router.add_get("/metrics", self._guarded_scrape(auth, self._scrape))
+            if self._answers is not None:
+                answers_http.add_routes(app, self._answers, guard=_answers_guard(auth))
         served = {r.canonical for r in app.router.resources()}
         # The validating configuration is patched once this daemon serves its path (the tenant guard).
         self._hooks = tuple(h for h in (webhook.MUTATING, webhook.VALIDATING) if h.path in served)
@@ -656,6 +669,26 @@ async def _own_username(client: KubeClient, configured: tuple[str, ...]) -> str:
         raise StartupError(
             f"cannot ask the API server who admitd is (a SelfSubjectReview): {e}; pass --admitd-username instead"
         ) from e
+
+
+def answer_path(path: str) -> str:
+    """The non-resource URL RBAC decides an answer by: `/answers/v1/<command>` (a job's name is not part of it), so
+    that a ClusterRole grants commands (`nonResourceURLs: ["/answers/v1/*"]` for all)."""
+    parts = path.split("/")
+    return "/".join(parts[:4]) if len(parts) > 4 else path
+
+
+def _answers_guard(auth: MetricsAuth) -> answers_http.Guard:
+    """The answers for callers whose bearer token the API server authenticates and authorizes (`--metrics-auth`)."""
+
+    async def guard(request: web.Request) -> web.StreamResponse | None:
+        verdict = await auth.check(request.headers.get("Authorization"), answer_path(request.path))
+        if verdict.status == 200:
+            return None
+        body = {"error": {"status": verdict.status, "parameter": None, "message": verdict.reason}}
+        return web.json_response(body, status=verdict.status)
+
+    return guard
 
 
 def _identity() -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from daemon.cliargs import whole_number
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import encode_json
+from daemon.eventlog.store import writer_pid
 from daemon.query import eta as eta_mod
 from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
@@ -55,8 +56,19 @@ def _run(args: argparse.Namespace, answer: Callable[[LogReader, Clock], int]) ->
         return 2
 
 
+def _live_now(args: argparse.Namespace, clock: Clock) -> int | None:
+    """Now, when a daemon is writing this log (its present is now: a running job's time runs to it), else None (the
+    present of a finished or copied log is its last event)."""
+    if clock.virtual or writer_pid(args.db) is None:
+        return None
+    return max(_now_ms(), clock.last_ms)
+
+
 def _moment(args: argparse.Namespace, reader: LogReader, clock: Clock) -> Moment:
-    return resolve(reader, clock, at=getattr(args, "at", None), seq=getattr(args, "seq", None), now_ms=_now_ms())
+    at, seq = getattr(args, "at", None), getattr(args, "seq", None)
+    if at is None and seq is None and (now := _live_now(args, clock)) is not None:
+        return Moment(clock.last_seq, now)
+    return resolve(reader, clock, at=at, seq=seq, now_ms=_now_ms())
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -73,7 +85,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _cmd_history(args: argparse.Namespace) -> int:
     def answer(reader: LogReader, clock: Clock) -> int:
-        h = history_mod.history(reader, args.job, clock)
+        h = history_mod.history(reader, args.job, clock, until=_live_now(args, clock))
         if args.json:
             _emit(history_mod.to_json(h, clock))
         else:

@@ -65,7 +65,8 @@ def _fmt_requests(requests: dict[str, Milli]) -> str:
     return ", ".join(f"{q(v, r)} {r}" for r, v in sorted(requests.items())) or "nothing"
 
 
-def explain(reader: LogReader, clock: Clock, key: str, moment: Moment) -> Explanation:
+def explain(reader: LogReader, clock: Clock, key: str, moment: Moment, *, state: State | None = None) -> Explanation:
+    """`state`: the state after `moment.seq` when the caller holds it (a daemon's live fold); else built here."""
     rows = job_events(reader, key, moment.seq)
     if not rows:
         first = reader.events_of(f"job/{key}")[0]
@@ -73,7 +74,8 @@ def explain(reader: LogReader, clock: Clock, key: str, moment: Moment) -> Explan
             f"{key} had not been seen yet at {clock.show(moment.recorded_at)} (seq {moment.seq}); "
             f"it first appears at seq {first.seq}, {clock.show(first.recorded_at)}"
         )
-    state = _state_for(reader, key, rows, moment.seq)
+    if state is None:
+        state = _state_for(reader, key, rows, moment.seq)
     x = Explanation(job=key, moment=moment, status="pending")
     observed = next(((r, e) for r, e in rows if isinstance(e, ev.JobObserved)), None)
     if observed is not None:
@@ -421,8 +423,8 @@ def _position(x: Explanation, state: State, rec: WorkloadRecord, cq_name: str, l
     )
     shown = []
     for p in ahead[:AHEAD_SHOWN]:
-        rows = reader.events_of(f"job/{p.key}", x.moment.seq)
-        seq = rows[-1].seq if rows else x.moment.seq
+        last = reader.last_seq_of(f"job/{p.key}", x.moment.seq)
+        seq = last if last is not None else x.moment.seq
         reason = p.last_reason.kind.value if p.last_reason is not None else None
         req = requests_of(p.workload)
         shown.append(

@@ -216,6 +216,8 @@ def test_kustomize_renders_the_whole_install(rendered: list[dict[str, Any]]) -> 
     assert re.fullmatch(r"admitd-config-[a-z0-9]{10}", config_map), config_map  # named after its content's hash
     assert [k for k in kinds if k[0] != "CustomResourceDefinition" and k[1] not in {*user_roles, config_map}] == [
         ("ClusterRole", "admitd"),
+        ("ClusterRole", "admitd-answers-reader"),  # for on-call people asking a daemon directly, bound by the operator
+        ("ClusterRole", "admitd-answers-viewer"),  # for on-call people asking through the API server, likewise
         ("ClusterRole", "admitd-metrics-auth"),
         ("ClusterRole", "admitd-metrics-reader"),  # for the scraper, bound by the operator
         ("ClusterRoleBinding", "admitd"),

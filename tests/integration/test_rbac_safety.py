@@ -6,10 +6,13 @@ the reason. Every tree is rendered by kubectl's own kustomize (tests/cluster/bin
 overlay under it, and each optional component on top of config/. Every Role and ClusterRole counts, the
 user-facing ones too (they are aggregated into `view`, `edit` and `admin` of every namespace).
 
-Refused anywhere: a wildcard; nonResourceURLs but get of /metrics; any verb on rbac.authorization.k8s.io (roles,
-bindings: whoever may write them may grant themselves anything); the verbs escalate, bind, impersonate;
+Refused anywhere: a wildcard; nonResourceURLs but get of /metrics and the answers; any verb on
+rbac.authorization.k8s.io (roles, bindings: whoever may write them may grant themselves anything); the verbs
+escalate, bind, impersonate;
 serviceaccounts/token (a token of any ServiceAccount); pods/exec, pods/attach, pods/portforward and every */proxy
-(run commands in, or reach, any pod or node); CSR approval and signing; CRDs written unnamed or created and deleted;
+(run commands in, or reach, any pod or node) but GET through the proxy of admitd's own read-only Service
+(admitd-answers-viewer: the answers, /metrics and the probes), by name and never bound to admitd; CSR approval
+and signing; CRDs written unnamed or created and deleted;
 webhook configurations with any verb but get, patch, update and never without resourceNames (create cannot be
 limited by name, and a webhook sees every object it names). Secrets only in a Role of admitd-system, only get,
 create and update, the get and update limited to named Secrets (the HA overlay's shared serving certificate).
@@ -38,7 +41,18 @@ pytestmark = pytest.mark.cluster
 NAMESPACE = "admitd-system"
 SERVICE_ACCOUNT = ("admitd", NAMESPACE)
 
-SAFE_URLS = {"/metrics"}  # admitd-metrics-reader: what a scraper needs under --metrics-auth
+SAFE_URLS = {  # admitd-metrics-reader and admitd-answers-reader: what a scraper and an on-call person need
+    "/metrics",  # under --metrics-auth
+    "/answers/v1",
+    *(f"/answers/v1/{c}" for c in ("explain", "history", "queues", "pending", "replay")),
+}
+ANSWERS_SERVICE = {  # admitd-answers-viewer: the names a proxy path gives config/manager's Service admitd-metrics
+    "admitd-metrics",
+    "admitd-metrics:metrics",
+    "http:admitd-metrics:metrics",
+    "admitd-metrics:8080",
+    "http:admitd-metrics:8080",
+}
 WEBHOOK_KINDS = {"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}
 WEBHOOK_VERBS = {"get", "patch", "update"}
 SECRET_VERBS = {"get", "create", "update"}
@@ -132,7 +146,14 @@ def _rule_problems(rule: dict[str, Any], *, role: Role, admitd: bool) -> Iterato
             base = resource.split("/")[0]
             if group == "rbac.authorization.k8s.io":
                 yield f"{resource} of RBAC (verbs {sorted(verbs)})"
-            if (group, resource) in NEVER_RESOURCES or resource.endswith("/proxy"):
+            answers_proxy = (
+                (group, resource) == ("", "services/proxy")
+                and verbs == {"get"}
+                and bool(names)
+                and set(names) <= ANSWERS_SERVICE
+                and not admitd
+            )
+            if (group, resource) in NEVER_RESOURCES or (resource.endswith("/proxy") and not answers_proxy):
                 yield f"{group or 'core'}/{resource}"
             if group == "" and base == "secrets":
                 if namespace != NAMESPACE:
@@ -231,6 +252,19 @@ BAD_RULES = [
     pytest.param({"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]}, "pods/exec", id="exec"),
     pytest.param({"apiGroups": [""], "resources": ["pods/attach"], "verbs": ["create"]}, "pods/attach", id="attach"),
     pytest.param({"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}, "nodes/proxy", id="node proxy"),
+    pytest.param(
+        {"apiGroups": [""], "resources": ["services/proxy"], "verbs": ["get"]}, "services/proxy", id="any service proxy"
+    ),
+    pytest.param(
+        {"apiGroups": [""], "resources": ["services/proxy"], "resourceNames": ["kube-dns"], "verbs": ["get"]},
+        "services/proxy",
+        id="another service's proxy",
+    ),
+    pytest.param(
+        {"apiGroups": [""], "resources": ["services/proxy"], "resourceNames": ["admitd-metrics"], "verbs": ["create"]},
+        "services/proxy",
+        id="post through the answers proxy",
+    ),
     pytest.param(
         {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
         "serviceaccounts/token",

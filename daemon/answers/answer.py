@@ -1,0 +1,345 @@
+"""What each answer is, given its parameters: the same public functions of `daemon.query` the CLI calls, so that a
+daemon's answer and `admitd ... --json` on its file are the same JSON.
+
+Two sources. At the present (no `at`, or `at=now`), from the daemon's live fold, on the event loop, once every event
+folded into it is in the file (the job's own events are read from the file's subject index, which must hold them
+too); "now" is the wall clock, so a running job's time runs to the present. At a past moment (`at`, `seq`), and for
+`replay` always (a whole state's JSON would hold up the loop), from the file in a worker thread, exactly as the CLI.
+A parameter that is unknown, repeated or malformed is a `BadRequest` naming it (400); an unknown job or queue is a
+404 naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from daemon.domain import events as ev
+from daemon.domain.state import State
+from daemon.eventlog import EventLogError, LogReader
+from daemon.eventlog.codec import encode_json
+from daemon.query import explain as explain_mod
+from daemon.query import history as history_mod
+from daemon.query.listing import (
+    Seqs,
+    pending_json,
+    pending_seqs,
+    pending_text,
+    queues_at,
+    queues_json,
+    queues_text,
+    replay_json,
+)
+from daemon.query.moment import Clock, Moment, QueryError, clock_of, resolve, state_at
+
+PREFIX = "/answers/v1"
+"""The versioned root of the answers API. A change to a body's shape that is not an added field is a new version."""
+
+COMMANDS: dict[str, tuple[str, ...]] = {  # each command's query parameters
+    "explain": ("at", "format"),
+    "history": ("format",),
+    "queues": ("at", "format"),
+    "pending": ("queue", "at", "format"),
+    "replay": ("at", "seq"),
+}
+JOB_COMMANDS = frozenset({"explain", "history"})  # these name a job in the path: /answers/v1/explain/NS/NAME
+
+SETTLE_ROUNDS = 3  # waits for the events in flight before an answer at the present falls back to the file
+
+
+def paths() -> dict[str, Any]:
+    """The index served at /answers/v1: every path and its parameters."""
+    out = []
+    for command, params in COMMANDS.items():
+        path = f"{PREFIX}/{command}" + ("/{namespace}/{name}" if command in JOB_COMMANDS else "")
+        out.append({"path": path, "parameters": list(params)})
+    return {"version": "v1", "paths": out}
+
+
+class BadRequest(Exception):
+    """A request the API cannot answer: its HTTP status, the parameter at fault (or None) and why."""
+
+    def __init__(self, status: int, parameter: str | None, message: str) -> None:
+        super().__init__(message)
+        self.status, self.parameter, self.message = status, parameter, message
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"status": self.status, "parameter": self.parameter, "message": self.message}}
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One request, checked: the command, its job (NAMESPACE/NAME) and its parameters."""
+
+    command: str
+    job: str | None = None
+    at: str | None = None
+    seq: int | None = None
+    queue: str | None = None
+    text: bool = False
+
+    @property
+    def present(self) -> bool:
+        return self.seq is None and (self.at is None or self.at.strip() == "now") and self.command != "replay"
+
+
+def parse(command: str, params: Mapping[str, list[str]], job: str | None = None) -> Query:
+    """A `Query` from a command name and its query parameters (each with every value given); BadRequest naming the
+    first parameter that is unknown, repeated or malformed."""
+    allowed = COMMANDS.get(command)
+    if allowed is None:
+        raise BadRequest(404, None, f"no answer {command!r}; the answers are {', '.join(COMMANDS)} (see {PREFIX})")
+    for name, values in params.items():
+        if name not in allowed:
+            raise BadRequest(
+                400, name, f"{command} takes no parameter {name!r}; it takes {', '.join(allowed) or 'none'}"
+            )
+        if len(values) != 1:
+            raise BadRequest(400, name, f"{name!r} is given {len(values)} times; give it once")
+    one = {name: values[0] for name, values in params.items()}
+    fmt = one.get("format", "json")
+    if fmt not in ("json", "text"):
+        raise BadRequest(400, "format", f"format must be json or text, got {fmt!r}")
+    seq: int | None = None
+    if "seq" in one:
+        try:
+            seq = int(one["seq"])
+        except ValueError:
+            raise BadRequest(400, "seq", f"seq must be a whole number, got {one['seq']!r}") from None
+        if seq < 1:
+            raise BadRequest(400, "seq", f"a seq starts at 1, got {seq}")
+    if command == "replay" and ("at" in one) == (seq is not None):
+        raise BadRequest(400, "at", "replay takes exactly one of at (a moment) or seq (the state right after it)")
+    for name in ("at", "queue"):
+        if name in one and not one[name].strip():
+            raise BadRequest(400, name, f"{name} is empty")
+    if command in JOB_COMMANDS and (job is None or job.count("/") != 1 or not all(job.split("/"))):
+        raise BadRequest(400, "job", f"{command} needs a job as {PREFIX}/{command}/NAMESPACE/NAME")
+    return Query(command, job, one.get("at"), seq, one.get("queue"), fmt == "text")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """An answer's body and its media type."""
+
+    body: bytes
+    content_type: str
+
+
+def _json(body: dict[str, Any]) -> Rendered:
+    return Rendered(encode_json(body), "application/json")
+
+
+def _text(text: str) -> Rendered:
+    return Rendered((text + "\n").encode(), "text/plain; charset=utf-8")
+
+
+def present_moment(clock: Clock, seq: int, now_ms: int) -> Moment:
+    """The present of a log being written: the state after its last event, as of now (never before that event)."""
+    return Moment(seq, max(now_ms, clock.last_ms) if not clock.virtual else clock.last_ms)
+
+
+class LiveSeqs:
+    """What `pending_seqs` says of each pending job (the seqs its row rests on), remembered once read and kept up to
+    date by the recorder's listener (`apply`), so that a `pending` answer at the present does not read every row's
+    events from the file again. `apply` follows `pending_seqs` rule for rule on the job's own events (its subject);
+    a job that finishes or is deleted is forgotten (read again if it is ever asked about)."""
+
+    _OBSERVED, _EVICTED, _PENDING = ev.JobObserved.TYPE, ev.WorkloadEvicted.TYPE, ev.WorkloadPending.TYPE
+    _GONE = frozenset({ev.JobDeleted.TYPE, ev.JobFinished.TYPE})
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[int | None, int | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def apply(self, event: ev.Event, seq: int) -> None:
+        subject = event.subject
+        if not subject.startswith("job/"):
+            return
+        key = subject[4:]
+        got = self._known.get(key)
+        if got is None:
+            return
+        kind = event.TYPE
+        if kind == self._EVICTED or (kind == self._OBSERVED and got[0] is None):
+            self._known[key] = (seq, None)
+        elif kind == self._PENDING:
+            self._known[key] = (got[0], seq)
+        elif kind in self._GONE:
+            del self._known[key]
+
+    def seqs(self, reader: LogReader, upto: int) -> Seqs:
+        """For a state after `upto` that has every event the listener saw (the live fold, the file settled)."""
+        read = pending_seqs(reader, upto)
+        known = self._known
+
+        def get(key: str) -> tuple[int | None, int | None]:
+            got = known.get(key)
+            if got is None:
+                got = known[key] = read(key)
+            return got
+
+        return get
+
+
+def render(
+    q: Query,
+    reader: LogReader,
+    clock: Clock,
+    moment: Moment,
+    state: State | None,
+    until_ms: int | None,
+    live_seqs: LiveSeqs | None = None,
+) -> Rendered:
+    """The answer to `q` at `moment`: from `state` (the state after `moment.seq`) when given, else built from the
+    file as the CLI builds it. `until_ms`: where a running job's time stops (history; the present on a live log)."""
+    try:
+        if q.command == "explain":
+            assert q.job is not None
+            try:
+                x = explain_mod.explain(reader, clock, q.job, moment, state=state)
+            except QueryError as e:
+                raise BadRequest(404, "job", str(e)) from None
+            return _text(explain_mod.to_text(x, clock)) if q.text else _json(explain_mod.to_json(x, clock))
+        if q.command == "history":
+            assert q.job is not None
+            try:
+                h = history_mod.history(reader, q.job, clock, until=until_ms)
+            except QueryError as e:
+                raise BadRequest(404, "job", str(e)) from None
+            return _text(history_mod.to_text(h, clock)) if q.text else _json(history_mod.to_json(h, clock))
+        if q.command == "queues":
+            counts = None
+            if state is None:
+                state, counts = queues_at(reader, moment.seq)
+            if q.text:
+                return _text(queues_text(state, clock, moment, counts))
+            return _json(queues_json(state, clock, moment, counts))
+        if q.command == "pending":
+            if state is None:
+                state = state_at(reader, moment.seq)
+            seqs = live_seqs.seqs(reader, moment.seq) if live_seqs is not None else pending_seqs(reader, moment.seq)
+            try:
+                if q.text:
+                    return _text(pending_text(state, clock, moment, q.queue, seqs))
+                return _json(pending_json(state, clock, moment, q.queue, seqs))
+            except QueryError as e:
+                raise BadRequest(404, "queue", str(e)) from None
+        assert q.command == "replay"
+        return _json(replay_json(state if state is not None else state_at(reader, moment.seq), clock, moment))
+    except EventLogError as e:
+        raise BadRequest(503, None, f"the log cannot be read: {e}") from None
+
+
+def answer_from_file(db: Path, q: Query, now_ms: int, *, live: bool) -> Rendered:
+    """`q` answered from the file alone, as the CLI answers it (blocking: call it in a worker thread). `live`: the
+    log is being written (a daemon's), so the present is now, not its last event."""
+    try:
+        with LogReader(db) as reader:
+            clock = _clock(reader)
+            if q.present:
+                moment = (
+                    present_moment(clock, clock.last_seq, now_ms)
+                    if live
+                    else resolve(reader, clock, at=None, seq=None, now_ms=now_ms)
+                )
+            else:
+                try:
+                    moment = resolve(reader, clock, at=q.at, seq=q.seq, now_ms=now_ms)
+                except QueryError as e:
+                    raise BadRequest(400, "seq" if q.seq is not None else "at", str(e)) from None
+            until = moment.recorded_at if (live and q.present) else None
+            return render(q, reader, clock, moment, None, until)
+    except EventLogError as e:
+        raise BadRequest(503, None, f"the log cannot be read: {e}") from None
+
+
+def _clock(reader: LogReader) -> Clock:
+    try:
+        return clock_of(reader)
+    except QueryError as e:
+        raise BadRequest(503, None, str(e)) from None
+
+
+class Answers:
+    """The daemon's answers: its live fold for the present, its file for the past.
+
+    `state` is the fold the recorder applies events to before they are durable; `settle` waits until every event
+    applied so far is in the file (`Recorder.catch_up`). An answer at the present is built on the event loop from
+    `state` once the file's last seq is the state's (so the job's own events, read from the file, are all there);
+    when appends keep arriving for `SETTLE_ROUNDS` waits, it is built from the file at its last seq instead."""
+
+    def __init__(
+        self,
+        db: Path,
+        *,
+        state: State | None = None,
+        settle: Callable[[], Awaitable[None]] | None = None,
+        live_seqs: LiveSeqs | None = None,
+        now_ms: Callable[[], int] = _now_ms,
+        workers: int = 2,
+    ) -> None:
+        """`live_seqs`: fed by the same recorder as `state` (its `apply` a listener), or None to read them."""
+        self.db = db
+        self.state = state
+        self.live_seqs = live_seqs
+        self.settle = settle
+        self.now_ms = now_ms
+        self._reader: LogReader | None = None  # the event loop's own (SQLite connections stay on their thread)
+        self._workers = asyncio.Semaphore(workers)  # past moments: at most this many folds at once
+        self.live_answers = 0  # answered from the live fold (the rest from the file); for tests and logs
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _loop_reader(self) -> LogReader:
+        if self._reader is None:
+            self._reader = LogReader(self.db)
+        return self._reader
+
+    async def answer(self, q: Query) -> Rendered:
+        if q.present and self.state is not None:
+            got = await self._from_live(q)
+            if got is not None:
+                return got
+        async with self._workers:
+            return await asyncio.to_thread(answer_from_file, self.db, q, self.now_ms(), live=True)
+
+    async def _from_live(self, q: Query) -> Rendered | None:
+        state = self.state
+        assert state is not None
+        try:
+            reader = self._loop_reader()
+        except EventLogError:
+            return None  # no file yet: the worker's answer says so
+        for _ in range(SETTLE_ROUNDS):
+            if self.settle is not None:
+                await self.settle()
+            try:
+                bounds = reader.bounds()
+            except EventLogError as e:
+                raise BadRequest(503, None, f"the log cannot be read: {e}") from None
+            if bounds is None:
+                return None
+            if bounds[2] == state.seq:  # nothing folded that the file does not hold: answer now, before any await
+                clock = _clock(reader)
+                moment = present_moment(clock, state.seq, self.now_ms())
+                self.live_answers += 1
+                return render(q, reader, clock, moment, state, moment.recorded_at, self.live_seqs)
+        return None
+
+
+def error_body(e: BadRequest) -> bytes:
+    return encode_json(e.body())
