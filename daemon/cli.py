@@ -199,8 +199,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     # Each command's parsers load only for that command (or for `admitd --help`): a read command does not import
     # the simulator or the Kubernetes client.
     if command is None or command in QUERY_COMMANDS:
-        from daemon.answers.client import add_server_options  # noqa: PLC0415
         from daemon.query.commands import add_query_parsers  # noqa: PLC0415
+        from daemon.remote import add_server_options  # noqa: PLC0415
 
         add_query_parsers(sub, db_default=default_db_path(), db_help=_DB_HELP)
         for name in sorted(QUERY_COMMANDS):  # --server / --kube: the same answer from a running daemon
@@ -220,7 +220,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _ask_where(args: argparse.Namespace) -> int:
     """A read command: from the file (`--db`), or from a running daemon (`--server URL`, `--kube`)."""
-    from daemon.answers.client import remote, run_remote  # noqa: PLC0415
+    from daemon.remote import remote, run_remote  # noqa: PLC0415
 
     code: int = run_remote(args) if remote(args) else args.local(args)
     return code
