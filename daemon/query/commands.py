@@ -18,7 +18,6 @@ from daemon.cliargs import whole_number
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import encode_json
 from daemon.eventlog.store import writer_pid
-from daemon.query import eta as eta_mod
 from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
 from daemon.query import ledger as ledger_mod
@@ -145,6 +144,8 @@ def _cmd_preemptions(args: argparse.Namespace) -> int:
 
 
 def _cmd_eta(args: argparse.Namespace) -> int:
+    from daemon.query import eta as eta_mod  # noqa: PLC0415  (the engine: only these two commands need it)
+
     def answer(reader: LogReader, clock: Clock) -> int:
         body = eta_mod.eta_json(reader, clock, queue=args.queue)
         if args.json:
@@ -157,6 +158,8 @@ def _cmd_eta(args: argparse.Namespace) -> int:
 
 
 def _cmd_eta_report(args: argparse.Namespace) -> int:
+    from daemon.query import eta as eta_mod  # noqa: PLC0415
+
     def answer(reader: LogReader, clock: Clock) -> int:
         body = eta_mod.eta_report_json(reader, clock, every_ms=parse_duration_ms(args.every), by=args.by)
         if args.json:
