@@ -24,6 +24,8 @@ from daemon.eventlog import EventLogError, LogReader
 from daemon.eventlog.codec import encode_json
 from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
+from daemon.query import ledger as ledger_mod
+from daemon.query import usage as usage_mod
 from daemon.query.listing import (
     Seqs,
     pending_json,
@@ -45,8 +47,15 @@ COMMANDS: dict[str, tuple[str, ...]] = {  # each command's query parameters
     "queues": ("at", "format"),
     "pending": ("queue", "at", "format"),
     "replay": ("at", "seq"),
+    "preemptions": ("since", "queue", "format"),
+    "usage": ("since", "by", "format"),
+    "eta": ("queue", "format"),
 }
+WINDOW_COMMANDS = frozenset({"preemptions", "usage", "eta"})
+"""Answered from the file in a worker thread, always: each folds a window of the log (or all of it, `eta`)."""
 JOB_COMMANDS = frozenset({"explain", "history"})  # these name a job in the path: /answers/v1/explain/NS/NAME
+
+USAGE_GROUPINGS = ("clusterqueue", "localqueue", "namespace")  # as daemon.query.usage.GROUPINGS
 
 SETTLE_ROUNDS = 3  # waits for the events in flight before an answer at the present falls back to the file
 
@@ -81,10 +90,18 @@ class Query:
     seq: int | None = None
     queue: str | None = None
     text: bool = False
+    since: str | None = None
+    by: str | None = None
 
     @property
     def present(self) -> bool:
-        return self.seq is None and (self.at is None or self.at.strip() == "now") and self.command != "replay"
+        """Answered from the live fold (the others from the file)."""
+        return (
+            self.seq is None
+            and (self.at is None or self.at.strip() == "now")
+            and self.command != "replay"
+            and self.command not in WINDOW_COMMANDS
+        )
 
 
 def parse(command: str, params: Mapping[str, list[str]], job: str | None = None) -> Query:
@@ -114,12 +131,15 @@ def parse(command: str, params: Mapping[str, list[str]], job: str | None = None)
             raise BadRequest(400, "seq", f"a seq starts at 1, got {seq}")
     if command == "replay" and ("at" in one) == (seq is not None):
         raise BadRequest(400, "at", "replay takes exactly one of at (a moment) or seq (the state right after it)")
-    for name in ("at", "queue"):
+    for name in ("at", "queue", "since"):
         if name in one and not one[name].strip():
             raise BadRequest(400, name, f"{name} is empty")
+    by = one.get("by")
+    if command == "usage" and by is not None and by not in USAGE_GROUPINGS:
+        raise BadRequest(400, "by", f"by must be one of {', '.join(USAGE_GROUPINGS)}, got {by!r}")
     if command in JOB_COMMANDS and (job is None or job.count("/") != 1 or not all(job.split("/"))):
         raise BadRequest(400, "job", f"{command} needs a job as {PREFIX}/{command}/NAMESPACE/NAME")
-    return Query(command, job, one.get("at"), seq, one.get("queue"), fmt == "text")
+    return Query(command, job, one.get("at"), seq, one.get("queue"), fmt == "text", one.get("since"), by)
 
 
 def _now_ms() -> int:
@@ -241,12 +261,34 @@ def render(
         raise BadRequest(503, None, f"the log cannot be read: {e}") from None
 
 
+def _window(q: Query, reader: LogReader, clock: Clock, now_ms: int) -> Rendered:
+    """preemptions, usage, eta: as the CLI's commands of those names answer them."""
+    from daemon.query import eta as eta_mod  # noqa: PLC0415  (the engine: only eta needs it)
+
+    try:
+        if q.command == "eta":
+            body = eta_mod.eta_json(reader, clock, queue=q.queue)
+            return _text(eta_mod.eta_text(body)) if q.text else _json(body)
+        start = ledger_mod.since_ms(q.since, clock, now_ms)
+    except QueryError as e:
+        raise BadRequest(
+            404 if q.command == "eta" else 400, "queue" if q.command == "eta" else "since", str(e)
+        ) from None
+    if q.command == "preemptions":
+        body = ledger_mod.preemptions_json(reader, clock, start_ms=start, queue=q.queue)
+        return _text(ledger_mod.preemptions_text(body)) if q.text else _json(body)
+    body = usage_mod.usage_json(reader, clock, start_ms=start, by=q.by or "clusterqueue")
+    return _text(usage_mod.usage_text(body)) if q.text else _json(body)
+
+
 def answer_from_file(db: Path, q: Query, now_ms: int, *, live: bool) -> Rendered:
     """`q` answered from the file alone, as the CLI answers it (blocking: call it in a worker thread). `live`: the
     log is being written (a daemon's), so the present is now, not its last event."""
     try:
         with LogReader(db) as reader:
             clock = _clock(reader)
+            if q.command in WINDOW_COMMANDS:
+                return _window(q, reader, clock, now_ms)
             if q.present:
                 moment = (
                     present_moment(clock, clock.last_seq, now_ms)

@@ -6,6 +6,9 @@
     GET /answers/v1/queues[?at=TIME][&format=text]
     GET /answers/v1/pending[?queue=CQ|NS/LQ][&at=TIME][&format=text]
     GET /answers/v1/replay?at=TIME | ?seq=N
+    GET /answers/v1/preemptions[?since=WHEN][&queue=CQ][&format=text]
+    GET /answers/v1/usage[?since=WHEN][&by=clusterqueue|localqueue|namespace][&format=text]
+    GET /answers/v1/eta[?queue=CQ][&format=text]
 
 200 with the CLI's `--json` body (or its text with `format=text`); 4xx/5xx with `{"error": {"status", "parameter",
 "message"}}`. `guard` (optional) decides who may ask: it returns a response to refuse with, or None to go on.

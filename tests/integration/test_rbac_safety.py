@@ -44,7 +44,7 @@ SERVICE_ACCOUNT = ("admitd", NAMESPACE)
 SAFE_URLS = {  # admitd-metrics-reader and admitd-answers-reader: what a scraper and an on-call person need
     "/metrics",  # under --metrics-auth
     "/answers/v1",
-    *(f"/answers/v1/{c}" for c in ("explain", "history", "queues", "pending", "replay")),
+    *(f"/answers/v1/{c}" for c in ("explain", "history", "queues", "pending", "replay", "preemptions", "usage", "eta")),
 }
 ANSWERS_SERVICE = {  # admitd-answers-viewer: the names a proxy path gives config/manager's Service admitd-metrics
     "admitd-metrics",

@@ -184,6 +184,9 @@ async def test_the_index_lists_every_path(from_file: Served) -> None:
         "/answers/v1/queues",
         "/answers/v1/pending",
         "/answers/v1/replay",
+        "/answers/v1/preemptions",
+        "/answers/v1/usage",
+        "/answers/v1/eta",
     ]
 
 
@@ -222,3 +225,46 @@ def test_live_seqs_kept_by_the_listener_equal_the_files(scenario: str, tmp_path:
                 assert remembered(key) == at_end(key), (scenario, stop, key)
                 checked += 1
         assert checked == 3 * len(jobs) > 0
+
+
+@pytest.fixture
+def reclaim_db(tmp_path: Path) -> Path:
+    """The reclaim sample cut at 40 minutes: two preemptions, a borrower pending with an estimate."""
+    db = tmp_path / "reclaim.db"
+    sample = ROOT / "config" / "samples" / "cohort-borrow-reclaim.yaml"
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "simulate", str(sample), "--db", str(db), "--until", "40m"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return db
+
+
+async def test_preemptions_usage_and_eta_are_the_clis_answers(reclaim_db: Path) -> None:
+    """Issue 26's answers over HTTP: each body is the CLI's --json on the same file; bad parameters are named."""
+    db = reclaim_db
+    async for served in _serve(Answers(db)):
+        status, body = await served.get("/answers/v1/preemptions")
+        assert status == 200 and body == cli("preemptions", "--db", str(db))
+        assert [r["victim"] for r in body["preemptions"]] == ["team-a/a-borrower", "team-b/b-routine"]
+        status, body = await served.get("/answers/v1/preemptions", since="+6m", queue="team-b")
+        assert status == 200 and body == cli("preemptions", "--db", str(db), "--since", "+6m", "--queue", "team-b")
+        status, body = await served.get("/answers/v1/usage", by="namespace")
+        assert status == 200 and body == cli("usage", "--db", str(db), "--by", "namespace")
+        status, body = await served.get("/answers/v1/eta")
+        assert status == 200 and body == cli("eta", "--db", str(db))
+        assert [r["job"] for r in body["estimates"]] == ["team-a/a-borrower"]
+        status, text = await served.get("/answers/v1/usage", format="text")
+        assert status == 200 and text.startswith("usage by clusterqueue")
+        for path, params, code, parameter in [
+            ("/answers/v1/usage", {"by": "planet"}, 400, "by"),
+            ("/answers/v1/preemptions", {"since": "yesterday"}, 400, "since"),
+            ("/answers/v1/eta", {"queue": "nope"}, 404, "queue"),
+            ("/answers/v1/eta", {"since": "1h"}, 400, "since"),
+        ]:
+            got, err = await served.get(path, **params)
+            assert (got, err["error"]["parameter"]) == (code, parameter), (path, params, err)
