@@ -635,6 +635,24 @@ class State:
             if rec.phase is Phase.PENDING:
                 self._index(rec)
 
+    def is_news(self, event: Event) -> bool:
+        """Whether an observation of a queue object differs from the version the fold holds (any other event: True).
+        The observers record an unchanged object seen again (a relist, a resync) as nothing."""
+        match event:
+            case ResourceFlavorObserved(flavor=f):
+                return self.flavors.get(f.name) != f
+            case ClusterQueueObserved(cluster_queue=cq):
+                return self.cluster_queues.get(cq.name) != cq
+            case CohortObserved(cohort=c):
+                return self.cohorts.get(c.name) != c
+            case LocalQueueObserved(local_queue=lq):
+                return self.local_queues.get(lq.key) != lq
+            case PriorityClassObserved(priority_class=pc):
+                return self.priority_classes.get((pc.kind, pc.name)) != pc
+            case NamespaceObserved(namespace=ns):
+                return self.namespaces.get(ns.name) != ns
+        return True
+
     # --- generations -------------------------------------------------------------------------------------------
 
     def tree_of_cq(self, cq_name: str) -> str:

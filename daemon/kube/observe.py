@@ -506,7 +506,7 @@ class Observer:
             return self._reject(kind, subject, tuple(str(e) for e in parsed.errors))
         self._rejected.pop((kind, subject), None)
         event = _observed(parsed.obj)
-        out: list[ev.Event] = [event] if event is not None and _is_news(s, event) else []
+        out: list[ev.Event] = [event] if event is not None and s.is_news(event) else []
         return out + self._warn(kind, subject, tuple(parsed.warnings))
 
     def _warn(self, kind: str, subject: str, warnings: tuple[str, ...]) -> list[ev.Event]:
@@ -643,20 +643,3 @@ def _observed(obj: object) -> ev.Event | None:
         case model.Namespace():
             return ev.NamespaceObserved(namespace=obj)
     return None
-
-
-def _is_news(s: State, event: ev.Event) -> bool:
-    match event:
-        case ev.ResourceFlavorObserved(flavor=f):
-            return s.flavors.get(f.name) != f
-        case ev.ClusterQueueObserved(cluster_queue=cq):
-            return s.cluster_queues.get(cq.name) != cq
-        case ev.CohortObserved(cohort=c):
-            return s.cohorts.get(c.name) != c
-        case ev.LocalQueueObserved(local_queue=lq):
-            return s.local_queues.get(lq.key) != lq
-        case ev.PriorityClassObserved(priority_class=pc):
-            return s.priority_classes.get((pc.kind, pc.name)) != pc
-        case ev.NamespaceObserved(namespace=ns):
-            return s.namespaces.get(ns.name) != ns
-    return True

@@ -130,58 +130,53 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return _run(args, answer)
 
 
-def _cmd_preemptions(args: argparse.Namespace) -> int:
+def _body_command(
+    args: argparse.Namespace,
+    body: Callable[[LogReader, Clock], dict[str, Any]],
+    text: Callable[[dict[str, Any]], str],
+) -> int:
+    """A command whose table is drawn from its JSON body: the body with --json, else its text."""
+
     def answer(reader: LogReader, clock: Clock) -> int:
-        start = ledger_mod.since_ms(args.since, clock, _now_ms())
-        body = ledger_mod.preemptions_json(reader, clock, start_ms=start, queue=args.queue)
+        b = body(reader, clock)
         if args.json:
-            _emit(body)
+            _emit(b)
         else:
-            print(ledger_mod.preemptions_text(body))
+            print(text(b))
         return 0
 
     return _run(args, answer)
+
+
+def _cmd_preemptions(args: argparse.Namespace) -> int:
+    def body(reader: LogReader, clock: Clock) -> dict[str, Any]:
+        start = ledger_mod.since_ms(args.since, clock, _now_ms())
+        return ledger_mod.preemptions_json(reader, clock, start_ms=start, queue=args.queue)
+
+    return _body_command(args, body, ledger_mod.preemptions_text)
+
+
+def _cmd_usage(args: argparse.Namespace) -> int:
+    def body(reader: LogReader, clock: Clock) -> dict[str, Any]:
+        start = ledger_mod.since_ms(args.since, clock, _now_ms())
+        return usage_mod.usage_json(reader, clock, start_ms=start, by=args.by)
+
+    return _body_command(args, body, usage_mod.usage_text)
 
 
 def _cmd_eta(args: argparse.Namespace) -> int:
-    from daemon.query import eta as eta_mod  # noqa: PLC0415  (the engine: only these two commands need it)
+    from daemon.query import eta as eta_mod  # noqa: PLC0415  (the engine: only eta and eta-report need it)
 
-    def answer(reader: LogReader, clock: Clock) -> int:
-        body = eta_mod.eta_json(reader, clock, queue=args.queue)
-        if args.json:
-            _emit(body)
-        else:
-            print(eta_mod.eta_text(body))
-        return 0
-
-    return _run(args, answer)
+    return _body_command(args, lambda r, c: eta_mod.eta_json(r, c, queue=args.queue), eta_mod.eta_text)
 
 
 def _cmd_eta_report(args: argparse.Namespace) -> int:
     from daemon.query import eta as eta_mod  # noqa: PLC0415
 
-    def answer(reader: LogReader, clock: Clock) -> int:
-        body = eta_mod.eta_report_json(reader, clock, every_ms=parse_duration_ms(args.every), by=args.by)
-        if args.json:
-            _emit(body)
-        else:
-            print(eta_mod.eta_report_text(body))
-        return 0
+    def body(reader: LogReader, clock: Clock) -> dict[str, Any]:
+        return eta_mod.eta_report_json(reader, clock, every_ms=parse_duration_ms(args.every), by=args.by)
 
-    return _run(args, answer)
-
-
-def _cmd_usage(args: argparse.Namespace) -> int:
-    def answer(reader: LogReader, clock: Clock) -> int:
-        start = ledger_mod.since_ms(args.since, clock, _now_ms())
-        body = usage_mod.usage_json(reader, clock, start_ms=start, by=args.by)
-        if args.json:
-            _emit(body)
-        else:
-            print(usage_mod.usage_text(body))
-        return 0
-
-    return _run(args, answer)
+    return _body_command(args, body, eta_mod.eta_report_text)
 
 
 _RELATIVE = re.compile(r"^-(\d+(\.\d+)?(ms|s|m|h|d)?)+$")

@@ -178,7 +178,7 @@ class SimObserver:
             self.put(Observed(tuple(events)))
 
     def config(self, objects: list[ev.Event]) -> None:
-        news = [e for e in objects if _is_news(self.state, e)]
+        news = [e for e in objects if self.state.is_news(e)]
         if news:
             self.put(Observed(tuple(news)))
 
@@ -237,24 +237,6 @@ class SimObserver:
             return False
         entry[1].append(what)
         return True
-
-
-def _is_news(s: State, event: ev.Event) -> bool:
-    match event:
-        case ev.ClusterQueueObserved(cluster_queue=cq):
-            return s.cluster_queues.get(cq.name) != cq
-        case ev.ResourceFlavorObserved(flavor=f):
-            return s.flavors.get(f.name) != f
-        case ev.CohortObserved(cohort=c):
-            return s.cohorts.get(c.name) != c
-        case ev.LocalQueueObserved(local_queue=lq):
-            return s.local_queues.get(lq.key) != lq
-        case ev.PriorityClassObserved(priority_class=pc):
-            return s.priority_classes.get((pc.kind, pc.name)) != pc
-        case ev.NamespaceObserved(namespace=ns):
-            return s.namespaces.get(ns.name) != ns
-        case _:
-            return True
 
 
 _GOES_ON = {"cycle-fixed-point"}
