@@ -42,11 +42,10 @@ def cli(*args: str) -> dict[str, Any]:
     return body
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("answers") / "strict.db"
+def simulate(scenario: Path, path: Path, *options: str) -> Path:
+    """`admitd simulate SCENARIO --db PATH OPTIONS...`, which must succeed; PATH."""
     done = subprocess.run(
-        [sys.executable, "-m", "daemon.cli", "simulate", str(SCENARIO), "--db", str(path), "--json"],
+        [sys.executable, "-m", "daemon.cli", "simulate", str(scenario), "--db", str(path), *options],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -55,6 +54,11 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert done.returncode == 0, done.stderr
     return path
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return simulate(SCENARIO, tmp_path_factory.mktemp("answers") / "strict.db", "--json")
 
 
 class Served:
@@ -230,18 +234,9 @@ def test_live_seqs_kept_by_the_listener_equal_the_files(scenario: str, tmp_path:
 @pytest.fixture
 def reclaim_db(tmp_path: Path) -> Path:
     """The reclaim sample cut at 40 minutes: two preemptions, a borrower pending with an estimate."""
-    db = tmp_path / "reclaim.db"
-    sample = ROOT / "config" / "samples" / "cohort-borrow-reclaim.yaml"
-    done = subprocess.run(
-        [sys.executable, "-m", "daemon.cli", "simulate", str(sample), "--db", str(db), "--until", "40m"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
+    return simulate(
+        ROOT / "config" / "samples" / "cohort-borrow-reclaim.yaml", tmp_path / "reclaim.db", "--until", "40m"
     )
-    assert done.returncode == 0, done.stderr
-    return db
 
 
 async def test_preemptions_usage_and_eta_are_the_clis_answers(reclaim_db: Path) -> None:
