@@ -307,8 +307,10 @@ def run(
         for j, decision, _ in unsuspended:
             decisions.setdefault(j, set()).add((replica, decision))
     took_after_kill = sorted(took for t, _, ok, _, took in creates.attempts if ok and t > killed)
-    failed_after_kill = [(t - killed, err) for t, _, ok, err, _ in creates.attempts if not ok and t > killed]
-    failed_before_kill = [err for t, _, ok, err, _ in creates.attempts if not ok and t <= killed]
+    # An attempt counts as after the kill when it ended after it: one under way when the leader was killed may be
+    # answered by the killed replica's broken connection, which is the take-over's failure, not the certificate's.
+    failed_after_kill = [(t - killed, err) for t, _, ok, err, took in creates.attempts if not ok and t + took > killed]
+    failed_before_kill = [err for t, _, ok, err, took in creates.attempts if not ok and t + took <= killed]
     window = (failed_after_kill[-1][0] - failed_after_kill[0][0] + create_every_s) if failed_after_kill else 0.0
     routed = proxy.routed
     return {
@@ -323,6 +325,7 @@ def run(
         "creates_failed_after_kill": len(failed_after_kill),
         "creates_failed_first_at_s": round(failed_after_kill[0][0], 2) if failed_after_kill else None,
         "creates_failed_before_kill": len(failed_before_kill),
+        "create_errors_before_kill": sorted(set(failed_before_kill)),
         "creates_ok": len(created),
         "create_every_s": create_every_s,
         "probe_s": probe_s,
