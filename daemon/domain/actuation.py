@@ -62,6 +62,10 @@ class Order:
     conflict: str | None = None
     note: str = ""  # for an admission: `admission_note`, written on the job so another replica can adopt it
     resize: tuple[Resize, ...] = ()  # the pod sets that may run with fewer pods (a `min_count`): their counts
+    # For a suspension: the decision of the unsuspension it replaced in the outbox before that one's result was
+    # recorded (0: none). That patch may have been sent, by this process or by one that died since, and may land
+    # yet: a process that did not send it itself (a restart) cannot take the Job's suspension as final at once.
+    supersedes: int = 0
 
 
 def _as_created(ps: PodSet) -> Placement:
@@ -195,3 +199,9 @@ def _as_asked(workload: Workload) -> tuple[Resize, ...]:
     return tuple(
         Resize(pod_set=ps.name, count=ps.count, full=ps.count) for ps in workload.pod_sets if ps.min_count is not None
     )
+
+
+def inherited_unsuspensions(outbox: Mapping[str, Order]) -> list[str]:
+    """The jobs of a replayed outbox that an unsuspension may be on its way to, sent by the process before this
+    one: an unsuspension without a result, or a suspension that replaced one (`Order.supersedes`)."""
+    return sorted(key for key, o in outbox.items() if o.action is Action.UNSUSPEND or o.supersedes)

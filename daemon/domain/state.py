@@ -14,7 +14,7 @@ from typing import assert_never
 
 from sortedcontainers import SortedKeyList
 
-from daemon.domain.actuation import Order, suspend_order, unsuspend_order
+from daemon.domain.actuation import Action, Order, suspend_order, unsuspend_order
 from daemon.domain.events import (
     ActuationFailed,
     ChainBreakAccepted,
@@ -76,7 +76,7 @@ from daemon.domain.view import (
     queue_ordered,
 )
 
-STATE_VERSION = 8
+STATE_VERSION = 9
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
 
 
@@ -307,12 +307,14 @@ class State:
                     self._set(replace(rec, evicting=True, eviction_reason="Preempted" if preemptor else reason))
                     self._bump_tree_of(rec)
                     victim_cq = rec.admission.cluster_queue if rec.admission is not None else ""
-                    self.outbox[key] = suspend_order(
-                        rec.workload,
-                        victim_cq,
-                        self.seq,
-                        reason="Preempted" if preemptor else reason,
-                        preemptor=preemptor,
+                    self._suspend(
+                        suspend_order(
+                            rec.workload,
+                            victim_cq,
+                            self.seq,
+                            reason="Preempted" if preemptor else reason,
+                            preemptor=preemptor,
+                        )
                     )
             case WorkloadEvicted(workload=key, at=evicted_at):
                 rec = self.workloads.get(key)
@@ -355,9 +357,7 @@ class State:
                     )
                     self._bump_tree_of(rec)
                     victim_cq = rec.admission.cluster_queue if rec.admission is not None else ""
-                    self.outbox[key] = suspend_order(
-                        rec.workload, victim_cq, self.seq, reason=event.reason, preemptor=None
-                    )
+                    self._suspend(suspend_order(rec.workload, victim_cq, self.seq, reason=event.reason, preemptor=None))
             case WorkloadRequeued(workload=key):
                 rec = self.workloads.get(key)
                 pods = rec.pods if rec is not None and rec.phase is Phase.PENDING else None
@@ -466,8 +466,22 @@ class State:
 
     def _settle(self, key: str, decision: int) -> None:
         order = self.outbox.get(key)
-        if order is not None and order.decision == decision:
+        if order is None:
+            return
+        if order.decision == decision:
             del self.outbox[key]
+        elif order.supersedes == decision:
+            # The unsuspension it replaced has its result in the log: nothing of it is on its way any more.
+            self.outbox[key] = replace(order, supersedes=0)
+
+    def _suspend(self, order: Order) -> None:
+        """Put a suspension in the outbox; one that replaces an unsuspension without a recorded result names it."""
+        before = self.outbox.get(order.job)
+        if before is not None and before.action is Action.UNSUSPEND:
+            order = replace(order, supersedes=before.decision)
+        elif before is not None and before.supersedes:
+            order = replace(order, supersedes=before.supersedes)
+        self.outbox[order.job] = order
 
     def _admit(self, key: str, at: Millis, admission: Admission) -> bool:
         rec = self.workloads.get(key)

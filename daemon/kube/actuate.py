@@ -17,6 +17,7 @@ record its eviction.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,10 @@ from daemon.stages.ports import Done, Failed, Outcome
 
 log = get_logger("admitd.actuate")
 
+STALE_PATCH_S = 60.0
+"""How long a patch sent by a process that has died may still land: the API server's own request timeout (its
+--request-timeout, 1 minute by default) bounds a request it had received; one it had not is lost with the
+connection."""
 TEMPLATE_TRIES = 20  # x 0.25 s: how long a template change waits for the Job controller before it is retried later
 _NOTE_PATH = "/metadata/annotations/" + pointer_token(ADMISSION_ANNOTATION)
 _FULL_PATH = "/metadata/annotations/" + pointer_token(FULL_PARALLELISM_ANNOTATION)
@@ -109,6 +114,9 @@ class JobActuator:
         # jobs this process has sent an unsuspend patch for and not suspended since: the watch may lag behind
         # that patch, so for these the watched version is not evidence of anything
         self._unsuspending: set[str] = set()
+        # jobs whose unsuspension a process that died may have sent (`assume_unsuspending`) -> until when (monotonic
+        # seconds) that patch may still land: a suspension before then is made again then
+        self._inherited: dict[str, float] = {}
         self.on_suspended: Callable[[Obj], None] | None = None
         """Given the job as the API server answered the last patch of a suspension (the observer's entry for
         watch events). A job preempted before it was ever unsuspended is already suspended with no pods: the patch
@@ -137,10 +145,25 @@ class JobActuator:
         for obj in items:
             self.seen("ADDED", obj)
 
-    def assume_unsuspending(self, keys: Iterable[str]) -> None:
-        """At start-up: the jobs whose admission has no recorded unsuspension (the outbox). The process that died
-        may have sent it, and it may land yet; until they are suspended they count as `unsuspending`."""
-        self._unsuspending.update(keys)
+    def assume_unsuspending(self, keys: Iterable[str], *, for_s: float = STALE_PATCH_S) -> None:
+        """At start-up: the jobs whose admission has no recorded unsuspension (the outbox: an unsuspension, or a
+        suspension that `supersedes` one). The process that died may have sent it, and it may land yet, up to `for_s`
+        from now: until they are suspended after that, they count as `unsuspending`."""
+        until = time.monotonic() + for_s
+        for key in keys:
+            self._unsuspending.add(key)
+            self._inherited[key] = until
+
+    def _inherited_left(self, key: str) -> float:
+        """Seconds until an unsuspension sent before this process started can no longer land on `key` (0: none)."""
+        until = self._inherited.get(key)
+        if until is None:
+            return 0.0
+        left = until - time.monotonic()
+        if left <= 0:
+            del self._inherited[key]
+            return 0.0
+        return left
 
     def unsuspending(self, key: str) -> bool:
         """Whether this process sent `key` an unsuspension and has not suspended it since: the Job as watched may
@@ -208,6 +231,15 @@ class JobActuator:
                     # The admission changed the templates (a flavor with node labels or tolerations): restore them.
                     # A template left as created (a flavor without either) needs no second request.
                     last = await self._patch_template(path, [*guard, *placement_patch(order.kind, order.placements)])
+                if order.decision and (left := self._inherited_left(order.job)):
+                    # Suspended, but a patch of the process before this one may unsuspend it yet: the quota stays
+                    # held (no eviction is taken from the watch) and the suspension is made again once it cannot.
+                    return Failed(
+                        f"{order.kind} {order.job} suspended, but an unsuspension sent before this process started "
+                        f"may still land for {left:.0f}s: suspending it again then",
+                        permanent=False,
+                        retry_in_ms=int(left * 1000) + 1,
+                    )
                 if order.decision:
                     self._unsuspending.discard(order.job)
                 if self.on_suspended is not None:

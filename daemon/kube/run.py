@@ -35,7 +35,7 @@ from daemon.answers.answer import Answers, LiveSeqs
 from daemon.buildinfo import build_info
 from daemon.domain import events as ev
 from daemon.domain import trust
-from daemon.domain.actuation import Action, Order
+from daemon.domain.actuation import Action, Order, inherited_unsuspensions
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.events import Event, WorkloadAdmitted
 from daemon.domain.state import State
@@ -233,7 +233,7 @@ class Daemon:
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
             cluster = KubeCluster(client, partial(trust.sign, key), requests_in_flight=opts.actuation_parallelism)
-            cluster.actuator.assume_unsuspending(k for k, o in state.outbox.items() if o.action is Action.UNSUSPEND)
+            cluster.actuator.assume_unsuspending(inherited_unsuspensions(state.outbox))
             actuate = Actuate(recorder, cluster, clock, parallelism=opts.actuation_lanes)
             pods_ready = opts.engine.wait_for_pods_ready
             admit = Admit(recorder, AdmissionEngine(opts.engine), clock, actuate.submit, pods_ready=pods_ready)

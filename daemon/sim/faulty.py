@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.domain import events as ev
-from daemon.domain.actuation import Action, Order, read_admission_note
+from daemon.domain.actuation import Action, Order, inherited_unsuspensions, read_admission_note
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.model import Admission, ClusterQueue, Millis, ResourceGroup
 from daemon.domain.state import Phase, State, WorkloadRecord
@@ -332,6 +332,8 @@ class _Process:
         self.admit = Admit(self.recorder, AdmissionEngine(world.config), clock, self.actuate.submit)
         self.ingest = Ingest(self.recorder, self.admit.notify)
         self.unsuspending: set[str] = set()  # as `JobActuator._unsuspending`: sent an unsuspension, not suspended since
+        # as `JobActuator._inherited`: jobs a process that died may have sent an unsuspension -> until when it may land
+        self.inherited: dict[str, Millis] = {}
         self.observer = SimObserver(
             state, self.ingest.put, clock, self.actuate.submit, unsuspending=self.unsuspending.__contains__
         )
@@ -472,6 +474,17 @@ class FaultyCluster:
         finally:
             self._waiting -= 1
         if isinstance(result, Done) and order.action is Action.SUSPEND and order.decision:
+            until = proc.inherited.get(order.job, 0)
+            if until > self.clock.now():
+                result = Failed(
+                    f"Job {order.job} suspended, but an unsuspension sent before this process started may still "
+                    f"land until {until} ms: suspending it again then",
+                    permanent=False,
+                    retry_in_ms=until - self.clock.now(),
+                )
+                self.trail.add(self.clock.now(), f"reply {order.action.value} {order.job}: {result}", order.job)
+                return result
+            proc.inherited.pop(order.job, None)
             proc.unsuspending.discard(order.job)
         self.trail.add(self.clock.now(), f"reply {order.action.value} {order.job}: {result}", order.job)
         if isinstance(result, Done) and order.action is Action.SUSPEND and truth is not None:
@@ -651,7 +664,11 @@ class FaultyCluster:
         proc = _Process(self, self._store, state, self._incarnations)
         # An admission whose unsuspension has no result in the log may have been sent by the process that died,
         # and may land yet: until it is suspended, such a job counts as one with an unsuspension on its way.
-        proc.unsuspending.update(key for key, order in state.outbox.items() if order.action is Action.UNSUSPEND)
+        # Its patch lands at most `unsuspend_latency` after it was sent, before the crash: a suspension made before
+        # then is made again then (`JobActuator.assume_unsuspending`).
+        inherited = inherited_unsuspensions(state.outbox)
+        proc.unsuspending.update(inherited)
+        proc.inherited = dict.fromkeys(inherited, self.clock.now() + self.faults.unsuspend_latency + 1)
         proc.recorder.listeners.append(self.checker.listener)
         proc.recorder.listeners.append(self._logged)
         self.checker.state = state
@@ -691,11 +708,12 @@ class FaultyCluster:
         while proc.store.held:
             await self._flush(proc)
         self._before_crash = proc.state.to_snapshot()
+        lanes = proc.actuate.abandon()  # lanes whose step has ended: no step awaits them, so cancel them here
         for task in proc.parked.values():
             task.cancel()
-        for task in proc.parked.values():
+        for waited in [*proc.parked.values(), *lanes]:
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await waited
         proc.parked.clear()
         # What the cancelled steps appended while unwinding was never written by a process that is gone.
         proc.store.drop_held()

@@ -93,6 +93,16 @@ class Actuate:
             self.submit(order)
         return len(self._known) - before
 
+    def abandon(self) -> list[asyncio.Task[ev.Event | None]]:
+        """The process dies here (the faulty simulation's crash): every lane is cancelled, its result never
+        recorded, as a killed process's would not be; the tasks, for the caller to await."""
+        lanes = list(self._lanes.values())
+        for task in lanes:
+            task.cancel()
+        self._lanes.clear()
+        self._order_of.clear()
+        return lanes
+
     def next_due(self) -> Millis | None:
         return self._later[0][0] if self._later else None
 
@@ -215,7 +225,7 @@ class Actuate:
                     )
                 else:
                     result = ev.JobSuspended(job=order.job, at=at, decision=order.decision, placements=order.placements)
-            case Failed(error=error, permanent=permanent):
+            case Failed(error=error, permanent=permanent, retry_in_ms=retry_in_ms):
                 self.failures += 1
                 result = ev.ActuationFailed(
                     job=order.job, at=at, decision=order.decision, error=error, permanent=permanent
@@ -226,7 +236,7 @@ class Actuate:
                     log.error("actuation failed for good", job=order.job, decision=order.decision, error=error)
                 else:
                     self._attempts[order.decision] = attempt + 1
-                    delay = backoff_ms(attempt, self._rng)
+                    delay = max(backoff_ms(attempt, self._rng), retry_in_ms or 0)
                     heapq.heappush(self._later, (at + delay, order.decision, order))
                     log.warning(
                         "actuation failed, will retry",

@@ -39,10 +39,12 @@ class Done:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The order could not be carried out. A temporary failure is retried with backoff; a permanent one is not."""
+    """The order could not be carried out. A temporary failure is retried with backoff; a permanent one is not.
+    `retry_in_ms`: not before then (the cluster knows when the attempt can succeed), whatever the backoff says."""
 
     error: str
     permanent: bool
+    retry_in_ms: int | None = None
 
 
 Outcome = Done | Failed

@@ -237,6 +237,18 @@ def test_an_unsuspension_sent_by_a_process_that_died_is_no_eviction_either() -> 
     assert r.ok, [str(v) for v in r.violations]
 
 
+def test_an_unsuspension_of_a_dead_process_landing_after_the_next_ones_suspension_is_waited_out() -> None:
+    """Issue-shape seeds 263, 281, 297, 301, 305 and 1989 (of the first 2,000) found it: a workload admitted, its
+    unsuspension sent, then preempted before the patch landed, and the process crashed. The outbox held only the
+    suspension, so the next process took the still-suspended Job for evicted (quota released, the workload pending
+    or admitted again), and the dead process's patch then started it: running unadmitted, or unsuspended twice.
+    A suspension that replaced an unsettled unsuspension names it (`Order.supersedes`); after a restart its
+    suspension is made again once the old patch can no longer land, and only then is the eviction taken."""
+    for seed in (263, 281, 297, 301, 305, 1989):
+        r = run_case(Case(seed, ISSUE, ALL))
+        assert r.ok, (seed, [str(v) for v in r.violations])
+
+
 def test_a_crash_writes_what_a_step_appended_while_the_log_was_being_written() -> None:
     """CI-shape seeds 37, 133 and 140 found it (after actuation lanes append each result as its call ends): the
     crash's last write yielded to the event loop, an actuation lane whose reply had arrived appended its result

@@ -12,14 +12,22 @@ from typing import Any
 import pytest
 
 from daemon.domain import events as ev
-from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, admission_note, read_admission_note
+from daemon.domain.actuation import (
+    ADMISSION_ANNOTATION,
+    Action,
+    Order,
+    Placement,
+    admission_note,
+    inherited_unsuspensions,
+    read_admission_note,
+)
 from daemon.domain.model import LocalQueue, ResourceFlavor, Toleration
 from daemon.domain.state import State
 from daemon.domain.trust import SIGNATURE_ANNOTATION, sign
-from daemon.kube.actuate import JobActuator, placement_patch
+from daemon.kube.actuate import STALE_PATCH_S, JobActuator, placement_patch
 from daemon.kube.observe import Observer
 from daemon.kube.webhook import admission_response, suspend_patch
-from daemon.stages.ports import Done, Observed
+from daemon.stages.ports import Done, Failed, Observed
 from tests.samples import admission, workload
 from tests.unit.test_kube_distributed import PatchingClient
 
@@ -439,6 +447,58 @@ def test_after_a_restart_an_admission_without_a_recorded_unsuspension_counts_as_
     actuator.assume_unsuspending(["research/train-a"])
     assert actuator.unsuspending("research/train-a")
     actuator.seen("DELETED", raw_job(suspend=True))
+    assert not actuator.unsuspending("research/train-a")
+
+
+def test_a_suspension_that_replaces_an_unsettled_unsuspension_names_it_until_its_result_is_recorded() -> None:
+    """The outbox of a workload admitted (decision 2) and preempted (decision 3) before the unsuspension's result:
+    the suspension names decision 2, and the job is one a restart must count as having an unsuspension on its way.
+    The unsuspension's result in the log (here its success) settles that: a restart then has nothing to wait for."""
+    state = State()
+    observer, put, _ = _observer(state)
+    order = _preempted_after_admission(state, observer, put, raw_job(suspend=True))
+    assert (order.action, order.decision, order.supersedes) == (Action.SUSPEND, 3, 2)
+    assert inherited_unsuspensions(state.outbox) == ["research/train-a"]
+    state.apply(ev.JobUnsuspended(job="research/train-a", at=2_100, decision=2, placements=()), 4)
+    assert state.outbox["research/train-a"].supersedes == 0
+    assert state.outbox["research/train-a"].decision == 3  # the suspension itself is still to be carried out
+    assert inherited_unsuspensions(state.outbox) == []
+
+
+async def test_after_a_restart_a_suspension_is_made_again_once_the_dead_process_patch_cannot_land(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the faulty simulation (issue-shape seeds 263, 281, 297, 301, 305, 1989): the process that died had
+    sent the unsuspension, the workload was preempted, and the next process suspended the still-suspended Job and
+    took that for the eviction; the dead process's patch landed after it and the Job ran unadmitted. Now the
+    suspension before `STALE_PATCH_S` has passed keeps the quota (a temporary failure, retried when the old patch
+    can no longer land, with no eviction observed), and the one after it is the eviction."""
+    state = State()
+    job = raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""})
+    client = PatchingClient(job)
+    actuator = JobActuator(client)  # type: ignore[arg-type]
+    put: list[Observed] = []
+    clock = type("C", (), {"now": lambda self: 5_000})()
+    observer = Observer(state, put.append, clock=clock, unsuspending=actuator.unsuspending, admission_key=KEY)
+    order = _preempted_after_admission(state, observer, put, job)
+    now = [1_000.0]
+    monkeypatch.setattr("daemon.kube.actuate.time.monotonic", lambda: now[0])
+    actuator.on_suspended = lambda obj: observer.job_event("MODIFIED", obj)
+    actuator.on_suspended_unsent = observer.suspended_unsent
+    actuator.listed([job])
+    actuator.assume_unsuspending(inherited_unsuspensions(state.outbox), for_s=STALE_PATCH_S)
+
+    observer.job_event("MODIFIED", job)  # the relist after the restart: suspended and idle is no eviction yet
+    first = await actuator.carry_out(order)
+    assert isinstance(first, Failed) and not first.permanent, first
+    assert first.retry_in_ms is not None and STALE_PATCH_S * 1000 <= first.retry_in_ms <= STALE_PATCH_S * 1000 + 1
+    assert len(client.patches) >= 1  # suspended at once all the same (the old patch may have landed already)
+    assert put == [] and actuator.unsuspending("research/train-a")
+    assert state.workloads["research/train-a"].evicting  # its quota is still held
+
+    now[0] += STALE_PATCH_S
+    assert await actuator.carry_out(order) == Done()
+    assert [type(e) for o in put for e in o.events] == [ev.WorkloadEvicted]
     assert not actuator.unsuspending("research/train-a")
 
 
