@@ -53,6 +53,11 @@ def workload_name(owner_name: str, owner_uid: str, kind: str = "Job", group: str
     return f"{prefix}-{digest[:HASH_LENGTH]}"
 
 
+def owner_kind(kind: str) -> tuple[str, str]:
+    """The apiVersion and API group of a job kind admitd manages (a Workload's owner); batch/v1 for an unknown one."""
+    return _OWNERS.get(kind, ("batch/v1", "batch"))
+
+
 def rfc3339(ms: Millis) -> str:
     """metav1.Time's format: UTC, whole seconds."""
     return datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

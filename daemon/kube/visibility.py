@@ -1,0 +1,233 @@
+"""Kueue's visibility API (`visibility.kueue.x-k8s.io/v1beta1`) as pure functions of the live pending order.
+
+Kueue serves it from its queue manager as an aggregated API server (pkg/visibility, apis/visibility/v1beta1 of
+Kueue v0.17); admitd answers the same paths from its fold's pending order (`ClusterView.pending_by_cq`, the order
+`admitd pending` shows), so `kubectl get --raw`, `kubectl kueue list pendingworkloads` and tools built on Kueue's
+client read admitd's queues unchanged:
+
+    GET /apis/visibility.kueue.x-k8s.io/v1beta1/clusterqueues/CQ/pendingworkloads?limit=&offset=
+    GET /apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/NS/localqueues/LQ/pendingworkloads?limit=&offset=
+
+Rules copied from Kueue's REST storage (pending_workloads_cq.go, pending_workloads_lq.go, utils.go): positions
+start at 0; a ClusterQueue's list counts each row's position in its LocalQueue over every row before it (also those
+before `offset`); a LocalQueue's list is that queue's rows only, `positionInLocalQueue` = offset + index;
+`limit` 0 or absent is 1000; an unknown queue is a NotFound `Status` naming it (`clusterqueue` / `localqueue`, the
+singular resource names Kueue passes). Owner references carry apiVersion, kind, name and uid only (Kueue copies
+those four). No I/O and no clock here: the HTTP side (`daemon.kube.visibility_http`) authenticates and renders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import islice
+from typing import Any
+
+from daemon.domain.view import ClusterView, PendingWorkload
+from daemon.kube.status_objects import owner_kind, rfc3339, workload_name
+
+GROUP = "visibility.kueue.x-k8s.io"
+VERSION = "v1beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+ROOT = f"/apis/{GROUP}/{VERSION}"
+SUMMARY_KIND = "PendingWorkloadsSummary"
+DEFAULT_LIMIT = 1000  # Kueue's constants.DefaultPendingWorkloadsLimit
+OPTIONS = ("limit", "offset")  # PendingWorkloadOptions; anything else is refused
+
+Obj = dict[str, Any]
+
+
+class VisibilityError(Exception):
+    """A request answered with a Kubernetes `Status`: its HTTP code, `reason` (NotFound, BadRequest, Unauthorized,
+    Forbidden, ServiceUnavailable), message and the `details` apimachinery's errors fill in."""
+
+    def __init__(self, code: int, reason: str, message: str, details: Obj | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+    def status(self) -> Obj:
+        """The `Status` object (meta/v1) the API server's clients decode into an error."""
+        out: Obj = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details is not None:
+            out["details"] = self.details
+        return out
+
+
+def not_found(resource: str, name: str) -> VisibilityError:
+    """apimachinery's `errors.NewNotFound(visibility.Resource(resource), name)`."""
+    return VisibilityError(
+        404,
+        "NotFound",
+        f'{resource}.{GROUP} "{name}" not found',
+        {"name": name, "group": GROUP, "kind": resource},
+    )
+
+
+def bad_request(message: str) -> VisibilityError:
+    return VisibilityError(400, "BadRequest", message)
+
+
+def options(params: Mapping[str, list[str]]) -> tuple[int, int]:
+    """`(limit, offset)` from the query parameters: whole numbers, not negative, each given at most once; limit 0
+    or absent is Kueue's default 1000. A BadRequest naming the parameter otherwise."""
+    got = {"limit": 0, "offset": 0}
+    for name, values in params.items():
+        if name not in OPTIONS:
+            raise bad_request(f"unknown query parameter {name!r}: pendingworkloads takes limit and offset")
+        if len(values) != 1:
+            raise bad_request(f"query parameter {name!r} is given {len(values)} times; give it once")
+        try:
+            value = int(values[0])
+        except ValueError:
+            raise bad_request(f"query parameter {name!r} must be a whole number, got {values[0]!r}") from None
+        if value < 0:
+            raise bad_request(f"query parameter {name!r} must not be negative, got {value}")
+        got[name] = value
+    return got["limit"] or DEFAULT_LIMIT, got["offset"]
+
+
+def workload_ref(p: PendingWorkload) -> tuple[str, Obj]:
+    """The Workload's name as admitd writes it (`status_objects.workload_name`, Kueue's) and its pending item's
+    metadata: name, namespace, creationTimestamp (the Job's creation: the Workload is made from it at once) and
+    the owner reference to the Job."""
+    wl = p.workload
+    api_version, group = owner_kind(wl.kind)
+    name = workload_name(wl.name, wl.uid, wl.kind, group)
+    return name, {
+        "name": name,
+        "namespace": wl.namespace,
+        "creationTimestamp": rfc3339(wl.created_at),
+        "ownerReferences": [{"apiVersion": api_version, "kind": wl.kind, "name": wl.name, "uid": wl.uid}],
+    }
+
+
+def _item(p: PendingWorkload, position_in_cq: int, position_in_lq: int) -> Obj:
+    return {
+        "metadata": workload_ref(p)[1],
+        "priority": p.priority,
+        "localQueueName": p.local_queue.partition("/")[2],
+        "positionInClusterQueue": position_in_cq,
+        "positionInLocalQueue": position_in_lq,
+    }
+
+
+def summary(items: list[Obj]) -> Obj:
+    return {"kind": SUMMARY_KIND, "apiVersion": API_VERSION, "metadata": {}, "items": items}
+
+
+def cluster_queue_pending(view: ClusterView, name: str, limit: int = DEFAULT_LIMIT, offset: int = 0) -> Obj:
+    """`clusterqueues/NAME/pendingworkloads`: rows offset..offset+limit of the ClusterQueue's pending order."""
+    if name not in view.cluster_queues:
+        raise not_found("clusterqueue", name)
+    rows = view.pending_by_cq.get(name)
+    items: list[Obj] = []
+    if rows:
+        per_lq: dict[str, int] = {}
+        for index, p in enumerate(islice(rows, offset + limit)):
+            lq = p.local_queue
+            position_in_lq = per_lq.get(lq, 0)
+            per_lq[lq] = position_in_lq + 1
+            if index >= offset:
+                items.append(_item(p, index, position_in_lq))
+    return summary(items)
+
+
+def local_queue_pending(
+    view: ClusterView, namespace: str, name: str, limit: int = DEFAULT_LIMIT, offset: int = 0
+) -> Obj:
+    """`namespaces/NS/localqueues/NAME/pendingworkloads`: the LocalQueue's rows of its ClusterQueue's order, with
+    their positions in the ClusterQueue. A LocalQueue whose ClusterQueue does not exist has none (as Kueue's)."""
+    key = f"{namespace}/{name}"
+    lq = view.local_queues.get(key)
+    if lq is None:
+        raise not_found("localqueue", name)
+    items: list[Obj] = []
+    skipped = 0
+    for index, p in enumerate(view.pending_by_cq.get(lq.cluster_queue) or ()):
+        if len(items) >= limit:
+            break
+        if p.local_queue != key:
+            continue
+        if skipped < offset:
+            skipped += 1
+        else:
+            items.append(_item(p, index, len(items) + offset))
+    return summary(items)
+
+
+# --- discovery: what the aggregator and kubectl read before they ask -------------------------------------------
+
+RESOURCES: tuple[tuple[str, str, bool, tuple[str, ...]], ...] = (  # name, singularName, namespaced, verbs
+    ("clusterqueues", "clusterqueue", False, ()),
+    ("clusterqueues/pendingworkloads", "", False, ("get",)),
+    ("localqueues", "localqueue", True, ()),
+    ("localqueues/pendingworkloads", "", True, ("get",)),
+)
+
+
+def api_group() -> Obj:
+    version = {"groupVersion": API_VERSION, "version": VERSION}
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": GROUP,
+        "versions": [version],
+        "preferredVersion": version,
+    }
+
+
+def api_group_list() -> Obj:
+    """`/apis` of this server: its one group (legacy discovery; the aggregator falls back to it)."""
+    group = api_group()
+    del group["kind"], group["apiVersion"]
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
+
+
+def api_resource_list() -> Obj:
+    """`/apis/visibility.kueue.x-k8s.io/v1beta1`, as Kueue's generic API server lists its four storages (the
+    availability check of the APIService gets this path)."""
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": API_VERSION,
+        "resources": [
+            {"name": n, "singularName": s, "namespaced": ns, "kind": SUMMARY_KIND, "verbs": list(verbs)}
+            for n, s, ns, verbs in RESOURCES
+        ],
+    }
+
+
+def route(path: str) -> tuple[str, str | None, str] | None:
+    """`(resource, namespace, name)` of a pendingworkloads path under ROOT ("clusterqueues" or "localqueues"), or
+    None for any other path."""
+    if not path.startswith(ROOT + "/"):
+        return None
+    parts = path[len(ROOT) + 1 :].split("/")
+    if len(parts) == 3 and parts[0] == "clusterqueues" and parts[2] == "pendingworkloads" and parts[1]:
+        return "clusterqueues", None, parts[1]
+    if (
+        len(parts) == 5
+        and parts[0] == "namespaces"
+        and parts[2] == "localqueues"
+        and parts[4] == "pendingworkloads"
+        and parts[1]
+        and parts[3]
+    ):
+        return "localqueues", parts[1], parts[3]
+    return None
+
+
+def pending(view: ClusterView, resource: str, namespace: str | None, name: str, params: Mapping[str, list[str]]) -> Obj:
+    """The answer to a routed request (`route`): the summary, or a VisibilityError to render as a Status."""
+    limit, offset = options(params)
+    if resource == "clusterqueues":
+        return cluster_queue_pending(view, name, limit, offset)
+    assert namespace is not None
+    return local_queue_pending(view, namespace, name, limit, offset)
