@@ -140,6 +140,7 @@ class JobActuator:
             self._idle.pop(key, None)
             if type_ == "DELETED":
                 self._unsuspending.discard(key)
+                self._inherited.pop(key, None)
 
     def listed(self, items: list[Obj]) -> None:
         for obj in items:

@@ -481,11 +481,10 @@ class FaultyCluster:
                     f"land until {until} ms: suspending it again then",
                     permanent=False,
                     retry_in_ms=until - self.clock.now(),
-                )
-                self.trail.add(self.clock.now(), f"reply {order.action.value} {order.job}: {result}", order.job)
-                return result
-            proc.inherited.pop(order.job, None)
-            proc.unsuspending.discard(order.job)
+                )  # not Done: the answer below is not observed, so no eviction is taken from it yet
+            else:
+                proc.inherited.pop(order.job, None)
+                proc.unsuspending.discard(order.job)
         self.trail.add(self.clock.now(), f"reply {order.action.value} {order.job}: {result}", order.job)
         if isinstance(result, Done) and order.action is Action.SUSPEND and truth is not None:
             proc.observer.job(truth.version())  # the patch's answer is observed, as the real actuator does
