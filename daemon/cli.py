@@ -117,7 +117,7 @@ _non_negative = whole_number(  # a seq is a SQLite INTEGER
 
 
 QUERY_COMMANDS = frozenset({"explain", "history", "queues", "pending", "replay"})
-COMMANDS = frozenset({"log", "run", "simulate"} | QUERY_COMMANDS)
+COMMANDS = frozenset({"log", "run", "simulate", "ui"} | QUERY_COMMANDS)
 
 
 def command_in(argv: Sequence[str]) -> str | None:
@@ -214,6 +214,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from daemon.sim.cli import add_simulate_parser  # noqa: PLC0415
 
         add_simulate_parser(sub)
+    if command is None or command == "ui":
+        from daemon.web.cli import add_ui_parser  # noqa: PLC0415
+
+        add_ui_parser(sub, db_default=default_db_path(), db_help=_DB_HELP)
     _add_global_options_below(parser)
     return parser
 

@@ -1,0 +1,66 @@
+"""`admitd ui --db FILE`: the web view of a log file, read-only, for its owner (everyone who can reach the port sees
+everything: it binds to 127.0.0.1 unless told otherwise). It follows the file while another process appends."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from daemon.answers.answer import Answers
+from daemon.eventlog import LogReader
+from daemon.obs.logging import get_logger
+from daemon.web.policy import Everyone, Policy
+from daemon.web.server import WebView
+
+log = get_logger("admitd.web")
+
+ROOT = "/ui"
+
+
+def add_ui_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
+    p = sub.add_parser("ui", help="serve the read-only web view of a log file (http://127.0.0.1:8090/ui/)")
+    p.add_argument("--db", type=Path, default=db_default, help=db_help)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8090, help="port to listen on (default 8090)")
+    p.set_defaults(func=_cmd_ui)
+
+
+def application(db: Path, policy: Policy | None = None, *, root: str = ROOT) -> web.Application:
+    """The web view of `db` alone (the `admitd ui` server; tests serve it with their own `policy`)."""
+    LogReader(db).close()  # a missing or foreign file is a clear error now, not at the first page
+    answers = Answers(db)
+    view = WebView(db, answers, policy if policy is not None else Everyone(), root=root)
+    app = web.Application()
+    view.add_routes(app)
+    if root:
+
+        async def home(_: web.Request) -> web.StreamResponse:
+            raise web.HTTPFound(root + "/")
+
+        app.router.add_get("/", home)
+
+    async def close(_: web.Application) -> None:
+        answers.close()
+
+    app.on_cleanup.append(close)
+    return app
+
+
+async def serve(db: Path, host: str, port: int) -> None:
+    runner = web.AppRunner(application(db), access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        print(f"admitd ui: serving {db} on http://{host}:{port}{ROOT}/ (Ctrl-C stops)", flush=True)
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def _cmd_ui(args: argparse.Namespace) -> int:
+    asyncio.run(serve(args.db, args.host, args.port))
+    return 0

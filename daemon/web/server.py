@@ -1,0 +1,401 @@
+"""The web view on an aiohttp application: `admitd ui --db FILE` serves it alone, `admitd run --ui` on its HTTP port.
+
+    GET {root}/                              overview: the cohort tree, each ClusterQueue's quota, usage and counts
+    GET {root}/clusterqueue/NAME             a ClusterQueue: plots over time, its pending workloads, admissions...
+    GET {root}/job/NAMESPACE/NAME            a job: the explain statements and its timeline
+    GET {root}/event/SEQ                     one event of the log
+    GET {root}/api/head                      {"seq": N}: the log's last seq (pages poll it to follow the log)
+    GET {root}/static/FILE                   the vendored assets (uPlot) and the page script
+
+Each page takes `?at=TIME` (as `admitd queues --at`): the page as of that moment. The figures come from the
+answers (`daemon.answers.Answers`: the daemon's live fold at the present, the file for the past); the plots from a
+`Series` folded once in a worker thread and followed as the log grows; the slow whole-log answers (estimated
+starts, preemptions) are computed in the background once per new head and shown when ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from daemon.answers.answer import Answers, BadRequest, parse
+from daemon.eventlog import EventLogError, LogReader
+from daemon.obs.logging import get_logger
+from daemon.query.moment import Clock, QueryError, clock_of, parse_time
+from daemon.web import render
+from daemon.web.policy import Everyone, Policy, Viewer
+from daemon.web.series import Series
+
+log = get_logger("admitd.web")
+
+STATIC = Path(__file__).resolve().parent / "static"
+FOLLOW_EVERY_S = 1.0
+POINTS = 300  # the most points a plot is sent
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Background:
+    """A whole-log answer computed in a worker thread once per head seq; `get` returns the latest one ready."""
+
+    def __init__(self, compute: Any) -> None:
+        self.compute = compute
+        self.value: Any = None
+        self.seq = -1
+        self._task: asyncio.Task[None] | None = None
+
+    def get(self, head: int) -> Any:
+        if self.seq != head and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(self._run(head))
+        return self.value
+
+    async def _run(self, head: int) -> None:
+        try:
+            self.value = await asyncio.to_thread(self.compute)
+            self.seq = head
+        except (EventLogError, QueryError, BadRequest) as err:
+            log.warning("web: background answer failed", error=str(err))
+
+    async def wait(self) -> None:
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """A page's moment: the moment for the time control and the `at` to ask the answers with."""
+
+    moment: render.Moment
+    clock: Clock
+
+
+class WebView:
+    """The pages of one log: `add_routes` mounts them under `root`."""
+
+    def __init__(
+        self, db: Path, answers: Answers, policy: Policy | None = None, *, root: str = "/ui", live: bool = True
+    ) -> None:
+        self.db = db
+        self.answers = answers
+        self.policy: Policy = policy if policy is not None else Everyone()
+        self.root = root.rstrip("/")
+        self.live = live  # a log being written (the daemon's): the present is now
+        self.series = Series()
+        self._series_lock = threading.Lock()
+        self._reader: LogReader | None = None
+        self._series_reader: LogReader | None = None
+        self._follower: asyncio.Task[None] | None = None
+        self.series_ready = asyncio.Event()
+        self._eta = _Background(self._compute_eta)
+        self._preemptions = _Background(self._compute_preemptions)
+
+    # --- the log ---
+
+    def reader(self) -> LogReader:
+        if self._reader is None:
+            self._reader = LogReader(self.db)
+        return self._reader
+
+    def close(self) -> None:
+        for r in (self._reader, self._series_reader):
+            if r is not None:
+                r.close()
+        self._reader = self._series_reader = None
+
+    def _follow_some(self) -> int:
+        with self._series_lock:
+            if self._series_reader is None:
+                self._series_reader = LogReader(self.db)
+            return self.series.follow(self._series_reader, limit=50_000)
+
+    async def follow(self) -> None:
+        """Keep the plots' series up to the log's end (a task for the server's life)."""
+        while True:
+            try:
+                while await asyncio.to_thread(self._follow_some):
+                    pass
+                self.series_ready.set()
+            except EventLogError as err:
+                log.warning("web: cannot follow the log", error=str(err))
+            await asyncio.sleep(FOLLOW_EVERY_S)
+
+    def _compute_eta(self) -> dict[str, Any]:
+        from daemon.query import eta as eta_mod  # noqa: PLC0415  (the engine: only the estimates need it)
+
+        with LogReader(self.db) as reader:
+            body: dict[str, Any] = eta_mod.eta_json(reader, clock_of(reader), queue=None)
+            return body
+
+    def _compute_preemptions(self) -> dict[str, Any]:
+        from daemon.query import ledger  # noqa: PLC0415
+
+        with LogReader(self.db) as reader:
+            clock = clock_of(reader)
+            body: dict[str, Any] = ledger.preemptions_json(reader, clock, start_ms=clock.first_ms, queue=None)
+            return body
+
+    # --- helpers ---
+
+    def links(self, at: str | None) -> render.Links:
+        return render.Links(self.root, at)
+
+    def _moment(self, at: str | None) -> _Asked:
+        reader = self.reader()
+        try:
+            clock = clock_of(reader)
+        except QueryError as err:
+            raise BadRequest(503, None, str(err)) from None
+        now = _now_ms()
+        if at is None or at.strip() == "now":
+            last_ms = clock.last_ms if clock.virtual or not self.live else max(now, clock.last_ms)
+            m = render.Moment(
+                None,
+                clock.last_seq,
+                clock.show(last_ms),
+                clock.first_ms,
+                last_ms,
+                clock.virtual,
+                clock.last_seq,
+                last_ms,
+            )
+            return _Asked(m, clock)
+        try:
+            ms = parse_time(at, clock, now)
+        except QueryError as err:
+            raise BadRequest(400, "at", str(err)) from None
+        if ms < clock.first_ms:
+            raise BadRequest(400, "at", f"{at}: before the log begins (at {clock.show(clock.first_ms)})")
+        seq = reader.seq_at(ms)
+        span_end = clock.last_ms if clock.virtual or not self.live else max(now, clock.last_ms)
+        m = render.Moment(at, seq, clock.show(ms), clock.first_ms, span_end, clock.virtual, clock.last_seq, ms)
+        return _Asked(m, clock)
+
+    async def _ask(self, command: str, at: str | None, job: str | None = None, **params: str) -> dict[str, Any]:
+        given = {k: [v] for k, v in params.items()}
+        if at is not None and at.strip() != "now":
+            given["at"] = [at]
+        got = await self.answers.answer(parse(command, given, job))
+        body: dict[str, Any] = json.loads(got.body)
+        return body
+
+    async def _viewer(self, request: web.Request) -> Viewer | web.StreamResponse:
+        return await self.policy.viewer(request)
+
+    def _html(self, text: str, status: int = 200) -> web.Response:
+        return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
+
+    def _at(self, request: web.Request) -> str | None:
+        at = request.query.get("at")
+        return at if at is not None and at.strip() else None
+
+    def _refused(self, message: str, at: str | None) -> web.Response:
+        return self._html(render.error_page(403, message, self.links(at)), 403)
+
+    # --- pages ---
+
+    async def overview(self, request: web.Request) -> web.StreamResponse:
+        at = self._at(request)
+        viewer = await self._viewer(request)
+        if not isinstance(viewer, Viewer):
+            return viewer
+        if not viewer.queues:
+            return self._refused("you may not list ClusterQueues, so the queues' figures are not shown", at)
+        try:
+            asked = self._moment(at)
+            queues = await self._ask("queues", at)
+            pending = await self._ask("pending", at)
+        except BadRequest as err:
+            return self._error(err, at)
+        links = self.links(at)
+        body = render.overview(queues, pending, links)
+        return self._html(render.page("overview", body, asked.moment, links))
+
+    async def cluster_queue(self, request: web.Request) -> web.StreamResponse:
+        at = self._at(request)
+        name = request.match_info["name"]
+        viewer = await self._viewer(request)
+        if not isinstance(viewer, Viewer):
+            return viewer
+        if not viewer.queues:
+            return self._refused("you may not list ClusterQueues, so the queues' figures are not shown", at)
+        try:
+            asked = self._moment(at)
+            queues = await self._ask("queues", at)
+            row = next((c for c in queues["cluster_queues"] if c["name"] == name), None)
+            pending_rows: list[dict[str, Any]] = []
+            if row is not None:
+                pending = await self._ask("pending", at, queue=name)
+                pending_rows = pending["cluster_queues"].get(name, [])
+        except BadRequest as err:
+            return self._error(err, at)
+        moment = asked.moment
+        seen = await viewer.namespaces(_namespaces([p["job"] for p in pending_rows], self._admissions(name, moment)))
+        present = moment.at is None
+        eta = self._eta.get(moment.head_seq) if present else None
+        etas = {x["job"]: x for x in (eta or {}).get("estimates", [])}
+        pre = self._preemptions.get(moment.head_seq) or {"preemptions": []}
+        mine = {
+            "preemptions": [
+                x
+                for x in pre["preemptions"]
+                if name in (x["victimClusterQueue"], x["preemptorClusterQueue"]) and int(x["seq"]) <= moment.seq
+            ]
+        }
+        links = self.links(at)
+        body = render.cluster_queue(
+            name,
+            row,
+            pending_rows,
+            mine,
+            self._admissions(name, moment),
+            etas,
+            self.plots(name, asked),
+            lambda ns: ns in seen,
+            links,
+        )
+        return self._html(render.page(f"ClusterQueue {name}", body, moment, links))
+
+    def _admissions(self, name: str, moment: render.Moment) -> list[dict[str, Any]]:
+        with self._series_lock:
+            got = list(self.series.admissions.get(name, ()))
+        clock = Clock(moment.virtual, 0, moment.first_ms, 0, moment.last_ms)
+        return [{"seq": s, "time": clock.show(t), "job": j} for s, t, j in reversed(got) if s <= moment.seq][:20]
+
+    def plots(self, name: str, asked: _Asked) -> dict[str, Any]:
+        with self._series_lock:
+            body = self.series.plot(name, asked.moment.ms, POINTS)
+        body["virtual"] = asked.clock.virtual
+        return body
+
+    async def job(self, request: web.Request) -> web.StreamResponse:
+        at = self._at(request)
+        ns, name = request.match_info["namespace"], request.match_info["name"]
+        key = f"{ns}/{name}"
+        viewer = await self._viewer(request)
+        if not isinstance(viewer, Viewer):
+            return viewer
+        if ns not in await viewer.namespaces([ns]):
+            return self._refused(f"you may not see the jobs of namespace {ns}", at)
+        try:
+            asked = self._moment(at)
+        except BadRequest as err:
+            return self._error(err, at)
+        explain = history = None
+        error = None
+        try:
+            explain = await self._ask("explain", at, key)
+            history = await self._ask("history", None, key)
+            if at is not None:
+                history = {**history, "events": [h for h in history["events"] if int(h["seq"]) <= asked.moment.seq]}
+        except BadRequest as err:
+            if err.status >= 500:
+                return self._error(err, at)
+            error = err.message
+        links = self.links(at)
+        body = render.job(key, history, explain, error, links)
+        return self._html(render.page(f"job {key}", body, asked.moment, links), 200 if error is None else 404)
+
+    async def event(self, request: web.Request) -> web.StreamResponse:
+        try:
+            seq = int(request.match_info["seq"])
+        except ValueError:
+            return self._error(BadRequest(400, "seq", "a seq is a whole number"), None)
+        viewer = await self._viewer(request)
+        if not isinstance(viewer, Viewer):
+            return viewer
+        try:
+            reader = self.reader()
+            clock = clock_of(reader)
+            row = None
+            for r in reader.iter_events(seq - 1, chunk=1):
+                if r.seq == seq:
+                    row = {
+                        "seq": r.seq,
+                        "time": clock.show(r.recorded_at),
+                        "type": r.type,
+                        "version": r.version,
+                        "subject": r.subject,
+                        "cause": r.cause,
+                        "hash": r.hash.hex(),
+                        "payload": json.loads(r.payload),
+                    }
+                break
+        except (EventLogError, QueryError) as err:
+            return self._error(BadRequest(503, None, str(err)), None)
+        if row is not None:
+            subject = str(row["subject"])
+            if subject.startswith("job/"):
+                ns = subject.split("/")[1]
+                if ns not in await viewer.namespaces([ns]):
+                    return self._refused(f"event {seq} is about a job of namespace {ns}, which you may not see", None)
+            elif not viewer.queues:
+                return self._refused(f"event {seq} is about the queues, which you may not see", None)
+        links = self.links(None)
+        status = 200 if row is not None else 404
+        return self._html(render.page(f"event {seq}", render.event(row, seq, links), None, links), status)
+
+    async def head(self, request: web.Request) -> web.StreamResponse:
+        viewer = await self._viewer(request)
+        if not isinstance(viewer, Viewer):
+            return viewer
+        try:
+            last = self.reader().last_seq()
+        except EventLogError as err:
+            return web.json_response({"error": str(err)}, status=503)
+        return web.json_response({"seq": last})
+
+    def _error(self, err: BadRequest, at: str | None) -> web.Response:
+        message = err.message if err.parameter is None else f"{err.parameter}: {err.message}"
+        links = self.links(None)
+        text = render.page(
+            "error", f'<p><a href="{render.e(links.overview())}">back to now</a></p>', None, links, error=message
+        )
+        return self._html(text, err.status)
+
+    def add_routes(self, app: web.Application) -> None:
+        r = self.root
+        app.router.add_get(r + "/", self.overview)
+        if r:
+            app.router.add_get(r, lambda _: _redirect(r + "/"))
+        app.router.add_get(r + "/clusterqueue/{name}", self.cluster_queue)
+        app.router.add_get(r + "/job/{namespace}/{name}", self.job)
+        app.router.add_get(r + "/event/{seq}", self.event)
+        app.router.add_get(r + "/api/head", self.head)
+        app.router.add_static(r + "/static", STATIC, append_version=False)
+
+        async def start(_: web.Application) -> None:
+            self._follower = asyncio.get_running_loop().create_task(self.follow())
+
+        async def stop(_: web.Application) -> None:
+            if self._follower is not None:
+                self._follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._follower
+            await self._eta.wait()
+            await self._preemptions.wait()
+            self.close()
+
+        app.on_startup.append(start)
+        app.on_cleanup.append(stop)
+
+
+async def _redirect(to: str) -> web.StreamResponse:
+    raise web.HTTPFound(to)
+
+
+def _namespaces(jobs: Iterable[str], admissions: Iterable[dict[str, Any]]) -> set[str]:
+    out = {j.partition("/")[0] for j in jobs}
+    out.update(str(a["job"]).partition("/")[0] for a in admissions)
+    return out
