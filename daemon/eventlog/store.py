@@ -16,6 +16,7 @@ import fcntl
 import os
 import resource
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -135,10 +136,53 @@ def _check_writable_target(path: Path) -> None:
         raise DatabaseUnavailable(path, f"directory {path.parent} does not exist")
 
 
+_HELD: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) -> this process's open SQLite connections to that file
+_HELD_LOCK = threading.Lock()
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _hold(path: Path) -> tuple[int, int] | None:
+    """Count a connection of this process to `path` (`_header_kind` must not read the file while one is open)."""
+    key = _file_id(path)
+    if key is not None:
+        with _HELD_LOCK:
+            _HELD[key] = _HELD.get(key, 0) + 1
+    return key
+
+
+def _unhold(key: tuple[int, int] | None) -> None:
+    if key is None:
+        return
+    with _HELD_LOCK:
+        left = _HELD.get(key, 0) - 1
+        if left > 0:
+            _HELD[key] = left
+        else:
+            _HELD.pop(key, None)
+
+
 def _header_kind(path: Path) -> str:
     """Identify the file from its first 100 bytes, before SQLite opens it, so that nothing (no -wal, -shm or lock
     file) is ever created beside a file that is not an admitd log. Returns "missing", "empty" (0 bytes), "blank"
-    (a SQLite database with no schema and no application id) or "ours"; raises NotAnEventLog otherwise."""
+    (a SQLite database with no schema and no application id) or "ours"; raises NotAnEventLog otherwise.
+
+    Not read while this process has a SQLite connection to the file (a reader or the writer): it was checked when
+    that one opened it, and closing a descriptor of our own would drop every POSIX lock SQLite holds on it
+    (sqlite.org/howtocorrupt.html, 2.2). Without its locks, a writer in another process that opens the log next
+    takes itself for the only connection, removes the -wal and -shm files and starts new ones, and the readers
+    here, still on the old -shm, never see another append."""
+    key = _file_id(path)
+    if key is not None:
+        with _HELD_LOCK:
+            if _HELD.get(key):
+                return "ours"
     try:
         with path.open("rb") as f:
             head = f.read(100)
@@ -443,9 +487,12 @@ class LogReader:
         except BaseException:
             self._conn.close()
             raise
+        self._held: tuple[int, int] | None = _hold(real)
 
     def close(self) -> None:
         self._conn.close()
+        held, self._held = self._held, None
+        _unhold(held)
 
     def __enter__(self) -> LogReader:
         return self
@@ -757,6 +804,7 @@ class EventStore:
         self._clock = clock
         self._max_batch = max_batch
         self._lock = lock
+        self._held: tuple[int, int] | None = None  # counted in _HELD while open (see _header_kind)
         self._queue: asyncio.Queue[_Request] = asyncio.Queue()
         self._prepared: asyncio.Queue[_Prepared] = asyncio.Queue(maxsize=2)
         self._tasks: list[asyncio.Task[None]] = []
@@ -794,6 +842,7 @@ class EventStore:
         _header_kind(path)  # a foreign file is refused before even a lock file is made beside it
         lock = _WriterLock.acquire(path)
         conn: aiosqlite.Connection | None = None
+        held: tuple[int, int] | None = None
         try:
             if new:
                 create_new_log(path)
@@ -803,6 +852,7 @@ class EventStore:
                     migrate(setup, path)
                     setup.execute("PRAGMA journal_mode=WAL").fetchone()
                 conn = await _connect(path)
+                held = _hold(path)
                 await conn.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=OFF")
                 await conn.execute("PRAGMA busy_timeout=5000")
                 await conn.execute("PRAGMA cache_size=-65536")  # 64 MiB: the subject index stays in memory
@@ -816,11 +866,13 @@ class EventStore:
                 raise _classify(path, e) from e
         except BaseException:
             if conn is not None:
+                _unhold(held)
                 with contextlib.suppress(sqlite3.Error):
                     await conn.close()
             lock.release()
             raise
         store = cls(conn, path, clock, max_batch, lock)
+        store._held = held
         if tail is not None:
             store._stored_last = int(tail[0])
             store._seq, store._tail_hash = max(int(tail[0]), 0 if highest is None else int(highest[0])), _bytes(tail[1])
@@ -853,6 +905,8 @@ class EventStore:
             if self._failure is None:  # after a failure, closing is expected to fail the same way
                 raise _classify(self.path, e) from e
         finally:
+            held, self._held = self._held, None
+            _unhold(held)
             self._lock.release()
         if cancelled:
             raise asyncio.CancelledError

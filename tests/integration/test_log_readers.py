@@ -135,3 +135,52 @@ async def test_a_dangling_symlink_as_db_is_refused_and_nothing_is_created_where_
         await EventStore.open(link)
     assert not target.exists()
     assert listing(target.parent) == []
+
+
+_APPEND_ONE = """
+import asyncio, sys
+from daemon.domain import events as ev
+from daemon.eventlog import EventStore
+
+async def main() -> None:
+    async with await EventStore.open(sys.argv[1]) as store:
+        await store.append([ev.JobFinished(job="ns/late", at=99)])
+        print("appended", flush=True)
+        sys.stdin.readline()  # keep the writer open until the test has read
+
+asyncio.run(main())
+"""
+
+
+def test_readers_in_one_process_see_what_another_process_appends(tmp_path: Path) -> None:
+    """`admitd ui` (and a daemon's answers) keep several readers open while another process appends. Two readers
+    opened before the writer, on a log without a -wal file: the second's header check used to close a descriptor of
+    the database, which dropped the first's POSIX locks; the writer then took itself for the only connection,
+    replaced the -wal and -shm files, and neither reader ever saw its appends."""
+    path = tmp_path / "shared.db"
+    asyncio.run(make_log(path, 3))
+    assert not (tmp_path / "shared.db-wal").exists()
+    first, second = LogReader(path), LogReader(path)
+    try:
+        assert (first.last_seq(), second.last_seq()) == (3, 3)
+        writer = subprocess.Popen(
+            [sys.executable, "-c", _APPEND_ONE, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        try:
+            assert writer.stdout is not None and writer.stdout.readline().strip() == "appended"
+            with LogReader(path) as third:
+                assert (first.last_seq(), second.last_seq(), third.last_seq()) == (4, 4, 4)
+        finally:
+            assert writer.stdin is not None
+            writer.stdin.close()
+            assert writer.wait(timeout=30) == 0
+            assert writer.stdout is not None
+            writer.stdout.close()
+        assert (first.last_seq(), second.last_seq()) == (4, 4)
+    finally:
+        first.close()
+        second.close()
