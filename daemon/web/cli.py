@@ -19,6 +19,7 @@ from daemon.web.server import WebView
 log = get_logger("admitd.web")
 
 ROOT = "/ui"
+VIEW = web.AppKey("view", WebView)  # the application's WebView (tests wait for its series)
 
 
 def add_ui_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
@@ -35,6 +36,7 @@ def application(db: Path, policy: Policy | None = None, *, root: str = ROOT) -> 
     answers = Answers(db)
     view = WebView(db, answers, policy if policy is not None else Everyone(), root=root)
     app = web.Application()
+    app[VIEW] = view
     view.add_routes(app)
     if root:
 

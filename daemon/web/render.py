@@ -316,7 +316,7 @@ def cluster_queue(
             "<table><thead><tr><th>time</th><th>victim</th><th>preemptor</th><th>rule</th><th>GPU-hours lost</th>"
             f"<th>event</th></tr></thead><tbody>{''.join(pre)}</tbody></table>"
             if pre
-            else "<p>none</p>"
+            else ("<p>none</p>" if preemptions is not None else '<p data-later="1">still reading the log…</p>')
         )
         + "</section>"
     )

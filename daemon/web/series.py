@@ -84,9 +84,10 @@ class Series:
                 self.width,
             )
             grow = grow or len(pts) > self.limit
-        if grow:
+        while grow:
             self.width *= 2
             self.points = {cq: p.merged(self.width) for cq, p in self.points.items()}
+            grow = any(len(p) > self.limit for p in self.points.values())
 
     def apply(self, event: Event, seq: int, recorded_at: int) -> None:
         """Fold one event recorded at `recorded_at`; a point is taken for each queue when a new bucket starts."""

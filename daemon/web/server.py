@@ -40,6 +40,7 @@ log = get_logger("admitd.web")
 STATIC = Path(__file__).resolve().parent / "static"
 FOLLOW_EVERY_S = 1.0
 POINTS = 300  # the most points a plot is sent
+WAIT_S = 0.5  # how long a page waits for a whole-log answer (estimates, preemptions) before it shows the last one
 
 
 def _now_ms() -> int:
@@ -55,9 +56,13 @@ class _Background:
         self.seq = -1
         self._task: asyncio.Task[None] | None = None
 
-    def get(self, head: int) -> Any:
+    async def get(self, head: int, wait_s: float = WAIT_S) -> Any:
+        """The answer for `head` if it is ready within `wait_s`, else the latest one ready (None: none yet)."""
         if self.seq != head and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._run(head))
+        if self.seq != head and self._task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._task), wait_s)
         return self.value
 
     async def _run(self, head: int) -> None:
@@ -243,16 +248,18 @@ class WebView:
         moment = asked.moment
         seen = await viewer.namespaces(_namespaces([p["job"] for p in pending_rows], self._admissions(name, moment)))
         present = moment.at is None
-        eta = self._eta.get(moment.head_seq) if present else None
+        eta = await self._eta.get(moment.head_seq) if present else None
         etas = {x["job"]: x for x in (eta or {}).get("estimates", [])}
-        pre = self._preemptions.get(moment.head_seq) or {"preemptions": []}
-        mine = {
-            "preemptions": [
-                x
-                for x in pre["preemptions"]
-                if name in (x["victimClusterQueue"], x["preemptorClusterQueue"]) and int(x["seq"]) <= moment.seq
-            ]
-        }
+        pre = await self._preemptions.get(moment.head_seq)
+        mine = None
+        if pre is not None:
+            mine = {
+                "preemptions": [
+                    x
+                    for x in pre["preemptions"]
+                    if name in (x["victimClusterQueue"], x["preemptorClusterQueue"]) and int(x["seq"]) <= moment.seq
+                ]
+            }
         links = self.links(at)
         body = render.cluster_queue(
             name,
@@ -368,7 +375,11 @@ class WebView:
         r = self.root
         app.router.add_get(r + "/", self.overview)
         if r:
-            app.router.add_get(r, lambda _: _redirect(r + "/"))
+
+            async def bare(_: web.Request) -> web.StreamResponse:
+                raise web.HTTPFound(r + "/")
+
+            app.router.add_get(r, bare)
         app.router.add_get(r + "/clusterqueue/{name}", self.cluster_queue)
         app.router.add_get(r + "/job/{namespace}/{name}", self.job)
         app.router.add_get(r + "/event/{seq}", self.event)
@@ -389,10 +400,6 @@ class WebView:
 
         app.on_startup.append(start)
         app.on_cleanup.append(stop)
-
-
-async def _redirect(to: str) -> web.StreamResponse:
-    raise web.HTTPFound(to)
 
 
 def _namespaces(jobs: Iterable[str], admissions: Iterable[dict[str, Any]]) -> set[str]:

@@ -134,7 +134,7 @@
       const res = await fetch(root + "/api/head", { credentials: "same-origin" });
       if (res.ok) {
         const head = await res.json();
-        if (String(head.seq) !== body.dataset.seq) await refresh();
+        if (String(head.seq) !== body.dataset.seq || document.querySelector("[data-later]")) await refresh();
       }
     } catch (err) {
       // the daemon restarting: try again at the next tick
