@@ -487,11 +487,11 @@ class LogReader:
         except BaseException:
             self._conn.close()
             raise
-        self._held: tuple[int, int] | None = _hold(real)
+        self._file_key: tuple[int, int] | None = _hold(real)
 
     def close(self) -> None:
         self._conn.close()
-        held, self._held = self._held, None
+        held, self._file_key = self._file_key, None
         _unhold(held)
 
     def __enter__(self) -> LogReader:
@@ -804,7 +804,7 @@ class EventStore:
         self._clock = clock
         self._max_batch = max_batch
         self._lock = lock
-        self._held: tuple[int, int] | None = None  # counted in _HELD while open (see _header_kind)
+        self._file_key: tuple[int, int] | None = None  # counted in _HELD while open (see _header_kind)
         self._queue: asyncio.Queue[_Request] = asyncio.Queue()
         self._prepared: asyncio.Queue[_Prepared] = asyncio.Queue(maxsize=2)
         self._tasks: list[asyncio.Task[None]] = []
@@ -872,7 +872,7 @@ class EventStore:
             lock.release()
             raise
         store = cls(conn, path, clock, max_batch, lock)
-        store._held = held
+        store._file_key = held
         if tail is not None:
             store._stored_last = int(tail[0])
             store._seq, store._tail_hash = max(int(tail[0]), 0 if highest is None else int(highest[0])), _bytes(tail[1])
@@ -905,7 +905,7 @@ class EventStore:
             if self._failure is None:  # after a failure, closing is expected to fail the same way
                 raise _classify(self.path, e) from e
         finally:
-            held, self._held = self._held, None
+            held, self._file_key = self._file_key, None
             _unhold(held)
             self._lock.release()
         if cancelled:
