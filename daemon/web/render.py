@@ -15,6 +15,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from daemon.domain.durations import format_seconds
 from daemon.domain.quantity import parse_quantity
 
 MAX_ROWS = 500  # pending rows shown on a ClusterQueue page; the rest are counted
@@ -203,7 +204,9 @@ def overview(queues: Mapping[str, Any], pending: Mapping[str, Any], links: Links
 
 def plot_data(points: Mapping[str, Any]) -> str:
     """The JSON a plot reads (embedded in the page: static/web.js draws it with uPlot)."""
-    return e(json.dumps(points, separators=(",", ":")))
+    text = json.dumps(points, separators=(",", ":"))
+    # A <script> element's text is not HTML-decoded: escape only what could end it or open a comment.
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def cluster_queue(
@@ -364,14 +367,21 @@ def job(
             f'<td><a href="{e(links.event(int(h["seq"])))}">seq {int(h["seq"])}</a></td></tr>'
             for h in history.get("events", [])
         )
+        whole = "over its whole life in the log (past this moment too): " if links.at is not None else ""
         parts.append(
-            f'<section data-frag="timeline"><h3>Timeline</h3><p>{e(history.get("status"))} · waited '
-            f"{e(history.get('waiting_seconds'))}s · ran {e(history.get('running_seconds'))}s · "
+            f'<section data-frag="timeline"><h3>Timeline</h3><p>{whole}{e(history.get("status"))} · waited '
+            f"{_secs(history.get('waiting_seconds'))} · ran {_secs(history.get('running_seconds'))} · "
             f"{e(history.get('admissions'))} admission(s) · {e(history.get('preemptions'))} preemption(s)</p>"
             f'<table class="timeline"><thead><tr><th>time</th><th>what</th><th>detail</th><th>event</th></tr></thead>'
             f"<tbody>{items}</tbody></table></section>"
         )
     return "".join(parts)
+
+
+def _secs(value: object) -> str:
+    if not isinstance(value, int | float):
+        return "—"
+    return format_seconds(int(value * 1000))
 
 
 def _linked_text(h: Mapping[str, Any], links: Links) -> str:
@@ -431,7 +441,7 @@ def page(title: str, body: str, moment: Moment | None, links: Links, *, error: s
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{e(title)} · admitd</title>"
+        f'<title>{e(title)} · admitd</title><link rel="icon" href="data:,">'
         f'<link rel="stylesheet" href="{e(links.static("uPlot.min.css"))}">'
         f'<link rel="stylesheet" href="{e(links.static("web.css"))}">'
         f'<script src="{e(links.static("uPlot.iife.min.js"))}" defer></script>'

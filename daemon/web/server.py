@@ -20,7 +20,6 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -246,7 +245,6 @@ class WebView:
         except BadRequest as err:
             return self._error(err, at)
         moment = asked.moment
-        seen = await viewer.namespaces(_namespaces([p["job"] for p in pending_rows], self._admissions(name, moment)))
         present = moment.at is None
         eta = await self._eta.get(moment.head_seq) if present else None
         etas = {x["job"]: x for x in (eta or {}).get("estimates", [])}
@@ -260,6 +258,10 @@ class WebView:
                     if name in (x["victimClusterQueue"], x["preemptorClusterQueue"]) and int(x["seq"]) <= moment.seq
                 ]
             }
+        jobs = [p["job"] for p in pending_rows] + [a["job"] for a in self._admissions(name, moment)]
+        for x in (mine or {}).get("preemptions", []):
+            jobs += [x["victim"], x["preemptor"]]
+        seen = await viewer.namespaces({str(j).partition("/")[0] for j in jobs})
         links = self.links(at)
         body = render.cluster_queue(
             name,
@@ -400,9 +402,3 @@ class WebView:
 
         app.on_startup.append(start)
         app.on_cleanup.append(stop)
-
-
-def _namespaces(jobs: Iterable[str], admissions: Iterable[dict[str, Any]]) -> set[str]:
-    out = {j.partition("/")[0] for j in jobs}
-    out.update(str(a["job"]).partition("/")[0] for a in admissions)
-    return out
