@@ -29,6 +29,7 @@
   }
 
   const plots = {};
+  window.admitdPlots = plots;  // for the browser tests: each uPlot and the points it drew
 
   function plotData() {
     const el = document.getElementById("plot-data");
