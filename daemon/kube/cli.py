@@ -119,6 +119,13 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         "authenticates and authorizes (get on the non-resource URL /metrics), as Kueue's metrics endpoint",
     )
     p.add_argument(
+        "--ui",
+        action="store_true",
+        help="serve the read-only web view at /ui/ beside the answers (health port; the HTTPS port with "
+        "--metrics-auth); each viewer's bearer token is checked by the API server: queue figures to those who may "
+        "list clusterqueues, a namespace's jobs to those who may get its workloads (off by default)",
+    )
+    p.add_argument(
         "--local-queue-metrics",
         action="store_true",
         help="also serve Kueue's kueue_local_queue_* metrics (off by default, as Kueue's LocalQueueMetrics)",
@@ -207,6 +214,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         health_port=args.health_port,
         metrics_auth=args.metrics_auth,
         local_queue_metrics=args.local_queue_metrics,
+        ui=args.ui,
         leader_elect=args.leader_elect,
         leader_election_lease=args.leader_election_lease,
         identity=args.identity,

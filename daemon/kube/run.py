@@ -100,6 +100,7 @@ class RunOptions:
     metrics_auth: bool = False  # /metrics on the webhook's HTTPS port, for callers RBAC allows (TokenReview + SAR)
     health_port: int = 8080
     local_queue_metrics: bool = False  # Kueue's kueue_local_queue_* on /metrics
+    ui: bool = False  # the read-only web view (daemon.web) at /ui/ beside the answers, for callers RBAC allows
     actuation_parallelism: int = 16  # the actuator's API calls in flight at once
     actuation_lanes: int = 512  # jobs whose orders are carried out at once, each in its own lane
     cert_check_s: float = 12 * 3600  # how often the webhook's certificate is checked for renewal
@@ -191,6 +192,7 @@ class Daemon:
         self._validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self._admitd_users: frozenset[str] = frozenset()
         self._answers: Answers | None = None
+        self._client: KubeClient | None = None  # for the web view's TokenReviews and SubjectAccessReviews (--ui)
 
     async def run(self) -> int:
         opts = self.options
@@ -315,6 +317,7 @@ class Daemon:
             live_seqs = LiveSeqs()
             recorder.listeners.append(live_seqs.apply)
             self._answers = Answers(opts.db, state=state, settle=recorder.catch_up, live_seqs=live_seqs)
+            self._client = client
             web_runner = await self._serve_health(opts)
             self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
             self._validate = partial(
@@ -466,6 +469,8 @@ class Daemon:
             app.router.add_get("/metrics", answer)
             if self._answers is not None:
                 answers_http.add_routes(app, self._answers)
+                if opts.ui and self._client is not None:
+                    self._mount_ui(app, opts)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, opts.health_host, opts.health_port).start()
@@ -475,6 +480,16 @@ class Daemon:
             port=opts.health_port,
         )
         return runner
+
+    def _mount_ui(self, app: web.Application, opts: RunOptions) -> None:
+        """The web view (`--ui`) at /ui/, reading the daemon's answers; each viewer's token checked by the API
+        server (daemon.kube.webauth)."""
+        from daemon.kube.webauth import KubePolicy  # noqa: PLC0415  (only with --ui)
+        from daemon.web.server import WebView  # noqa: PLC0415
+
+        assert self._answers is not None and self._client is not None
+        WebView(opts.db, self._answers, KubePolicy(self._client), root="/ui").add_routes(app)
+        log.info("serving the web view at /ui/", https=opts.metrics_auth)
 
     @staticmethod
     def _guarded_scrape(
@@ -508,6 +523,8 @@ class Daemon:
             app.router.add_get("/metrics", self._guarded_scrape(auth, self._scrape))
             if self._answers is not None:
                 answers_http.add_routes(app, self._answers, guard=_answers_guard(auth))
+                if opts.ui:
+                    self._mount_ui(app, opts)
         served = {r.canonical for r in app.router.resources()}
         # The validating configuration is patched once this daemon serves its path (the tenant guard).
         self._hooks = tuple(h for h in (webhook.MUTATING, webhook.VALIDATING) if h.path in served)

@@ -40,12 +40,19 @@ class Everyone:
         return Viewer(True, _all)
 
 
+TOKEN_COOKIE = "admitd-ui-token"
+"""Where the sign-in form (`{root}/login`) keeps a browser's token: HttpOnly, SameSite=Strict, the view's path only."""
+
+
 def bearer(request: web.Request) -> str | None:
-    """The request's bearer token, or None."""
+    """The request's bearer token (the Authorization header, else the sign-in cookie), or None."""
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
+    if scheme.lower() == "bearer" and token:
+        return token
+    cookie = request.cookies.get(TOKEN_COOKIE, "").strip()
+    return cookie or None
 
 
 class Tokens:

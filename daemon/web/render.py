@@ -452,5 +452,19 @@ def page(title: str, body: str, moment: Moment | None, links: Links, *, error: s
     )
 
 
+def login(after: str, why: str, links: Links) -> str:
+    """The sign-in form: a bearer token (`kubectl create token NAME`), kept by the browser in a cookie."""
+    return (
+        f'<h2>Sign in</h2><p class="bad" id="error-message">{e(why)}</p>'
+        "<p>Paste a Kubernetes bearer token (for example <code>kubectl create token SERVICEACCOUNT -n NS</code>). "
+        "The API server checks it; you see the queues if you may list ClusterQueues, and a namespace's jobs if you "
+        "may get its Workloads.</p>"
+        f'<form method="post" action="{e(links.root)}/login" id="login">'
+        f'<input type="hidden" name="next" value="{e(after)}">'
+        '<input type="password" name="token" id="token" size="60" autocomplete="off" required> '
+        '<button type="submit">sign in</button></form>'
+    )
+
+
 def error_page(status: int, message: str, links: Links) -> str:
     return page(f"{status}", f'<p class="bad" id="error-message">{e(message)}</p>', None, links)

@@ -6,6 +6,7 @@
     GET {root}/event/SEQ                     one event of the log
     GET {root}/api/head                      {"seq": N}: the log's last seq (pages poll it to follow the log)
     GET {root}/static/FILE                   the vendored assets (uPlot) and the page script
+    POST {root}/login                        the sign-in form: keeps a bearer token in a cookie (policies that need one)
 
 Each page takes `?at=TIME` (as `admitd queues --at`): the page as of that moment. The figures come from the
 answers (`daemon.answers.Answers`: the daemon's live fold at the present, the file for the past); the plots from a
@@ -31,7 +32,7 @@ from daemon.eventlog import EventLogError, LogReader
 from daemon.obs.logging import get_logger
 from daemon.query.moment import Clock, QueryError, clock_of, parse_time
 from daemon.web import render
-from daemon.web.policy import Everyone, Policy, Viewer
+from daemon.web.policy import TOKEN_COOKIE, Everyone, Policy, Viewer
 from daemon.web.series import Series
 
 log = get_logger("admitd.web")
@@ -195,7 +196,28 @@ class WebView:
         return body
 
     async def _viewer(self, request: web.Request) -> Viewer | web.StreamResponse:
-        return await self.policy.viewer(request)
+        got = await self.policy.viewer(request)
+        if isinstance(got, web.Response) and got.status == 401 and not request.path.startswith(self.root + "/api/"):
+            # A browser: the sign-in form, which keeps the token in a cookie for the view's pages.
+            why = got.text.strip() if got.text else "a bearer token is required"
+            links = self.links(None)
+            return self._html(render.page("sign in", render.login(request.path_qs, why, links), None, links), 401)
+        return got
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        token = str(form.get("token", "")).strip()
+        after = str(form.get("next", "")) or self.root + "/"
+        if not after.startswith(self.root + "/") or after.startswith("//"):
+            after = self.root + "/"  # only back into the view, never elsewhere
+        res = web.Response(status=303, headers={"Location": after})
+        if token:
+            res.set_cookie(
+                TOKEN_COOKIE, token, path=self.root + "/", httponly=True, samesite="Strict", secure=request.secure
+            )
+        else:
+            res.del_cookie(TOKEN_COOKIE, path=self.root + "/")
+        return res
 
     def _html(self, text: str, status: int = 200) -> web.Response:
         return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
@@ -386,6 +408,7 @@ class WebView:
         app.router.add_get(r + "/job/{namespace}/{name}", self.job)
         app.router.add_get(r + "/event/{seq}", self.event)
         app.router.add_get(r + "/api/head", self.head)
+        app.router.add_post(r + "/login", self.login)
         app.router.add_static(r + "/static", STATIC, append_version=False)
 
         async def start(_: web.Application) -> None:
