@@ -122,7 +122,8 @@ def _resources_table(resources: Iterable[Mapping[str, Any]]) -> str:
         )
     return (
         '<table class="res"><thead><tr><th>flavor</th><th>resource</th><th>used</th><th>nominal</th>'
-        "<th>usage</th><th>borrowed</th><th>lent</th><th>borrowing limit</th><th>lending limit</th></tr></thead>"
+        '<th title="the black mark is the nominal quota; the bar runs to twice it">usage (| nominal)</th>'
+        "<th>borrowed</th><th>lent</th><th>borrowing limit</th><th>lending limit</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
