@@ -138,20 +138,24 @@ def _reasons(by_reason: Mapping[str, int]) -> str:
 
 
 def by_reason(pending: Mapping[str, Any]) -> dict[str, dict[str, int]]:
-    """Each ClusterQueue's pending workloads counted by reason (Kueue's), from a `pending` answer."""
+    """Each ClusterQueue's pending workloads counted by reason (admitd's, as `views.queues` counts them; those no
+    cycle has looked at yet are not counted), from a `pending` answer."""
     out: dict[str, dict[str, int]] = {}
     for cq, rows in pending.get("cluster_queues", {}).items():
         counts = out.setdefault(cq, {})
         for row in rows:
-            reason = row.get("kueue_reason") or row.get("reason") or "not yet evaluated"
-            counts[reason] = counts.get(reason, 0) + 1
+            reason = row.get("reason")
+            if reason:
+                counts[reason] = counts.get(reason, 0) + 1
     return out
 
 
-def overview(queues: Mapping[str, Any], pending: Mapping[str, Any], links: Links) -> str:
-    """The overview's body: what needs attention, then the cohort tree with each ClusterQueue's quota and usage."""
+def overview(queues: Mapping[str, Any], reasons: Mapping[str, Mapping[str, int]] | None, links: Links) -> str:
+    """The overview's body: what needs attention, then the cohort tree with each ClusterQueue's quota and usage.
+    `reasons`: each queue's pending workloads by reason, None when not counted (too many rows at a past moment)."""
     cqs = list(queues.get("cluster_queues", []))
-    reasons = by_reason(pending)
+    if reasons is None:
+        reasons = {c["name"]: {"reasons on its page": int(c["pending"])} for c in cqs if int(c["pending"])}
     total_pending = sum(int(c["pending"]) for c in cqs)
     total_admitted = sum(int(c["admitted"]) for c in cqs)
     not_active = [c for c in cqs if c["status"] != "active"]
@@ -256,9 +260,10 @@ def cluster_queue(
                 "</tr>"
             )
             continue
-        reason = p.get("kueue_reason") or p.get("reason") or "not yet evaluated"
+        reason = p.get("reason") or "not yet evaluated"
         reason_seq = p.get("reason_seq")
-        reason_html = f'<span class="reason">{e(reason)}</span>'
+        kueue = p.get("kueue_reason")
+        reason_html = f'<span class="reason" title="Kueue: {e(kueue)}">{e(reason)}</span>'
         if reason_seq is not None:
             reason_html = f'<a href="{e(links.event(int(reason_seq)))}">{reason_html}</a>'
         rows.append(

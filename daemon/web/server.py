@@ -40,6 +40,7 @@ log = get_logger("admitd.web")
 STATIC = Path(__file__).resolve().parent / "static"
 FOLLOW_EVERY_S = 1.0
 POINTS = 300  # the most points a plot is sent
+REASONS_FROM_ROWS = 2_000  # a past moment's overview counts reasons from the pending rows up to this many
 WAIT_S = 0.5  # how long a page waits for a whole-log answer (estimates, preemptions) before it shows the last one
 
 
@@ -241,11 +242,13 @@ class WebView:
         try:
             asked = self._moment(at)
             queues = await self._ask("queues", at)
-            pending = await self._ask("pending", at)
+            reasons = self._live_reasons(asked.moment.head_seq) if asked.moment.at is None else None
+            if reasons is None and sum(int(c["pending"]) for c in queues["cluster_queues"]) <= REASONS_FROM_ROWS:
+                reasons = render.by_reason(await self._ask("pending", at))
         except BadRequest as err:
             return self._error(err, at)
         links = self.links(at)
-        body = render.overview(queues, pending, links)
+        body = render.overview(queues, reasons, links)
         return self._html(render.page("overview", body, asked.moment, links))
 
     async def cluster_queue(self, request: web.Request) -> web.StreamResponse:
@@ -297,6 +300,15 @@ class WebView:
             links,
         )
         return self._html(render.page(f"ClusterQueue {name}", body, moment, links))
+
+    def _live_reasons(self, head: int) -> dict[str, dict[str, int]] | None:
+        """Each ClusterQueue's pending workloads by reason at the log's end, from the series' fold (its pending
+        index: no row is read), or None while the series is behind the log."""
+        with self._series_lock:
+            if self.series.seq != head:
+                return None
+            q = self.series.queues
+            return {cq: dict(q.pending_counts(cq).by_reason) for cq in self.series.state.cluster_queues}
 
     def _admissions(self, name: str, moment: render.Moment) -> list[dict[str, Any]]:
         with self._series_lock:

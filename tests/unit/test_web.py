@@ -108,7 +108,7 @@ async def test_the_cluster_queue_page_lists_its_pending_workloads_in_order_with_
     html = await page(client, "/ui/clusterqueue/team-a?at=%2B6m")
     rows = re.findall(r'<tr class="pending-row" data-job="([^"]+)">', html)
     assert rows == ["team-a/a-borrower"]
-    assert 'href="/ui/event/24"><span class="reason">WaitingForQuota</span></a>' in html  # the verdict's event
+    assert 'href="/ui/event/24"><span class="reason" title="Kueue: WaitingForQuota">WaitingForQuota</span></a>' in html
     assert "8 more needed" in html
     pre = html.split('data-frag="preemptions"')[1]
     assert "InCohortReclamation" in pre and 'href="/ui/event/18"' in pre
@@ -221,3 +221,21 @@ def test_what_comes_from_the_log_is_escaped() -> None:
         links,
     )
     assert "<script>" not in html and "&lt;script&gt;" in html and "<b>x</b>" not in html
+
+
+async def test_the_overviews_reasons_from_the_series_equal_those_counted_from_the_rows(db: Path) -> None:
+    """At the present the overview counts reasons from the series' fold (its pending index), never reading rows;
+    they must be what the pending answer's rows say."""
+    app = application(db)
+    c: TestClient[object, object] = TestClient(TestServer(app))
+    await c.start_server()
+    try:
+        view = app[VIEW]
+        await view.series_ready.wait()
+        live = view._live_reasons(42)
+        assert live is not None
+        rows = render.by_reason(await view._ask("pending", None))
+        assert {k: v for k, v in live.items() if v} == {k: v for k, v in rows.items() if v}
+        assert live["team-a"] == {"ExceedsMaxQuota": 1} and live["team-c"] == {"QueueStopped": 1}
+    finally:
+        await c.close()
