@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from daemon.answers.answer import LiveSeqs
 from daemon.domain import events as ev
 from daemon.domain.events import Event
 from daemon.domain.model import FlavorResource
@@ -63,6 +64,7 @@ class Series:
         self.last_ms: int | None = None
         self.first_ms: int | None = None
         self.admissions: dict[str, deque[tuple[int, int, str]]] = {}  # cq -> (seq, recorded_at, job), oldest first
+        self.seqs = LiveSeqs()  # each pending row's seqs, kept as the daemon's answers keep them
 
     @property
     def seq(self) -> int:
@@ -103,6 +105,7 @@ class Series:
             kept.append((seq, recorded_at, event.workload))
         self.queues.apply(event, seq)
         self.state.apply(event, seq)
+        self.seqs.apply(event, seq)
         self.last_ms = recorded_at
 
     def follow(self, reader: LogReader, limit: int | None = None) -> int:

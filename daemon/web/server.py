@@ -27,10 +27,11 @@ from typing import Any
 
 from aiohttp import web
 
-from daemon.answers.answer import Answers, BadRequest, parse
+from daemon.answers.answer import Answers, BadRequest, Query, Rendered, parse, present_moment
+from daemon.answers.answer import render as render_answer
 from daemon.eventlog import EventLogError, LogReader
 from daemon.obs.logging import get_logger
-from daemon.query.moment import Clock, QueryError, clock_of, parse_time
+from daemon.query.moment import Clock, Moment, QueryError, clock_of, parse_time
 from daemon.web import render
 from daemon.web.policy import TOKEN_COOKIE, Everyone, Policy, Viewer
 from daemon.web.series import Series
@@ -39,6 +40,7 @@ log = get_logger("admitd.web")
 
 STATIC = Path(__file__).resolve().parent / "static"
 FOLLOW_EVERY_S = 1.0
+FOLLOW_CHUNK = 10_000  # events folded per hold of the series' lock (a page waits at most that long for it)
 POINTS = 300  # the most points a plot is sent
 REASONS_FROM_ROWS = 2_000  # a past moment's overview counts reasons from the pending rows up to this many
 WAIT_S = 0.5  # how long a page waits for a whole-log answer (estimates, preemptions) before it shows the last one
@@ -124,7 +126,7 @@ class WebView:
         with self._series_lock:
             if self._series_reader is None:
                 self._series_reader = LogReader(self.db)
-            return self.series.follow(self._series_reader, limit=50_000)
+            return self.series.follow(self._series_reader, limit=FOLLOW_CHUNK)
 
     async def follow(self) -> None:
         """Keep the plots' series up to the log's end (a task for the server's life)."""
@@ -192,9 +194,30 @@ class WebView:
         given = {k: [v] for k, v in params.items()}
         if at is not None and at.strip() != "now":
             given["at"] = [at]
-        got = await self.answers.answer(parse(command, given, job))
+        q = parse(command, given, job)
+        got = self._from_series(q) if self.answers.state is None and q.present else None
+        if got is None:
+            got = await self.answers.answer(q)
         body: dict[str, Any] = json.loads(got.body)
         return body
+
+    def _from_series(self, q: Query) -> Rendered | None:
+        """An answer at the present from the series' fold, as the daemon answers from its own (`Answers`), for a
+        log file with no daemon's fold at hand (`admitd ui`): None while the series is behind the file."""
+        with self._series_lock:
+            reader = self.reader()
+            try:
+                clock = clock_of(reader)
+            except QueryError:
+                return None
+            if clock.last_seq != self.series.seq:
+                return None
+            moment = (
+                present_moment(clock, self.series.seq, _now_ms())
+                if self.live
+                else Moment(clock.last_seq, clock.last_ms)
+            )
+            return render_answer(q, reader, clock, moment, self.series.state, moment.recorded_at, self.series.seqs)
 
     async def _viewer(self, request: web.Request) -> Viewer | web.StreamResponse:
         got = await self.policy.viewer(request)

@@ -239,3 +239,28 @@ async def test_the_overviews_reasons_from_the_series_equal_those_counted_from_th
         assert live["team-a"] == {"ExceedsMaxQuota": 1} and live["team-c"] == {"QueueStopped": 1}
     finally:
         await c.close()
+
+
+async def test_answers_from_the_series_fold_equal_the_files(db: Path) -> None:
+    """`admitd ui` answers the present from its series' fold (as the daemon from its own); they must be the file's."""
+    from daemon.answers.answer import answer_from_file, parse  # noqa: PLC0415
+
+    app = application(db)
+    c: TestClient[object, object] = TestClient(TestServer(app))
+    await c.start_server()
+    try:
+        view = app[VIEW]
+        await view.series_ready.wait()
+        for command, job, params in [
+            ("queues", None, {}),
+            ("pending", None, {}),
+            ("pending", None, {"queue": ["team-a"]}),
+            ("explain", "team-a/a-huge", {}),
+            ("explain", "team-c/c-held", {}),
+        ]:
+            q = parse(command, params, job)
+            mine = view._from_series(q)
+            assert mine is not None, command
+            assert mine.body == answer_from_file(db, q, 0, live=False).body, (command, job, params)
+    finally:
+        await c.close()
