@@ -415,7 +415,8 @@ def event(row: Mapping[str, Any] | None, seq: int, links: Links) -> str:
     ) + f'<a href="{e(links.event(seq + 1))}">seq {seq + 1} →</a>'
     return (
         f'<h2>event <span id="event-seq">{seq}</span>: <span id="event-type">{e(row["type"])}</span></h2>'
-        f'<p class="nav">{nav}</p><table class="kv">'
+        f'<p class="nav">{nav} · <a id="as-of" href="{e(links.root)}/?{urlencode({"at": str(row["time"])})}">'
+        'the queues as of this event</a></p><table class="kv">'
         f"<tr><th>time</th><td>{e(row['time'])}</td></tr>"
         f"<tr><th>type</th><td>{e(row['type'])} (version {e(row['version'])})</td></tr>"
         f"<tr><th>subject</th><td>{subject_html}</td></tr>"

@@ -408,6 +408,12 @@ class WebView:
                     return self._refused(f"event {seq} is about a job of namespace {ns}, which you may not see", None)
             elif not viewer.queues:
                 return self._refused(f"event {seq} is about the queues, which you may not see", None)
+            payload = row["payload"]
+            other = payload.get("preemptor") if isinstance(payload, dict) else None
+            if isinstance(other, str) and other.partition("/")[0] not in await viewer.namespaces(
+                [other.partition("/")[0]]
+            ):
+                payload["preemptor"] = "(a job in a namespace you may not see)"  # the victim's event names it
         links = self.links(None)
         status = 200 if row is not None else 404
         return self._html(render.page(f"event {seq}", render.event(row, seq, links), None, links), status)

@@ -144,7 +144,8 @@ async def test_the_event_page_shows_one_event_and_links_its_subject(client: Test
     html = await page(client, "/ui/event/18")
     assert grab(html, "event-type") == "workload.preempted"
     assert 'href="/ui/job/team-a/a-borrower"' in html
-    assert "InCohortReclamation" in html
+    assert "InCohortReclamation" in html and "team-b/b-routine" in html
+    assert 'id="as-of" href="/ui/?at=%2B5m"' in html
     assert "no event with seq 999" in await page(client, "/ui/event/999", 404)
 
 
@@ -169,6 +170,8 @@ async def test_a_viewer_sees_only_the_namespaces_it_may(db: Path) -> None:
         assert "team-b/b-routine" not in b and "team-b/b-urgent" not in b
         assert "team-c" in await page(c, "/ui/job/team-c/c-held", 403, **alice)
         await page(c, "/ui/event/26", 403, **alice)  # about team-b/b-routine
+        event = await page(c, "/ui/event/18", **alice)  # team-a/a-borrower preempted by team-b/b-routine
+        assert "team-a/a-borrower" in event and "b-routine" not in event and "a namespace you may not see" in event
         await page(c, "/ui/job/team-a/a-huge", **alice)
         await page(c, "/ui/", 403, Authorization="Bearer nobody")
     finally:
