@@ -43,7 +43,8 @@ FOLLOW_EVERY_S = 1.0
 FOLLOW_CHUNK = 10_000  # events folded per hold of the series' lock (a page waits at most that long for it)
 POINTS = 300  # the most points a plot is sent
 REASONS_FROM_ROWS = 2_000  # a past moment's overview counts reasons from the pending rows up to this many
-WAIT_S = 0.5  # how long a page waits for a whole-log answer (estimates, preemptions) before it shows the last one
+WAIT_S = 0.5  # how long a page waits for the first whole-log answer (estimates, preemptions) before it goes on
+BACKGROUND_EVERY_S = 30.0  # how often the estimates and the preemptions are computed again on a growing log
 
 
 def _now_ms() -> int:
@@ -51,19 +52,25 @@ def _now_ms() -> int:
 
 
 class _Background:
-    """A whole-log answer computed in a worker thread once per head seq; `get` returns the latest one ready."""
+    """A whole-log answer computed in a worker thread, again when the log has grown but at most once every
+    `every_s` (in a daemon it shares the process with the admission loop); `get` returns the latest one ready."""
 
-    def __init__(self, compute: Any) -> None:
+    def __init__(self, compute: Any, every_s: float = BACKGROUND_EVERY_S) -> None:
         self.compute = compute
+        self.every_s = every_s
         self.value: Any = None
         self.seq = -1
+        self._started = -float("inf")
         self._task: asyncio.Task[None] | None = None
 
     async def get(self, head: int, wait_s: float = WAIT_S) -> Any:
-        """The answer for `head` if it is ready within `wait_s`, else the latest one ready (None: none yet)."""
-        if self.seq != head and (self._task is None or self._task.done()):
+        """The latest answer ready; before the first one, waits up to `wait_s` for it (None: not yet)."""
+        now = time.monotonic()
+        idle = self._task is None or self._task.done()
+        if self.seq != head and idle and now - self._started >= self.every_s:
+            self._started = now
             self._task = asyncio.get_running_loop().create_task(self._run(head))
-        if self.seq != head and self._task is not None:
+        if self.value is None and self._task is not None and not self._task.done():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._task), wait_s)
         return self.value
