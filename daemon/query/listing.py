@@ -121,10 +121,11 @@ def pending_seqs(reader: LogReader, upto: int) -> Seqs:
 
 
 def pending_entries(
-    state: State, clock: Clock, queue: str | None, seqs: Seqs | None = None
+    state: State, clock: Clock, queue: str | None, seqs: Seqs | None = None, limit: int | None = None
 ) -> dict[str, list[dict[str, Any]]]:
     """Pending workloads per ClusterQueue in admission order; `queue` is a ClusterQueue or a LocalQueue ns/name.
-    With `seqs`, each row names the seqs it rests on (`queued_seq`, `reason_seq`)."""
+    With `seqs`, each row names the seqs it rests on (`queued_seq`, `reason_seq`). `limit`: at most that many rows
+    per ClusterQueue, the first ones (the web view's page of a deep queue; the rest are not built)."""
     view = state.view()
     lq_filter: str | None = None
     if queue is None:
@@ -139,13 +140,15 @@ def pending_entries(
         raise QueryError(f"no ClusterQueue or LocalQueue {queue!r} at this moment (a LocalQueue is NAMESPACE/NAME)")
     out: dict[str, list[dict[str, Any]]] = {}
     for cq in cqs:
-        rows = []
+        rows: list[dict[str, Any]] = []
         per_lq: dict[str, int] = {}
         for pos, p in enumerate(view.pending_by_cq[cq]):
             lq_pos = per_lq.get(p.local_queue, 0)
             per_lq[p.local_queue] = lq_pos + 1
             if lq_filter is not None and p.local_queue != lq_filter:
                 continue
+            if limit is not None and len(rows) >= limit:
+                break
             reason = p.last_reason
             queued_seq, reason_seq = seqs(p.key) if seqs is not None else (None, None)
             rows.append(

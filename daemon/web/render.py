@@ -18,7 +18,7 @@ from urllib.parse import quote, urlencode
 from daemon.domain.durations import format_seconds
 from daemon.domain.quantity import parse_quantity
 
-MAX_ROWS = 500  # pending rows shown on a ClusterQueue page; the rest are counted
+MAX_ROWS = 200  # pending rows shown on a ClusterQueue page; the rest are counted
 
 
 def e(value: object) -> str:
@@ -273,9 +273,9 @@ def cluster_queue(
             f'<td>{e(p["queued_at"])}</td><td>{reason_html} <span class="msg">{e(p.get("message") or "")}</span></td>'
             f"<td>{e(eta_text)}</td></tr>"
         )
-    more = len(pending_rows) - MAX_ROWS
+    more = int(row["pending"]) - min(len(pending_rows), MAX_ROWS)
     pend = (
-        f'<section data-frag="pending"><h2>Pending, in admission order ({len(pending_rows)})</h2>'
+        f'<section data-frag="pending"><h2>Pending, in admission order ({int(row["pending"])})</h2>'
         + (
             '<table class="pending"><thead><tr><th>pos</th><th>LQ pos</th><th>job</th><th>priority</th>'
             "<th>queued</th><th>reason</th><th>estimated start</th></tr></thead>"
@@ -283,7 +283,11 @@ def cluster_queue(
             if rows
             else '<p class="good">none pending</p>'
         )
-        + (f"<p>and {more} more</p>" if more > 0 else "")
+        + (
+            f'<p id="more">and {more} more (all of them: <code>admitd pending --queue {e(name)}</code>)</p>'
+            if more > 0
+            else ""
+        )
         + "</section>"
     )
     adm = []

@@ -30,7 +30,9 @@ from aiohttp import web
 from daemon.answers.answer import Answers, BadRequest, Query, Rendered, parse, present_moment
 from daemon.answers.answer import render as render_answer
 from daemon.eventlog import EventLogError, LogReader
+from daemon.eventlog.codec import encode_json
 from daemon.obs.logging import get_logger
+from daemon.query.listing import pending_entries
 from daemon.query.moment import Clock, Moment, QueryError, clock_of, parse_time
 from daemon.web import render
 from daemon.web.policy import TOKEN_COOKIE, Everyone, Policy, Viewer
@@ -208,6 +210,29 @@ class WebView:
         body: dict[str, Any] = json.loads(got.body)
         return body
 
+    def _first_pending(self, name: str) -> list[dict[str, Any]] | None:
+        """The first `render.MAX_ROWS` pending rows of `name` at the present from the series' fold (the rows after
+        them are not built: a queue thousands deep costs what its first page costs), as the pending answer has them;
+        None when the series is behind the file or the daemon's own fold answers (`admitd run`)."""
+        if self.answers.state is not None:
+            return None
+        with self._series_lock:
+            reader = self.reader()
+            try:
+                clock = clock_of(reader)
+            except QueryError:
+                return None
+            if clock.last_seq != self.series.seq:
+                return None
+            seqs = self.series.seqs.seqs(reader, self.series.seq)
+            try:
+                got = pending_entries(self.series.state, clock, name, seqs, limit=render.MAX_ROWS)
+            except QueryError:
+                return None
+            rows = got.get(name, [])
+            same: list[dict[str, Any]] = json.loads(encode_json(rows))  # the answer's values exactly (its JSON)
+            return same
+
     def _from_series(self, q: Query) -> Rendered | None:
         """An answer at the present from the series' fold, as the daemon answers from its own (`Answers`), for a
         log file with no daemon's fold at hand (`admitd ui`): None while the series is behind the file."""
@@ -295,8 +320,11 @@ class WebView:
             row = next((c for c in queues["cluster_queues"] if c["name"] == name), None)
             pending_rows: list[dict[str, Any]] = []
             if row is not None:
-                pending = await self._ask("pending", at, queue=name)
-                pending_rows = pending["cluster_queues"].get(name, [])
+                rows = self._first_pending(name) if at is None else None
+                if rows is None:
+                    pending = await self._ask("pending", at, queue=name)
+                    rows = pending["cluster_queues"].get(name, [])
+                pending_rows = rows
         except BadRequest as err:
             return self._error(err, at)
         moment = asked.moment

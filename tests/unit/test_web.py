@@ -267,3 +267,26 @@ async def test_answers_from_the_series_fold_equal_the_files(db: Path) -> None:
             assert mine.body == answer_from_file(db, q, 0, live=False).body, (command, job, params)
     finally:
         await c.close()
+
+
+async def test_a_queues_first_rows_from_the_series_are_the_answers_first_rows(db: Path) -> None:
+    app = application(db)
+    c: TestClient[object, object] = TestClient(TestServer(app))
+    await c.start_server()
+    try:
+        view = app[VIEW]
+        await view.series_ready.wait()
+        for cq in ("team-a", "team-c", "team-b"):
+            mine = view._first_pending(cq)
+            whole = (await view._ask("pending", None, queue=cq))["cluster_queues"].get(cq, [])
+            assert mine == whole[: render.MAX_ROWS], cq
+        from daemon.query.listing import pending_entries  # noqa: PLC0415
+        from daemon.query.moment import clock_of  # noqa: PLC0415
+
+        clock = clock_of(view.reader())
+        assert pending_entries(view.series.state, clock, "team-a", limit=0) == {"team-a": []}
+        assert [r["job"] for r in pending_entries(view.series.state, clock, "team-a", limit=1)["team-a"]] == [
+            "team-a/a-huge"
+        ]
+    finally:
+        await c.close()
