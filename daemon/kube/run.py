@@ -488,7 +488,8 @@ class Daemon:
         from daemon.web.server import WebView  # noqa: PLC0415
 
         assert self._answers is not None and self._client is not None
-        WebView(opts.db, self._answers, KubePolicy(self._client), root="/ui").add_routes(app)
+        view = WebView(opts.db, self._answers, KubePolicy(self._client), root="/ui", background_every_s=UI_BACKGROUND_S)
+        view.add_routes(app)
         log.info("serving the web view at /ui/", https=opts.metrics_auth)
 
     @staticmethod
@@ -686,6 +687,9 @@ async def _own_username(client: KubeClient, configured: tuple[str, ...]) -> str:
         raise StartupError(
             f"cannot ask the API server who admitd is (a SelfSubjectReview): {e}; pass --admitd-username instead"
         ) from e
+
+
+UI_BACKGROUND_S = 600.0  # the web view's whole-log answers (estimates, preemptions): at most every 10 min in a daemon
 
 
 def answer_path(path: str) -> str:

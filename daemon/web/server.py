@@ -102,8 +102,18 @@ class WebView:
     """The pages of one log: `add_routes` mounts them under `root`."""
 
     def __init__(
-        self, db: Path, answers: Answers, policy: Policy | None = None, *, root: str = "/ui", live: bool = True
+        self,
+        db: Path,
+        answers: Answers,
+        policy: Policy | None = None,
+        *,
+        root: str = "/ui",
+        live: bool = True,
+        background_every_s: float = BACKGROUND_EVERY_S,
     ) -> None:
+        """`background_every_s`: how often the whole-log answers (estimated starts, preemptions) are computed again
+        while the log grows; each is a fold of the whole log in a worker thread (minutes on a log of a million
+        events, bench/RESULTS.md), so a daemon, whose admission loop shares the process, asks it seldom."""
         self.db = db
         self.answers = answers
         self.policy: Policy = policy if policy is not None else Everyone()
@@ -115,8 +125,8 @@ class WebView:
         self._series_reader: LogReader | None = None
         self._follower: asyncio.Task[None] | None = None
         self.series_ready = asyncio.Event()
-        self._eta = _Background(self._compute_eta)
-        self._preemptions = _Background(self._compute_preemptions)
+        self._eta = _Background(self._compute_eta, background_every_s)
+        self._preemptions = _Background(self._compute_preemptions, background_every_s)
 
     # --- the log ---
 
