@@ -19,6 +19,7 @@ from daemon.domain.durations import format_seconds
 from daemon.domain.quantity import parse_quantity
 
 MAX_ROWS = 200  # pending rows shown on a ClusterQueue page; the rest are counted
+MAX_PREEMPTIONS = 50  # the latest preemptions shown on a ClusterQueue page, newest first; the rest are counted
 
 
 def e(value: object) -> str:
@@ -309,7 +310,8 @@ def cluster_queue(
         + "</section>"
     )
     pre = []
-    for x in (preemptions or {}).get("preemptions", []):
+    all_pre = (preemptions or {}).get("preemptions", [])
+    for x in reversed(all_pre[-MAX_PREEMPTIONS:]):
         victim, preemptor = str(x["victim"]), str(x["preemptor"])
 
         def who(job: str) -> str:
@@ -324,7 +326,9 @@ def cluster_queue(
             f'<td><a href="{e(links.event(int(x["seq"])))}">seq {int(x["seq"])}</a></td></tr>'
         )
     pre_html = (
-        f'<section data-frag="preemptions"><h2>Preemptions of or by {e(name)}</h2>'
+        f'<section data-frag="preemptions"><h2>Preemptions of or by {e(name)} ({len(all_pre)}'
+        + (f", the latest {MAX_PREEMPTIONS}" if len(all_pre) > MAX_PREEMPTIONS else "")
+        + ")</h2>"
         + (
             "<table><thead><tr><th>time</th><th>victim</th><th>preemptor</th><th>rule</th><th>GPU-hours lost</th>"
             f"<th>event</th></tr></thead><tbody>{''.join(pre)}</tbody></table>"

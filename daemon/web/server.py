@@ -126,6 +126,7 @@ class WebView:
         self._follower: asyncio.Task[None] | None = None
         self.series_ready = asyncio.Event()
         self._eta = _Background(self._compute_eta, background_every_s)
+        self._etas: tuple[dict[str, Any], dict[str, dict[str, Any]]] | None = None
         self._preemptions = _Background(self._compute_preemptions, background_every_s)
 
     # --- the log ---
@@ -340,7 +341,7 @@ class WebView:
         moment = asked.moment
         present = moment.at is None
         eta = await self._eta.get(moment.head_seq) if present else None
-        etas = {x["job"]: x for x in (eta or {}).get("estimates", [])}
+        etas = self._eta_index(eta)
         pre = await self._preemptions.get(moment.head_seq)
         mine = None
         if pre is not None:
@@ -368,6 +369,14 @@ class WebView:
             links,
         )
         return self._html(render.page(f"ClusterQueue {name}", body, moment, links))
+
+    def _eta_index(self, body: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+        """The estimates by job, built once per estimate (a deep backlog has a hundred thousand)."""
+        if body is None:
+            return {}
+        if self._etas is None or self._etas[0] is not body:
+            self._etas = (body, {x["job"]: x for x in body.get("estimates", [])})
+        return self._etas[1]
 
     def _live_reasons(self, head: int) -> dict[str, dict[str, int]] | None:
         """Each ClusterQueue's pending workloads by reason at the log's end, from the series' fold (its pending
