@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +57,24 @@ async def serve(db: Path, host: str, port: int) -> None:
     runner = web.AppRunner(application(db), access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as e:
+            raise CannotListen(f"admitd ui: cannot listen on {host}:{port}: {e.strerror or e}") from None
         print(f"admitd ui: serving {db} on http://{host}:{port}{ROOT}/ (Ctrl-C stops)", flush=True)
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
 
 
+class CannotListen(Exception):
+    """The address is taken or not ours: one line, exit 2."""
+
+
 def _cmd_ui(args: argparse.Namespace) -> int:
-    asyncio.run(serve(args.db, args.host, args.port))
+    try:
+        asyncio.run(serve(args.db, args.host, args.port))
+    except CannotListen as e:
+        print(e, file=sys.stderr)
+        return 2
     return 0

@@ -137,10 +137,15 @@ class WebView:
         return self._reader
 
     def close(self) -> None:
-        for r in (self._reader, self._series_reader):
-            if r is not None:
-                r.close()
-        self._reader = self._series_reader = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        # A fold cancelled on the event loop goes on in its worker thread until its chunk ends: wait for it, so that
+        # its connection is never closed under it.
+        with self._series_lock:
+            if self._series_reader is not None:
+                self._series_reader.close()
+                self._series_reader = None
 
     def _follow_some(self) -> int:
         with self._series_lock:

@@ -290,3 +290,34 @@ async def test_a_queues_first_rows_from_the_series_are_the_answers_first_rows(db
         ]
     finally:
         await c.close()
+
+
+def test_admitd_ui_on_a_taken_port_says_so_in_one_line(db: Path) -> None:
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "daemon.cli", "ui", "--db", str(db), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"admitd ui: cannot listen on 127.0.0.1:{port}: ") and done.stderr.count("\n") == 1
+
+
+def test_admitd_ui_on_a_missing_file_says_so(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "ui", "--db", str(tmp_path / "none.db")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "no such file" in done.stderr and not (tmp_path / "none.db").exists()
