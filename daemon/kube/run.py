@@ -56,7 +56,7 @@ from daemon.kube.watch import Reflector, Resource, backoff_s
 from daemon.manifests.conversion import review
 from daemon.obs import systemd
 from daemon.obs.logging import get_logger
-from daemon.stages.actuate import Actuate
+from daemon.stages.actuate import Actuate, renounce
 from daemon.stages.admit import Admit
 from daemon.stages.ingest import Ingest
 from daemon.stages.ports import Inbox, Observed, Outcome, WallClock
@@ -205,6 +205,11 @@ class Daemon:
             recorder = Recorder(store, state, clock, wait_durable=True)
             if accepting:  # before anything else is appended on top of the break
                 await self._record_acceptance(recorder, accepting, clock)
+            if opts.leader_elect and (renounced := renounce(state.outbox, clock.now())):
+                # Every replica starts as a standby: what its log left undone was decided in an earlier term, on a
+                # view another leader may have overtaken since; the cluster says what became of it.
+                await recorder.append(renounced)
+                log.info("starting as a standby: gave up the log's unsettled orders", orders=len(renounced))
             version = await check_crds(client)
             try:
                 key = load_or_make_key(opts.admission_key_file or opts.db.parent / "admission.key")
@@ -337,7 +342,7 @@ class Daemon:
                 others.append(("watch-events", self._after(all_jobs.synced, failed_create.run)))
                 if opts.workload_objects:
                     others.append(("watch-workloads", self._after(all_jobs.synced, workloads.run)))
-                others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, all_jobs.synced)))
+                others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, all_jobs)))
                 others.append(("certificate", self._renew_certificate(client, opts)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
                 due = {"actuate": actuate.next_due, "admit": admit.next_due}
@@ -609,7 +614,7 @@ class Daemon:
         admit: Admit,
         actuate: Actuate,
         status: StatusWriter,
-        jobs_synced: asyncio.Event,
+        jobs: JobWatches,
     ) -> None:
         """Wait for the lease (held already without leader election: `claim`), then decide, actuate and write
         status; keep the lease or exit (LeadershipLost) so that a restart comes back as a standby (or, without
@@ -619,7 +624,11 @@ class Daemon:
         await elector.elected()
         self._leading = True
         await self._register_webhooks(client, opts)
-        await jobs_synced.wait()
+        await jobs.synced.wait()
+        if opts.leader_elect:
+            # Its watches may lag, or be down: a job the old leader started just before is to be seen running (and
+            # adopted) before this replica decides, not admitted a second time.
+            await jobs.relist()
         admit.notify(None)
         resumed = actuate.resume()
         log.info("leading: deciding and acting", outbox_resumed=resumed)
@@ -629,7 +638,7 @@ class Daemon:
             actuate.wake.set()
 
         elector.on_elected = regained
-        await asyncio.gather(elector.keep(lapse_is_loss=opts.leader_elect), status.run(started=jobs_synced))
+        await asyncio.gather(elector.keep(lapse_is_loss=opts.leader_elect), status.run(started=jobs.synced))
 
 
 class CountedCycles:
