@@ -440,6 +440,7 @@ class FaultyCluster:
         # the idle moments, so a change the daemon's engine or stages missed is still assessed afresh; a new engine
         # at every check costs a quarter of a seed's time, mostly rebuilding the quota tree.
         self._idle_engine = AdmissionEngine(self.config)
+        self._leader_replica = 0  # whose fold the idle check's engine has seen
         self._changed_since_cycle = True  # since the admit stage's last step, an event that may change a decision
         self._cycle_seq = 0
         self._snapshot_seq: dict[int, int] = {0: 0, 1: 0}
@@ -738,6 +739,12 @@ class FaultyCluster:
 
     def _lead(self, proc: _Process) -> None:
         proc.leading = True
+        if self.process is not proc and self._leader_replica != proc.replica:
+            # Another replica's fold: the idle check's engine keeps caches of the fold it saw (quota trees, memos
+            # keyed by that fold's own counters), which say nothing of this one.
+            self._idle_engine = AdmissionEngine(self.config)
+            self._idle_seq = -1
+        self._leader_replica = proc.replica
         self.process = proc
         self.checker.state = proc.state
         self.checker.replica = proc.replica
