@@ -325,6 +325,11 @@ class Daemon:
                 except visibility_http.VisibilityConfigError as e:
                     raise StartupError(str(e)) from e
                 self._view = state.view  # the live fold, as the answers at the present
+                # Each pending row's metadata made before any list asks for it: the replayed ones now, then each
+                # Job as it is observed.
+                kept = visibility_http.remember_pending(state.view())
+                recorder.listeners.append(visibility_http.remember_observed)
+                log.info("visibility API: pending rows prepared", rows=kept)
             web_runner = await self._serve_health(opts)
             self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
             self._validate = partial(

@@ -32,6 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
+from daemon.domain.events import Event, JobObserved
 from daemon.domain.view import ClusterView
 from daemon.eventlog.codec import encode_json
 from daemon.kube import visibility as vis
@@ -295,6 +296,25 @@ def add_routes(
     app.router.add_get("/apis", handle)
     app.router.add_get(group_root, handle)
     app.router.add_get(group_root + "/{tail:.*}", handle)
+
+
+def remember_observed(event: Event, _seq: int) -> None:
+    """The recorder's listener: each Job observed gets its pending row's metadata made now (`visibility.remember`),
+    off the path of the list that first shows it."""
+    if isinstance(event, JobObserved):
+        vis.remember(event.workload)
+
+
+def remember_pending(view: ClusterView) -> int:
+    """`visibility.remember` for the pending workloads of a replayed fold, up to what is kept; how many."""
+    count = 0
+    for rows in view.pending_by_cq.values():
+        for p in rows:
+            if count >= vis.REFS_BOUND:
+                return count
+            vis.remember(p.workload)
+            count += 1
+    return count
 
 
 def ca_bundle_patch(current: Obj, ca_bundle: bytes) -> list[dict[str, Any]] | None:
