@@ -197,6 +197,7 @@ async def test_an_https_server_trusts_the_front_proxy_ca_alone_and_authorizes_ea
     fp = vh.front_proxy_of(configmap(ca_pem))
     serving = certs.make_serving_cert(["127.0.0.1"])
     tls = certs.ServingTLS(serving, fp.ca_pem)
+    assert tls.context.minimum_version == ssl.TLSVersion.TLSv1_2 and tls.context.verify_mode == ssl.CERT_OPTIONAL
     policy = Policy({("alice", "clusterqueues"), ("alice", vis.ROOT), ("system:kube-aggregator", vis.ROOT)})
     state = world()
     app = web.Application()
