@@ -222,6 +222,24 @@ def test_pendingworkloads_through_the_api_servers_aggregation_layer(
         code, err = raw(crds, f"{ROOT}/namespaces/{ns}/localqueues/q1/pendingworkloads", as_user=alice)
         assert code != 0 and "forbidden" in err.lower(), err  # the ClusterQueue role grants no LocalQueue list
 
+        # A batch user with Kueue's LocalQueue viewer role in the namespace reads that namespace's queues only.
+        bob = f"bob-{ns}"
+        kubectl(
+            crds,
+            "create",
+            "rolebinding",
+            "vis-user",
+            "-n",
+            ns,
+            "--clusterrole=kueue-pending-workloads-lq-viewer-role",
+            f"--user={bob}",
+        )
+        lq_path = f"{ROOT}/namespaces/{ns}/localqueues/q2/pendingworkloads"
+        wait_for("bob to be allowed", lambda: raw(crds, lq_path, as_user=bob)[0] == 0, timeout=30)
+        assert rows(raw(crds, lq_path, as_user=bob)[1]) == rows(lq)
+        code, err = raw(crds, path, as_user=bob)
+        assert code != 0 and "forbidden" in err.lower(), err
+
         # admitd decides too, not only the API server: straight to its port, as the front proxy calls it.
         status, got = direct(d, crds, path, cert="front-proxy-client", user=alice)
         assert status == 200 and rows(got) == rows(body)
