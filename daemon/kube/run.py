@@ -39,9 +39,10 @@ from daemon.domain.actuation import Action, Order, inherited_unsuspensions
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.events import Event, WorkloadAdmitted
 from daemon.domain.state import State
+from daemon.domain.view import ClusterView
 from daemon.eventlog import EventStore, LogReader, replay
 from daemon.eventlog.errors import ChainBroken, LogNotTrusted
-from daemon.kube import certs, guard, webhook
+from daemon.kube import certs, guard, visibility_http, webhook
 from daemon.kube import status_objects as so
 from daemon.kube.actuate import JobActuator
 from daemon.kube.admission_key import AdmissionKeyError, load_or_make_key
@@ -113,6 +114,7 @@ class RunOptions:
     accept_chain_breaks: frozenset[int] = frozenset()  # seqs at which a broken hash chain is accepted (recorded)
     admission_key_file: Path | None = None  # signs admission notes (`daemon.domain.trust`); default: beside db
     admitd_usernames: tuple[str, ...] = ()  # besides admitd's own (a SelfSubjectReview): may write admission state
+    visibility: bool = False  # Kueue's visibility API on the webhook's HTTPS port, for the aggregation layer
 
 
 def job_callbacks(
@@ -191,6 +193,8 @@ class Daemon:
         self._validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self._admitd_users: frozenset[str] = frozenset()
         self._answers: Answers | None = None
+        self._front_proxy: visibility_http.FrontProxy | None = None  # with --visibility
+        self._view: Callable[[], ClusterView] | None = None
 
     async def run(self) -> int:
         opts = self.options
@@ -320,6 +324,17 @@ class Daemon:
             live_seqs = LiveSeqs()
             recorder.listeners.append(live_seqs.apply)
             self._answers = Answers(opts.db, state=state, settle=recorder.catch_up, live_seqs=live_seqs)
+            if opts.visibility:  # the front proxy's CA before the HTTPS server starts: its TLS trusts it
+                try:
+                    self._front_proxy = await visibility_http.load_front_proxy(client)
+                except visibility_http.VisibilityConfigError as e:
+                    raise StartupError(str(e)) from e
+                self._view = state.view  # the live fold, as the answers at the present
+                # Each pending row's metadata made before any list asks for it: the replayed ones now, then each
+                # Job as it is observed.
+                kept = visibility_http.remember_pending(state.view())
+                recorder.listeners.append(visibility_http.remember_observed)
+                log.info("visibility API: pending rows prepared", rows=kept)
             web_runner = await self._serve_health(opts)
             self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
             self._validate = partial(
@@ -513,12 +528,22 @@ class Daemon:
             app.router.add_get("/metrics", self._guarded_scrape(auth, self._scrape))
             if self._answers is not None:
                 answers_http.add_routes(app, self._answers, guard=_answers_guard(auth))
+        client_ca = None
+        if self._front_proxy is not None and self._view is not None:
+            authorizer = visibility_http.Authorizer(client)
+            visibility_http.add_routes(
+                app, self._view, self._front_proxy, authorizer, requested=metrics.webhook_requested
+            )
+            client_ca = self._front_proxy.ca_pem
         served = {r.canonical for r in app.router.resources()}
         # The validating configuration is patched once this daemon serves its path (the tenant guard).
         self._hooks = tuple(h for h in (webhook.MUTATING, webhook.VALIDATING) if h.path in served)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        self._tls = certs.ServingTLS(cert)
+        try:
+            self._tls = certs.ServingTLS(cert, client_ca)
+        except certs.CertError as e:
+            raise StartupError(str(e)) from None
         await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=self._tls.context).start()
         log.info(
             "webhook serving",
@@ -526,6 +551,7 @@ class Daemon:
             port=opts.webhook_port,
             certificate=self._cert_source(opts),
             metrics=opts.metrics_auth,
+            visibility=self._front_proxy is not None,
         )
         return runner
 
@@ -600,6 +626,8 @@ class Daemon:
                         match_conditions=webhook.not_admitd(self._admitd_users) if hook is webhook.VALIDATING else (),
                     )
                 await webhook.point_conversion(client, ca_bundle, url=opts.webhook_url, service=service)
+                if opts.visibility:
+                    await visibility_http.register_apiservice(client, ca_bundle)
                 return
             except (Temporary, Conflict) as e:
                 delay = backoff_s(attempt, rng)
