@@ -148,6 +148,9 @@ class EngineConfig:
     jobs: JobManagement = field(default_factory=JobManagement)
     """Which jobs are managed at all (manageJobsWithoutQueueName, managedJobsNamespaceSelector): read by the
     borders that observe jobs (`daemon.domain.management`), not by the cycle."""
+    visibility_on_demand: bool = False
+    """Kueue's VisibilityOnDemand feature gate: `admitd run` serves Kueue's visibility API (as `--visibility`).
+    Off by default here (Kueue's default is on): an aggregated API needs an APIService. Read by `admitd run` only."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

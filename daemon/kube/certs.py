@@ -219,8 +219,19 @@ class ServingTLS:
     """The webhook server's one SSLContext. `load` puts a new certificate in it: handshakes from then on use it;
     connections already open keep theirs (ssl's load_cert_chain on the same context)."""
 
-    def __init__(self, cert: ServingCert) -> None:
-        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    def __init__(self, cert: ServingCert, client_ca: bytes | None = None) -> None:
+        if client_ca is None:
+            self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        else:
+            # Client certificates are asked for and verified against `client_ca` alone (the API server's front-proxy
+            # CA, `daemon.kube.visibility_http`): no system CA is trusted for them. Optional, since the API
+            # server's webhook calls present none.
+            self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            try:
+                self.context.load_verify_locations(cadata=client_ca.decode())
+            except (ssl.SSLError, ValueError, UnicodeDecodeError) as e:
+                raise CertError(f"the front proxy's client CA is not usable PEM ({e})") from None
+            self.context.verify_mode = ssl.CERT_OPTIONAL
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self.cert = cert
         self.load(cert)

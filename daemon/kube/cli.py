@@ -106,6 +106,13 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         help="share one serving certificate between replicas in this kubernetes.io/tls Secret: created when "
         "missing, renewed by the leader, reloaded by every replica (the HA overlay, config/ha)",
     )
+    p.add_argument(
+        "--visibility",
+        action="store_true",
+        help="serve Kueue's visibility API (visibility.kueue.x-k8s.io pendingworkloads) on the webhook's HTTPS port "
+        "for the API server's aggregation layer (config/components/visibility); also featureGates.VisibilityOnDemand "
+        "in --config. Off by default",
+    )
     p.add_argument("--health-port", type=int, default=8080, help="port of /healthz, /readyz and /metrics (8080)")
     p.add_argument(
         "--health-host",
@@ -225,6 +232,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         accept_chain_breaks=frozenset(args.accept_chain_break),
         admission_key_file=args.admission_key_file or args.db.parent / "admission.key",
         admitd_usernames=tuple(args.admitd_username),
+        visibility=args.visibility or engine.visibility_on_demand,
     )
     try:
         return asyncio.run(run_daemon(options))

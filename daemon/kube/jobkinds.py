@@ -88,6 +88,10 @@ class JobWatches:
 
         await asyncio.gather(synced(), *(r.run() for r in self.reflectors))
 
+    async def relist(self) -> None:
+        """Every kind listed again now (`Reflector.relist`)."""
+        await asyncio.gather(*(r.relist() for r in self.reflectors))
+
 
 # --- status of the distributed kinds ----------------------------------------------------------------------------
 

@@ -39,9 +39,10 @@ from daemon.domain.actuation import Action, Order, inherited_unsuspensions
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.events import Event, WorkloadAdmitted
 from daemon.domain.state import State
+from daemon.domain.view import ClusterView
 from daemon.eventlog import EventStore, LogReader, replay
 from daemon.eventlog.errors import ChainBroken, LogNotTrusted
-from daemon.kube import certs, guard, webhook
+from daemon.kube import certs, guard, visibility_http, webhook
 from daemon.kube import status_objects as so
 from daemon.kube.actuate import JobActuator
 from daemon.kube.admission_key import AdmissionKeyError, load_or_make_key
@@ -56,7 +57,7 @@ from daemon.kube.watch import Reflector, Resource, backoff_s
 from daemon.manifests.conversion import review
 from daemon.obs import systemd
 from daemon.obs.logging import get_logger
-from daemon.stages.actuate import Actuate
+from daemon.stages.actuate import Actuate, renounce
 from daemon.stages.admit import Admit
 from daemon.stages.ingest import Ingest
 from daemon.stages.ports import Inbox, Observed, Outcome, WallClock
@@ -114,6 +115,7 @@ class RunOptions:
     accept_chain_breaks: frozenset[int] = frozenset()  # seqs at which a broken hash chain is accepted (recorded)
     admission_key_file: Path | None = None  # signs admission notes (`daemon.domain.trust`); default: beside db
     admitd_usernames: tuple[str, ...] = ()  # besides admitd's own (a SelfSubjectReview): may write admission state
+    visibility: bool = False  # Kueue's visibility API on the webhook's HTTPS port, for the aggregation layer
 
 
 def job_callbacks(
@@ -193,6 +195,8 @@ class Daemon:
         self._admitd_users: frozenset[str] = frozenset()
         self._answers: Answers | None = None
         self._client: KubeClient | None = None  # for the web view's TokenReviews and SubjectAccessReviews (--ui)
+        self._front_proxy: visibility_http.FrontProxy | None = None  # with --visibility
+        self._view: Callable[[], ClusterView] | None = None
 
     async def run(self) -> int:
         opts = self.options
@@ -207,6 +211,11 @@ class Daemon:
             recorder = Recorder(store, state, clock, wait_durable=True)
             if accepting:  # before anything else is appended on top of the break
                 await self._record_acceptance(recorder, accepting, clock)
+            if opts.leader_elect and (renounced := renounce(state.outbox, clock.now())):
+                # Every replica starts as a standby: what its log left undone was decided in an earlier term, on a
+                # view another leader may have overtaken since; the cluster says what became of it.
+                await recorder.append(renounced)
+                log.info("starting as a standby: gave up the log's unsettled orders", orders=len(renounced))
             version = await check_crds(client)
             try:
                 key = load_or_make_key(opts.admission_key_file or opts.db.parent / "admission.key")
@@ -318,6 +327,17 @@ class Daemon:
             recorder.listeners.append(live_seqs.apply)
             self._answers = Answers(opts.db, state=state, settle=recorder.catch_up, live_seqs=live_seqs)
             self._client = client
+            if opts.visibility:  # the front proxy's CA before the HTTPS server starts: its TLS trusts it
+                try:
+                    self._front_proxy = await visibility_http.load_front_proxy(client)
+                except visibility_http.VisibilityConfigError as e:
+                    raise StartupError(str(e)) from e
+                self._view = state.view  # the live fold, as the answers at the present
+                # Each pending row's metadata made before any list asks for it: the replayed ones now, then each
+                # Job as it is observed.
+                kept = visibility_http.remember_pending(state.view())
+                recorder.listeners.append(visibility_http.remember_observed)
+                log.info("visibility API: pending rows prepared", rows=kept)
             web_runner = await self._serve_health(opts)
             self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
             self._validate = partial(
@@ -340,7 +360,7 @@ class Daemon:
                 others.append(("watch-events", self._after(all_jobs.synced, failed_create.run)))
                 if opts.workload_objects:
                     others.append(("watch-workloads", self._after(all_jobs.synced, workloads.run)))
-                others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, all_jobs.synced)))
+                others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, all_jobs)))
                 others.append(("certificate", self._renew_certificate(client, opts)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
                 due = {"actuate": actuate.next_due, "admit": admit.next_due}
@@ -526,12 +546,22 @@ class Daemon:
                 answers_http.add_routes(app, self._answers, guard=_answers_guard(auth))
                 if opts.ui:
                     self._mount_ui(app, opts)
+        client_ca = None
+        if self._front_proxy is not None and self._view is not None:
+            authorizer = visibility_http.Authorizer(client)
+            visibility_http.add_routes(
+                app, self._view, self._front_proxy, authorizer, requested=metrics.webhook_requested
+            )
+            client_ca = self._front_proxy.ca_pem
         served = {r.canonical for r in app.router.resources()}
         # The validating configuration is patched once this daemon serves its path (the tenant guard).
         self._hooks = tuple(h for h in (webhook.MUTATING, webhook.VALIDATING) if h.path in served)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        self._tls = certs.ServingTLS(cert)
+        try:
+            self._tls = certs.ServingTLS(cert, client_ca)
+        except certs.CertError as e:
+            raise StartupError(str(e)) from None
         await web.TCPSite(runner, opts.webhook_host, opts.webhook_port, ssl_context=self._tls.context).start()
         log.info(
             "webhook serving",
@@ -539,6 +569,7 @@ class Daemon:
             port=opts.webhook_port,
             certificate=self._cert_source(opts),
             metrics=opts.metrics_auth,
+            visibility=self._front_proxy is not None,
         )
         return runner
 
@@ -613,6 +644,8 @@ class Daemon:
                         match_conditions=webhook.not_admitd(self._admitd_users) if hook is webhook.VALIDATING else (),
                     )
                 await webhook.point_conversion(client, ca_bundle, url=opts.webhook_url, service=service)
+                if opts.visibility:
+                    await visibility_http.register_apiservice(client, ca_bundle)
                 return
             except (Temporary, Conflict) as e:
                 delay = backoff_s(attempt, rng)
@@ -627,7 +660,7 @@ class Daemon:
         admit: Admit,
         actuate: Actuate,
         status: StatusWriter,
-        jobs_synced: asyncio.Event,
+        jobs: JobWatches,
     ) -> None:
         """Wait for the lease (held already without leader election: `claim`), then decide, actuate and write
         status; keep the lease or exit (LeadershipLost) so that a restart comes back as a standby (or, without
@@ -637,7 +670,11 @@ class Daemon:
         await elector.elected()
         self._leading = True
         await self._register_webhooks(client, opts)
-        await jobs_synced.wait()
+        await jobs.synced.wait()
+        if opts.leader_elect:
+            # Its watches may lag, or be down: a job the old leader started just before is to be seen running (and
+            # adopted) before this replica decides, not admitted a second time.
+            await jobs.relist()
         admit.notify(None)
         resumed = actuate.resume()
         log.info("leading: deciding and acting", outbox_resumed=resumed)
@@ -647,7 +684,7 @@ class Daemon:
             actuate.wake.set()
 
         elector.on_elected = regained
-        await asyncio.gather(elector.keep(lapse_is_loss=opts.leader_elect), status.run(started=jobs_synced))
+        await asyncio.gather(elector.keep(lapse_is_loss=opts.leader_elect), status.run(started=jobs.synced))
 
 
 class CountedCycles:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from daemon.domain import reasons
@@ -59,8 +60,20 @@ def owner_kind(kind: str) -> tuple[str, str]:
 
 
 def rfc3339(ms: Millis) -> str:
-    """metav1.Time's format: UTC, whole seconds."""
-    return datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """metav1.Time's format: UTC, whole seconds. By arithmetic on the day's date (kept per day): strftime took about
+    10 us a call, most of a 10,000-row pendingworkloads list made afresh (bench/bench_visibility.py)."""
+    days, rem = divmod(ms // 1000, 86_400)
+    hours, rem = divmod(rem, 3_600)
+    minutes, seconds = divmod(rem, 60)
+    return f"{_day(days)}T{hours:02d}:{minutes:02d}:{seconds:02d}Z"
+
+
+@lru_cache(maxsize=4096)
+def _day(days: int) -> str:
+    return (_EPOCH + timedelta(days=days)).strftime("%Y-%m-%d")
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _cut(text: str, limit: int) -> str:

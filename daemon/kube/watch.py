@@ -13,6 +13,7 @@ overloaded or failing (429, 5xx) backs off to 30 s. Every restart is logged and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -69,6 +70,8 @@ class Reflector:
         self._rng = random.Random(seed)
         self._sleep = sleep  # the tests' virtual time
         self._attempt = 0  # failures since the last list or watch the API server accepted
+        self._relist_wanted = asyncio.Event()
+        self._listed = asyncio.Event()  # set after each full list
 
     async def _list(self) -> str:
         items: list[Obj] = []
@@ -96,8 +99,9 @@ class Reflector:
                     self.resource_version = await self._list()
                     self._attempt = 0
                     self.synced.set()
-                await self._watch()
-                self._attempt = 0  # the server ended a healthy stream: resume at once
+                    self._listed.set()
+                if await self._watch_unless_relisting():
+                    self._attempt = 0  # the server ended a healthy stream: resume at once
             except Gone as e:
                 self._restarted()
                 log.info("watch expired; listing again", resource=self.resource.name, error=str(e))
@@ -110,6 +114,35 @@ class Reflector:
                 level = log.error if isinstance(e, Permanent) else log.warning
                 level("watch failed; retrying", resource=self.resource.name, error=str(e), retry_in_s=round(delay, 2))
                 await self._sleep(delay)
+
+    async def relist(self) -> None:
+        """List again now, and watch on from that list; returns once the list was handed over. A standby that
+        takes the Lease over does this before it decides: its watch may lag, or be down and retrying, and a job the
+        old leader started just before must be seen running (and adopted), not admitted a second time."""
+        self._listed.clear()
+        self._relist_wanted.set()
+        await self._listed.wait()
+
+    async def _watch_unless_relisting(self) -> bool:
+        """Watch until the stream ends (True) or a relist is asked for (False: the stream is closed, the next round
+        lists). The stream's errors are raised."""
+        watch = asyncio.ensure_future(self._watch())
+        wanted = asyncio.ensure_future(self._relist_wanted.wait())
+        try:
+            await asyncio.wait([watch, wanted], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            wanted.cancel()
+            if not watch.done():
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+        if self._relist_wanted.is_set():
+            self._relist_wanted.clear()
+            self.resource_version = None
+            if watch.cancelled() or watch.exception() is None:
+                return False
+        watch.result()  # the stream's error, if it had one
+        return True
 
     def _opened(self) -> None:
         """The API server accepted the watch: the next failure is retried from the first step of the backoff."""

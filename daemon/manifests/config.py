@@ -1,9 +1,10 @@
 """admitd's own settings, read from Kueue's Configuration file so that one file serves both.
 
 Only what admitd implements is read (`fairSharing` with its `preemptionStrategies`, `waitForPodsReady`,
-`manageJobsWithoutQueueName`, `managedJobsNamespaceSelector`, `featureGates.PartialAdmission`); every other Kueue
-setting (or feature gate) is reported as ignored, never silently dropped. v1beta1 switches fair sharing on with
-`fairSharing.enable: true`; in v1beta2 a `fairSharing` section switches it on by being there, as in Kueue.
+`manageJobsWithoutQueueName`, `managedJobsNamespaceSelector`, `featureGates.PartialAdmission` and
+`featureGates.VisibilityOnDemand`); every other Kueue setting (or feature gate) is reported as ignored, never
+silently dropped. v1beta1 switches fair sharing on with `fairSharing.enable: true`; in v1beta2 a `fairSharing`
+section switches it on by being there, as in Kueue.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def parse_config(doc: object, source: str = "<config>") -> tuple[EngineConfig, t
     config = replace(
         config,
         jobs=_job_management(doc, source),
-        partial_admission=_partial_admission(doc.get("featureGates"), source, warnings),
+        partial_admission=_gate(doc.get("featureGates"), "PartialAdmission", source, warnings),
+        visibility_on_demand=_gate(doc.get("featureGates"), "VisibilityOnDemand", source, []),
     )
     return config, tuple(warnings)
 
@@ -122,13 +124,14 @@ def _job_management(doc: Mapping[object, object], source: str) -> JobManagement:
     return JobManagement(without_queue_name=manage, namespace_selector=selector)
 
 
-_GATES = {"PartialAdmission": True}
-"""Kueue feature gates admitd honours, with Kueue's defaults."""
+_GATES = {"PartialAdmission": True, "VisibilityOnDemand": False}
+"""Kueue feature gates admitd honours, with their defaults: Kueue's, but for VisibilityOnDemand (on in Kueue), off
+because serving it needs the APIService of config/components/visibility."""
 
 
-def _partial_admission(gates: object, source: str, warnings: list[str]) -> bool:
+def _gate(gates: object, gate: str, source: str, warnings: list[str]) -> bool:
     if gates is None:
-        return _GATES["PartialAdmission"]
+        return _GATES[gate]
     if not isinstance(gates, Mapping):
         raise _error("featureGates", f"must be a mapping of feature names to true/false, got {gates!r}", source)
     for name, value in gates.items():
@@ -136,8 +139,7 @@ def _partial_admission(gates: object, source: str, warnings: list[str]) -> bool:
             raise _error(f"featureGates.{name}", f"must be true or false, got {value!r}", source)
         if name not in _GATES:
             warnings.append(f"{source}: featureGates.{name} is not a feature gate admitd implements; ignored")
-    value = gates.get("PartialAdmission", _GATES["PartialAdmission"])
-    return bool(value)
+    return bool(gates.get(gate, _GATES[gate]))
 
 
 _WFPR = "waitForPodsReady"

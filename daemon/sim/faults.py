@@ -39,6 +39,11 @@ class Faults:
     delete: float = 0.0  # a job being preempted is deleted before its pods stop
     complete: float = 0.0  # a job being preempted completes before its pods stop
     quota_change: float = 0.0  # at a job's creation, a ClusterQueue's nominal quotas are raised by half
+    # At a step of the leader, it cannot renew its Lease: it stops acting and exits (to come back as a standby), and
+    # the standby, a second replica that kept its own log current from the same watches, takes over after
+    # `takeover_delay`. A patch the old leader sent that lands later than that lands under the new leader.
+    lease_loss: float = 0.0
+    takeover_delay: Millis = 3_000  # the leader stops 3 s before its Lease can be taken (`daemon.kube.leader`)
 
     def describe(self) -> str:
         """The spec string that gives this value (only the faults that differ from none)."""
@@ -66,8 +71,16 @@ class Faults:
         )
 
 
-_DURATIONS = {"unsuspend_latency", "suspend_latency", "evict_latency", "watch_delay", "call_timeout", "restart_delay"}
-_SETTINGS = {"call_timeout", "restart_delay"}  # how a fault behaves, not a fault of its own
+_DURATIONS = {
+    "unsuspend_latency",
+    "suspend_latency",
+    "evict_latency",
+    "watch_delay",
+    "call_timeout",
+    "restart_delay",
+    "takeover_delay",
+}
+_SETTINGS = {"call_timeout", "restart_delay", "takeover_delay"}  # how a fault behaves, not a fault of its own
 
 ALL = Faults(
     unsuspend_latency=2_000,
@@ -82,6 +95,7 @@ ALL = Faults(
     delete=0.05,
     complete=0.05,
     quota_change=0.01,
+    lease_loss=0.005,
 )
 """`--faults all`: every fault on, at rates a busy real cluster shows now and then."""
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import os
 import random
@@ -41,7 +42,7 @@ from daemon.eventlog.errors import EventLogError
 from daemon.sim.faults import Faults
 from daemon.sim.invariants import Checker, QuotaLimits, Violation
 from daemon.sim.scenario import Scenario, SimJob
-from daemon.stages.actuate import Actuate
+from daemon.stages.actuate import Actuate, renounce
 from daemon.stages.admit import Admit, PreemptionLoop
 from daemon.stages.ingest import Ingest
 from daemon.stages.ports import Done, Failed, Inbox, Observed, Outcome
@@ -80,6 +81,7 @@ class JobTruth:
     deleted: bool = False
     note: str = ""
     decision: int = 0  # the decision whose unsuspension is on the job now (0: none)
+    by: int = 0  # the replica whose log holds that decision (decisions are numbered per log)
     admission: Admission | None = None  # what its pods run under, from the admission note
     epoch: int = 0  # bumped at every start and stop: a timer of an earlier epoch no longer applies
 
@@ -128,6 +130,7 @@ class FaultyResult:
     api_errors: int
     timeouts: int
     relists: int
+    lease_losses: int
     finished: int
     deleted: int
     jobs: int
@@ -150,8 +153,10 @@ class SimObserver:
         clock: Any,
         suspend: Callable[[Order], None],
         unsuspending: Callable[[str], bool],
+        is_leader: Callable[[], bool] = lambda: True,
     ) -> None:
         self.state = state
+        self.is_leader = is_leader
         self.put = put
         self.clock = clock
         self.suspend = suspend
@@ -205,7 +210,7 @@ class SimObserver:
                 if adopted is not None:
                     if self._first(key, ("adopted", v.note)):
                         out.append(ev.WorkloadAdopted(workload=key, at=now, admission=adopted))
-                elif order is None or order.action is not Action.UNSUSPEND:
+                elif (order is None or order.action is not Action.UNSUSPEND) and self.is_leader():
                     self.suspend(
                         Order(
                             job=key,
@@ -217,14 +222,18 @@ class SimObserver:
                             placements=(),
                         )
                     )
-        elif (
-            v.suspended
-            and v.active == 0
-            and rec.evicting
-            and not self.unsuspending(key)
-            and self._first(key, ("evicted",))
-        ):
-            out.append(ev.WorkloadEvicted(workload=key, at=now, reason=rec.eviction_reason or "Preempted"))
+        elif v.suspended and v.active == 0:
+            if rec.evicting and not self.unsuspending(key):
+                if self._first(key, ("evicted",)):
+                    out.append(ev.WorkloadEvicted(workload=key, at=now, reason=rec.eviction_reason or "Preempted"))
+            elif (
+                key not in s.outbox
+                and (not self.is_leader() or not self.unsuspending(key))
+                and self._first(key, ("evicted",))
+            ):
+                # A standby sees the leader stop a job it had adopted; a leader, a job it did not start itself (one
+                # it adopted) stopped by the replica that led before it, its suspension landing after the take-over.
+                out.append(ev.WorkloadEvicted(workload=key, at=now, reason="SuspendedByAnotherReplica"))
         return out
 
     def _first(self, key: str, what: tuple[object, ...]) -> bool:
@@ -318,11 +327,17 @@ async def _new_log(path: Path) -> None:
 class _Process:
     """One run of the daemon: its fold, recorder and stages, connected to the world until it crashes."""
 
-    def __init__(self, world: FaultyCluster, store: _HeldStore, state: State, incarnation: int) -> None:
+    def __init__(
+        self, world: FaultyCluster, store: _HeldStore, state: State, incarnation: int, replica: int, leading: bool
+    ) -> None:
         self.world = world
         self.store = store
         self.state = state
         self.incarnation = incarnation
+        self.replica = replica  # which replica's log this process keeps (0, or 1 for the standby of `lease_loss`)
+        self.leading = leading  # the Lease's holder: it decides and acts; a standby only records what it observes
+        self.streams = {"jobs": _Stream("jobs"), "config": _Stream("config")}  # its own watches
+        self.delivered_running: set[str] = set()  # jobs a watch showed it running (unsuspended)
         clock = world.clock
         # The recorder never snapshots by itself (its store holds appends); the runner does, after a flush.
         self.recorder = Recorder(store, state, clock, wait_durable=False, snapshot_every=2**62)
@@ -330,15 +345,34 @@ class _Process:
             self.recorder, world, clock, parallelism=world.parallelism, seed=world.seed * 1000 + incarnation
         )
         self.admit = Admit(self.recorder, AdmissionEngine(world.config), clock, self.actuate.submit)
+        self.admit.gate = self.actuate.gate = self.is_leader
         self.ingest = Ingest(self.recorder, self.admit.notify)
         self.unsuspending: set[str] = set()  # as `JobActuator._unsuspending`: sent an unsuspension, not suspended since
         # as `JobActuator._inherited`: jobs a process that died may have sent an unsuspension -> until when it may land
         self.inherited: dict[str, Millis] = {}
         self.observer = SimObserver(
-            state, self.ingest.put, clock, self.actuate.submit, unsuspending=self.unsuspending.__contains__
+            state,
+            self.ingest.put,
+            clock,
+            self.actuate.submit,
+            unsuspending=self.unsuspending.__contains__,
+            is_leader=self.is_leader,
         )
         self.stages = (self.ingest, self.actuate, self.admit)
         self.parked: dict[str, asyncio.Task[None]] = {}
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+    def job(self, version: JobVersion) -> None:
+        """A watch delivers a version of a job to this process."""
+        if not version.suspended and not version.finished and not version.deleted:
+            self.delivered_running.add(version.key)
+        self.observer.job(version)
+
+    def listed(self, versions: list[JobVersion]) -> None:
+        self.delivered_running.update(v.key for v in versions if not v.suspended and not v.finished and not v.deleted)
+        self.observer.listed(versions)
 
 
 class FaultyCluster:
@@ -387,30 +421,34 @@ class FaultyCluster:
         self.running: dict[str, Admission] = {}  # jobs with pods on the cluster -> what they run under
         self._timeline: list[tuple[Millis, int, Callable[[], None]]] = []
         self._order = 0
-        self.streams = {"jobs": _Stream("jobs")}
-        self.process: _Process | None = None
-        self._store: _HeldStore | None = None  # the log's writer, opened at the first start, closed at the end
+        self.process: _Process | None = None  # the leader (the only process without `lease_loss`), while one is up
+        self.standbys: list[_Process] = []  # with `lease_loss`: the replicas up and not leading, longest up first
+        # Each replica's log and its writer, opened at its first start, closed at the end.
+        self._paths = {0: db_path, 1: db_path.with_name(f"{db_path.stem}.replica-1{db_path.suffix}")}
+        self._stores: dict[int, _HeldStore] = {}
         self._incarnations = 0
         self._answered = False  # a reply was given to the process's parked step: it runs on
         self._waiting = 0  # patches of the live process waiting for their reply
         self._inbox: Inbox | None = None
-        self._before_crash: Any = None
+        self._before_crash: dict[int, Any] = {}  # replica -> the state its process held when it stopped
         self.steps = 0
         self.max_steps = MAX_STEPS_PER_JOB * (len(self.jobs) + 10)
-        self._restart_due = False
+        self._restart_due: list[tuple[int, bool]] = []  # (replica, whether it comes back leading)
+        self._lease_free = False  # the Lease was free at a take-over with no standby up: the next to start takes it
         self._idle_seq = -1
         # The idle check's own engine, never the daemon's: its caches (the quota tree, the inadmissible memo) see only
         # the idle moments, so a change the daemon's engine or stages missed is still assessed afresh; a new engine
         # at every check costs a quarter of a seed's time, mostly rebuilding the quota tree.
         self._idle_engine = AdmissionEngine(self.config)
+        self._leader_replica = 0  # whose fold the idle check's engine has seen
         self._changed_since_cycle = True  # since the admit stage's last step, an event that may change a decision
         self._cycle_seq = 0
-        self._snapshot_seq = 0
+        self._snapshot_seq: dict[int, int] = {0: 0, 1: 0}
         self._running_changed = True
         self._checked_seq = -1
         self._limits: QuotaLimits | None = None  # of the quotas now; None after a change
-        self.streams["config"] = _Stream("config")
-        self.crashes = self.api_errors = self.timeouts = self.relists = 0
+        self.crashes = self.api_errors = self.timeouts = self.relists = self.lease_losses = 0
+        self.standby_used = faults.lease_loss > 0  # a second replica runs beside the leader
 
     def _stream(self, name: str) -> random.Random:
         r = self._streams.get(name)
@@ -449,7 +487,7 @@ class FaultyCluster:
             reply_at = now + max(latency, f.call_timeout)
             self.timeouts += 1
         if land:
-            self._at(now + latency, lambda: self._land(order))
+            self._at(now + latency, lambda: self._land(order, proc.replica))
         if order.action is Action.SUSPEND and order.decision and truth is not None and truth.exists:
             # While it is being preempted (the patch on its way, then its pods stopping), the job may go.
             within = latency + chaos_stop
@@ -496,40 +534,47 @@ class FaultyCluster:
         self._order += 1
         heapq.heappush(self._timeline, (at, self._order, action))
 
+    def _live(self) -> list[_Process]:
+        return [self.process, *self.standbys] if self.process is not None else list(self.standbys)
+
     def _emit(self, truth: JobTruth) -> None:
-        """A change of a job: a watch event, delivered to the running process (if the stream and it live)."""
-        stream, f = self.streams["jobs"], self.faults
-        if stream.broken:
-            return  # the list that ends the outage will show it
-        r = self._stream(truth.sim.workload.key)
-        drop, relist_in, delay, dup = r.random(), _upto(r, f.watch_delay), _upto(r, f.watch_delay), r.random()
-        if drop < f.watch_drop:
-            stream.broken = True
-            stream.generation += 1
-            self.relists += 1
-            self.trail.add(self.clock.now(), "job watch dropped")
-            self._at(self.clock.now() + 1 + relist_in, self._relist)
-            return
-        due = max(stream.last_due, self.clock.now() + delay)
-        stream.last_due = due
-        version, generation = truth.version(), stream.generation
-        copies = 2 if dup < f.watch_dup else 1
-        for _ in range(copies):
-            self._at(due, lambda: self._deliver(generation, version))
+        """A change of a job: a watch event, delivered to each process that is up (if its stream lives). Replica 0's
+        watch draws from the job's own stream, the standby's from one of its own."""
+        f = self.faults
+        key = truth.sim.workload.key
+        for proc in self._live():
+            stream = proc.streams["jobs"]
+            if stream.broken:
+                continue  # the list that ends the outage will show it
+            r = self._stream(key if proc.replica == 0 else f"{key}/replica-{proc.replica}")
+            drop, relist_in, delay, dup = r.random(), _upto(r, f.watch_delay), _upto(r, f.watch_delay), r.random()
+            if drop < f.watch_drop:
+                stream.broken = True
+                stream.generation += 1
+                self.relists += 1
+                self.trail.add(self.clock.now(), f"job watch of replica {proc.replica} dropped")
+                self._at(self.clock.now() + 1 + relist_in, functools.partial(self._relist, proc))
+                continue
+            due = max(stream.last_due, self.clock.now() + delay)
+            stream.last_due = due
+            version, generation = truth.version(), stream.generation
+            copies = 2 if dup < f.watch_dup else 1
+            for _ in range(copies):
+                self._at(due, functools.partial(self._deliver, proc, generation, version))
 
-    def _deliver(self, generation: int, version: JobVersion) -> None:
-        proc = self.process
-        if proc is None or generation != self.streams["jobs"].generation:
+    def _deliver(self, proc: _Process, generation: int, version: JobVersion) -> None:
+        if proc not in self._live() or generation != proc.streams["jobs"].generation:
             return
-        proc.observer.job(version)
+        proc.job(version)
 
-    def _relist(self) -> None:
-        stream = self.streams["jobs"]
+    def _relist(self, proc: _Process) -> None:
+        if proc not in self._live():
+            return
+        stream = proc.streams["jobs"]
         stream.broken = False
         stream.last_due = self.clock.now()
-        if self.process is not None:
-            self.trail.add(self.clock.now(), "jobs listed again")
-            self.process.observer.listed([t.version() for t in self.jobs.values() if t.exists and not t.deleted])
+        self.trail.add(self.clock.now(), f"jobs listed again by replica {proc.replica}")
+        proc.listed([t.version() for t in self.jobs.values() if t.exists and not t.deleted])
 
     def _create(self, key: str) -> None:
         truth = self.jobs[key]
@@ -557,18 +602,18 @@ class FaultyCluster:
         now = self.clock.now()
         self.checker.quota_changed(now)
         self.trail.add(now, f"quota of ClusterQueue {name} raised")
-        stream = self.streams["config"]
-        due = max(stream.last_due, now + delay)
-        stream.last_due = due
-        generation = stream.generation
+        for proc in self._live():
+            stream = proc.streams["config"]
+            due = max(stream.last_due, now + delay)
+            stream.last_due = due
 
-        def deliver() -> None:
-            if self.process is not None and generation == stream.generation:
-                self.process.observer.config([event])
+            def deliver(proc: _Process = proc, generation: int = stream.generation) -> None:
+                if proc in self._live() and generation == proc.streams["config"].generation:
+                    proc.observer.config([event])
 
-        self._at(due, deliver)
+            self._at(due, deliver)
 
-    def _land(self, order: Order) -> None:
+    def _land(self, order: Order, replica: int) -> None:
         truth = self.jobs[order.job]
         now = self.clock.now()
         if not truth.exists or truth.deleted or truth.finished:
@@ -576,16 +621,16 @@ class FaultyCluster:
         self.trail.add(now, f"landed {order.action.value} {order.job} (decision {order.decision})", order.job)
         if order.action is Action.UNSUSPEND:
             if not truth.suspended:
-                if truth.decision != order.decision:
+                if (truth.by, truth.decision) != (replica, order.decision):
                     self.checker.fail(
                         "unsuspended-twice",
                         now,
-                        f"{order.job}: an unsuspension for decision {order.decision} landed while it ran unsuspended "
-                        f"for decision {truth.decision}",
+                        f"{order.job}: an unsuspension for decision {order.decision} of replica {replica} landed "
+                        f"while it ran unsuspended for decision {truth.decision} of replica {truth.by}",
                         [order.job],
                     )
                 return
-            truth.suspended, truth.note, truth.decision = False, order.note, order.decision
+            truth.suspended, truth.note, truth.decision, truth.by = False, order.note, order.decision, replica
             admission = read_admission_note(order.note, truth.sim.workload)
             truth.admission = admission
             truth.epoch += 1
@@ -653,14 +698,22 @@ class FaultyCluster:
 
     # --- the daemon process ------------------------------------------------------------------------------------
 
-    async def _start(self, state: State) -> None:
+    async def _start(self, state: State, replica: int = 0, *, leading: bool = True) -> None:
         self._incarnations += 1
-        if self._store is None:
-            await _new_log(self.db_path)
-            store = await _HeldStore.open(self.db_path, clock=self.clock.now, max_batch=5000, durable=False)
-            assert isinstance(store, _HeldStore)  # EventStore.open builds the class it is called on
-            self._store = store
-        proc = _Process(self, self._store, state, self._incarnations)
+        store = self._stores.get(replica)
+        if store is None:
+            path = self._paths[replica]
+            await _new_log(path)
+            opened = await _HeldStore.open(path, clock=self.clock.now, max_batch=5000, durable=False)
+            assert isinstance(opened, _HeldStore)  # EventStore.open builds the class it is called on
+            store = self._stores[replica] = opened
+        if not leading and self._lease_free:
+            leading, self._lease_free = True, False  # nobody holds the Lease: the first replica up takes it
+        proc = _Process(self, store, state, self._incarnations, replica, leading)
+        if self.standby_used:
+            # With leader election every process starts as a standby (`admitd run --leader-elect`), even one that
+            # takes a free Lease at once: what its log left undone is given up (`renounce`).
+            await proc.recorder.append(renounce(state.outbox, self.clock.now()))
         # An admission whose unsuspension has no result in the log may have been sent by the process that died,
         # and may land yet: until it is suspended, such a job counts as one with an unsuspension on its way.
         # Its patch lands at most `unsuspend_latency` after it was sent, before the crash: a suspension made before
@@ -668,18 +721,51 @@ class FaultyCluster:
         inherited = inherited_unsuspensions(state.outbox)
         proc.unsuspending.update(inherited)
         proc.inherited = dict.fromkeys(inherited, self.clock.now() + self.faults.unsuspend_latency + 1)
+        # The invariants follow every replica's log (a standby's holds only what it observed: a suspension by the
+        # leader it saw is one); the trail and the idle check follow the leader's.
         proc.recorder.listeners.append(self.checker.listener)
-        proc.recorder.listeners.append(self._logged)
-        self.checker.state = state
-        self.process = proc
-        self.connect(proc.ingest)
-        for stream in self.streams.values():
-            stream.generation += 1
-            stream.broken = False
-            stream.last_due = self.clock.now()
-        # As the daemon starts: queue objects listed, then jobs, then it leads: a cycle, and the outbox resumed.
+        proc.recorder.listeners.append(lambda e, seq: self._logged(e, seq) if proc.leading else None)
+        if leading:
+            self._lead(proc)
+        else:
+            self.standbys.append(proc)
+            self.trail.add(self.clock.now(), f"replica {replica} up as the standby")
+        # As the daemon starts: queue objects listed, then jobs, then (if it leads) a cycle, and the outbox resumed.
         proc.observer.config(self._config_events)
-        proc.observer.listed([t.version() for t in self.jobs.values() if t.exists and not t.deleted])
+        proc.listed([t.version() for t in self.jobs.values() if t.exists and not t.deleted])
+        if leading:
+            proc.admit.notify(None)
+            proc.actuate.resume()
+
+    def _lead(self, proc: _Process) -> None:
+        proc.leading = True
+        if self.process is not proc and self._leader_replica != proc.replica:
+            # Another replica's fold: the idle check's engine keeps caches of the fold it saw (quota trees, memos
+            # keyed by that fold's own counters), which say nothing of this one.
+            self._idle_engine = AdmissionEngine(self.config)
+            self._idle_seq = -1
+        self._leader_replica = proc.replica
+        self.process = proc
+        self.checker.state = proc.state
+        self.checker.replica = proc.replica
+        self.connect(proc.ingest)
+
+    def _take_over(self) -> None:
+        """The Lease the leader could not renew expires: the standby, if one is up, takes it; else the next replica
+        to start does."""
+        if not self.standbys:
+            self._lease_free = True
+            self.trail.add(self.clock.now(), "the Lease expired with no standby up")
+            return
+        proc = self.standbys.pop(0)
+        self._lead(proc)
+        self.trail.add(self.clock.now(), f"replica {proc.replica} took the Lease over (log seq {proc.state.seq})")
+        # Its watches may lag or be down: it lists the jobs again before it decides (`Daemon._lead`), so that a job
+        # the old leader started before the take-over is adopted, not admitted a second time.
+        for stream in proc.streams.values():
+            stream.generation += 1
+        self._relist(proc)
+        self._changed_since_cycle = True
         proc.admit.notify(None)
         proc.actuate.resume()
 
@@ -694,10 +780,38 @@ class FaultyCluster:
             self.trail.add(self.clock.now(), f"log {seq} {event.TYPE}", subject)
 
     async def _crash(self, where: str) -> None:
-        proc = self.process
-        assert proc is not None
         self.crashes += 1
         self.trail.add(self.clock.now(), f"daemon crashed ({where})")
+        if self.standby_used:
+            # With leader election a restarted process is a new holder: the standby takes the Lease once it can,
+            # and the crashed replica comes back as a standby.
+            await self._hand_over(self.rng)
+            return
+        replica = await self._stop_leader()
+        lo = self.faults.restart_delay // 2
+        back = self.clock.now() + lo + _upto(self.rng, max(0, self.faults.restart_delay - lo))
+        self._at(back, lambda: self._want_restart(replica, leading=True))
+
+    async def _lose_lease(self) -> None:
+        """The leader cannot renew its Lease: it stops acting and exits (`LeadershipLost`), to come back as a
+        standby from its own log; the standby takes over once the Lease can be taken. Patches in flight go on."""
+        self.lease_losses += 1
+        self.trail.add(self.clock.now(), "the leader lost its Lease")
+        await self._hand_over(self._stream("lease"))
+
+    async def _hand_over(self, r: random.Random) -> None:
+        """The leader's process ends; the standby takes the Lease over after `takeover_delay`, and the replica
+        comes back as a standby after a restart delay drawn from `r`."""
+        replica = await self._stop_leader()
+        lo = self.faults.restart_delay // 2
+        back = self.clock.now() + lo + _upto(r, max(0, self.faults.restart_delay - lo))
+        self._at(self.clock.now() + self.faults.takeover_delay, self._take_over)
+        self._at(back, lambda: self._want_restart(replica, leading=False))
+
+    async def _stop_leader(self) -> int:
+        """The leader's process ends at this instant; returns its replica."""
+        proc = self.process
+        assert proc is not None
         # Everything appended before this instant is durable: the daemon acts only on durable decisions, and the
         # simulation crashes only between steps or while a patch is in flight, never inside an append.
         # Writing yields to the event loop, and a stage step whose reply had arrived may run meanwhile and append
@@ -706,7 +820,7 @@ class FaultyCluster:
         await self._flush(proc)
         while proc.store.held:
             await self._flush(proc)
-        self._before_crash = proc.state.to_snapshot()
+        self._before_crash[proc.replica] = proc.state.to_snapshot()
         lanes = proc.actuate.abandon()  # lanes whose step has ended: no step awaits them, so cancel them here
         for task in proc.parked.values():
             task.cancel()
@@ -720,33 +834,34 @@ class FaultyCluster:
         # which on a loaded machine were most of a seed's wall time. Nothing is held (all was written above), so a
         # new process appends to the same chain through it exactly as through a new connection; what it starts
         # from is only what `_restart` reads back from the file.
+        proc.leading = False
         self.process = None
         self.checker.state = None
-        lo = self.faults.restart_delay // 2
-        self._at(self.clock.now() + lo + _upto(self.rng, max(0, self.faults.restart_delay - lo)), self._want_restart)
+        return proc.replica
 
-    def _want_restart(self) -> None:
-        self._restart_due = True
+    def _want_restart(self, replica: int, *, leading: bool) -> None:
+        self._restart_due.append((replica, leading))
 
-    async def _restart(self) -> None:
+    async def _restart(self, replica: int, *, leading: bool) -> None:
         now = self.clock.now()
         try:
-            with LogReader(self.db_path) as reader:
+            with LogReader(self._paths[replica]) as reader:
                 reader.check()
                 state = replay(reader)
         except EventLogError as e:
-            self.checker.fail("log-verify", now, f"the log does not verify after a crash: {e}")
+            self.checker.fail("log-verify", now, f"the log of replica {replica} does not verify after a restart: {e}")
             raise _Stop from e
-        if state.to_snapshot() != self._before_crash:
-            lost = sorted(set(self._before_crash.outbox) - set(state.to_snapshot().outbox))
+        before = self._before_crash.get(replica)
+        if state.to_snapshot() != before:
+            lost = sorted(set(before.outbox) - set(state.to_snapshot().outbox)) if before is not None else []
             self.checker.fail(
                 "decision-lost",
                 now,
-                "the state replayed after the crash differs from the one the process held"
+                f"the state replica {replica} replayed after it stopped differs from the one its process held"
                 + (f"; outbox orders lost: {lost}" if lost else ""),
             )
-        self.trail.add(now, f"daemon restarted from its log (seq {state.seq})")
-        await self._start(state)
+        self.trail.add(now, f"replica {replica} restarted from its log (seq {state.seq})")
+        await self._start(state, replica, leading=leading)
 
     # --- the runner -------------------------------------------------------------------------------------------
 
@@ -756,16 +871,14 @@ class FaultyCluster:
         if not proc.store.held:
             return
         await proc.store.flush()
-        if proc.state.seq - self._snapshot_seq >= SNAPSHOT_EVERY:
+        if proc.state.seq - self._snapshot_seq[proc.replica] >= SNAPSHOT_EVERY:
             await save_snapshot(proc.store, proc.state)
-            self._snapshot_seq = proc.state.seq
+            self._snapshot_seq[proc.replica] = proc.state.seq
 
-    async def _run_until_parked(self, name: str, task: asyncio.Task[None]) -> None:
-        """Let `task` (a stage's step) run until it ends or parks: waits for patch replies and nothing else can
-        run. The stages' steps wait for nothing but replies (the held store answers appends at once), so once the
-        event loop has nothing ready while a reply is awaited, only the world can move the step on."""
-        proc = self.process
-        assert proc is not None
+    async def _run_until_parked(self, proc: _Process, name: str, task: asyncio.Task[None]) -> None:
+        """Let `task` (a stage's step of `proc`) run until it ends or parks: waits for patch replies and nothing else
+        can run. The stages' steps wait for nothing but replies (the held store answers appends at once), so once
+        the event loop has nothing ready while a reply is awaited, only the world can move the step on."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(0)
@@ -774,7 +887,7 @@ class FaultyCluster:
                 task.result()  # a stage's exception ends the run (`stage-raised` names it)
                 return
             if _nothing_ready(loop):
-                if self._waiting:
+                if self._waiting and proc is self.process:
                     break
                 await asyncio.sleep(0.001)  # waiting for a thread (the log's writer): not the simulation's business
         proc.parked[name] = task
@@ -782,22 +895,34 @@ class FaultyCluster:
             await self._crash("mid-batch, patches in flight")
 
     async def _drain(self) -> None:
-        """Stage steps until no stage that is not parked has work (or the process crashed)."""
-        while (proc := self.process) is not None:
+        """Stage steps until no stage of a process that is up and not parked has work (or the leader stopped).
+        The leader's steps come first; only they draw crashes and lost leases."""
+        while live := self._live():
             self.steps += 1
             if self.steps > self.max_steps:
                 return
-            for stage in proc.stages:
-                if stage.name not in proc.parked and stage.has_work():
-                    break
-            else:
+            picked = next(
+                (
+                    (proc, stage)
+                    for proc in live
+                    for stage in proc.stages
+                    if stage.name not in proc.parked and stage.has_work()
+                ),
+                None,
+            )
+            if picked is None:
                 return
-            if self.rng.random() < self.faults.crash:
-                await self._crash(f"before a step of {stage.name}")
-                continue
+            proc, stage = picked
+            if proc.leading:
+                if self.rng.random() < self.faults.crash:
+                    await self._crash(f"before a step of {stage.name}")
+                    continue
+                if self.standby_used and self._stream("lease").random() < self.faults.lease_loss:
+                    await self._lose_lease()
+                    continue
             task = asyncio.ensure_future(stage.step())
-            await self._run_until_parked(stage.name, task)
-            if stage.name == "admit":
+            await self._run_until_parked(proc, stage.name, task)
+            if proc.leading and stage.name == "admit":
                 self._changed_since_cycle, self._cycle_seq = False, proc.state.seq
             self._check_cluster()
 
@@ -810,7 +935,18 @@ class FaultyCluster:
         self._running_changed = False
         if changed and self._limits is None:
             self._limits = QuotaLimits.of(self.cluster_queues, self.cohorts)
-        self.checker.cluster(self.clock.now(), self.running, self._limits if changed else None)
+        leader = self.process
+        # A job started by another replica's decision is the leader's to adopt once a watch shows it running.
+        unseen = (
+            {
+                k
+                for k in self.running
+                if self.jobs[k].by != leader.replica and (k not in leader.delivered_running or leader.ingest.has_work())
+            }
+            if leader is not None and self.standby_used
+            else set()
+        )
+        self.checker.cluster(self.clock.now(), self.running, self._limits if changed else None, unseen=unseen)
 
     def _idle_check(self) -> None:
         """Nothing has work and nothing is in flight: a fresh cycle must find nothing to admit or preempt."""
@@ -852,6 +988,8 @@ class FaultyCluster:
             key = job.workload.key
             self._at(job.submit_at, lambda key=key: self._create(key))  # type: ignore[misc]
         await self._start(State())
+        if self.standby_used:
+            await self._start(State(), 1, leading=False)
         try:
             while True:
                 await self._drain()
@@ -859,15 +997,16 @@ class FaultyCluster:
                     self.checker.fail("run-ends", self.clock.now(), f"no end after {self.steps} steps")
                     return
                 if self._restart_due:
-                    self._restart_due = False
-                    await self._restart()
+                    replica, leading = self._restart_due.pop(0)
+                    await self._restart(replica, leading=leading)
                     continue
                 if any(v.invariant not in _GOES_ON for v in self.checker.violations):
                     return
                 self._idle_check()
+                for up in self._live():
+                    if up.store.held >= FLUSH_EVERY and not up.parked:
+                        await self._flush(up)
                 proc = self.process
-                if proc is not None and proc.store.held >= FLUSH_EVERY and not proc.parked:
-                    await self._flush(proc)
                 candidates = [self._timeline[0][0]] if self._timeline else []
                 if proc is not None:
                     for stage, due in (("actuate", proc.actuate.next_due()), ("admit", proc.admit.next_due())):
@@ -884,7 +1023,7 @@ class FaultyCluster:
                     self._check_cluster()
                     if self._answered and self.process is not None and "actuate" in self.process.parked:
                         self._answered = False
-                        await self._run_until_parked("actuate", self.process.parked["actuate"])
+                        await self._run_until_parked(self.process, "actuate", self.process.parked["actuate"])
                         self._check_cluster()
                     self._answered = False
                     if self._restart_due:
@@ -925,18 +1064,17 @@ class FaultyCluster:
             )
 
     async def close(self) -> None:
-        proc = self.process
-        if proc is not None:
+        for proc in self._live():
             for task in proc.parked.values():
                 task.cancel()
             for task in proc.parked.values():
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await self._flush(proc)
-            self.process = None
-        if self._store is not None:
-            await self._store.close()
-            self._store = None
+        self.process, self.standbys = None, []
+        for store in self._stores.values():
+            await store.close()
+        self._stores.clear()
 
 
 def _upto(r: random.Random, bound: Millis) -> Millis:
@@ -1025,6 +1163,7 @@ async def run_faulty(
         api_errors=world.api_errors,
         timeouts=world.timeouts,
         relists=world.relists,
+        lease_losses=world.lease_losses,
         finished=sum(1 for t in world.jobs.values() if t.finished),
         deleted=sum(1 for t in world.jobs.values() if t.deleted),
         jobs=len(world.jobs),
@@ -1046,7 +1185,8 @@ def report_text(result: FaultyResult) -> str:
         f"{r.events} events in the log",
         f"  {r.admissions} admissions, {r.preemptions} preemptions; churn {r.churn}" + (f" ({churn})" if churn else ""),
         f"  faults injected: {r.crashes} crashes (each restarted from the log), {r.api_errors} API errors, "
-        f"{r.timeouts} timeouts, {r.relists} watch drops (listed again)",
+        f"{r.timeouts} timeouts, {r.relists} watch drops (listed again), {r.lease_losses} leases lost (the standby "
+        "took over)",
     ]
     if r.ok:
         lines.append("  invariants: all held")
@@ -1080,4 +1220,5 @@ def report_json(result: FaultyResult) -> dict[str, object]:
         "api_errors": r.api_errors,
         "timeouts": r.timeouts,
         "watch_drops": r.relists,
+        "lease_losses": r.lease_losses,
     }

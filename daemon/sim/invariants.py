@@ -151,11 +151,12 @@ class Checker:
     def __init__(self, churn_window: Millis = 10_000) -> None:
         self.violations: list[Violation] = []
         self.churn = Churn(window=churn_window)
-        self._unsuspended: dict[str, int] = {}  # job -> decision of its last unsuspension not undone since
+        self._unsuspended: dict[str, tuple[int, int]] = {}  # job -> (replica, decision) of its last unsuspension
         self._admitted_at: dict[str, Millis] = {}  # workload -> when it was last admitted
         self._arrivals: dict[str | None, list[tuple[Millis, int]]] = defaultdict(list)  # tree -> (at, priority)
         self._quota_changed_at: Millis | None = None
-        self.state: State | None = None  # the live process's fold, while there is one
+        self.state: State | None = None  # the leader's fold, while one is up
+        self.replica = 0  # the leader's replica: decisions are numbered per log
         self.admissions = 0
 
     def fail(self, invariant: str, at: Millis, message: str, jobs: Iterable[str] = ()) -> None:
@@ -181,15 +182,15 @@ class Checker:
         match event:
             case ev.JobUnsuspended(job=job, decision=decision, at=at):
                 before = self._unsuspended.get(job)
-                if before is not None and before != decision:
+                if before is not None and before != (self.replica, decision):
                     self.fail(
                         "unsuspended-twice",
                         at,
-                        f"{job} unsuspended for decision {decision} (seq {seq}) while still unsuspended for "
-                        f"decision {before}, with no suspension between",
+                        f"{job} unsuspended for decision {decision} of replica {self.replica} (seq {seq}) while still "
+                        f"unsuspended for decision {before[1]} of replica {before[0]}, with no suspension between",
                         [job],
                     )
-                self._unsuspended[job] = decision
+                self._unsuspended[job] = (self.replica, decision)
             case ev.JobSuspended(job=job) | ev.JobFinished(job=job) | ev.JobDeleted(job=job):
                 self._unsuspended.pop(job, None)
                 self._admitted_at.pop(job, None)
@@ -220,9 +221,17 @@ class Checker:
             case _:
                 pass
 
-    def cluster(self, at: Millis, running: Mapping[str, Admission], limits: QuotaLimits | None) -> None:
+    def cluster(
+        self,
+        at: Millis,
+        running: Mapping[str, Admission],
+        limits: QuotaLimits | None,
+        *,
+        unseen: Iterable[str] = (),
+    ) -> None:
         """The cluster's truth at `at`: the admissions its jobs with pods run under (`limits`: None when neither they
-        nor the quotas changed since the last call, so that only the log side is checked again)."""
+        nor the quotas changed since the last call, so that only the log side is checked again). `unseen`: jobs
+        another replica started that no watch has shown the leader yet (it cannot have adopted them)."""
         if limits is not None:
             for problem in quota_problems(running.values(), limits):
                 self.fail("quota", at, problem, running)
@@ -230,7 +239,10 @@ class Checker:
         s = self.state
         if s is None:
             return
+        skip = set(unseen)
         for key in running:
+            if key in skip:
+                continue
             rec = s.workloads.get(key)
             if rec is None or rec.phase is not Phase.ADMITTED:
                 self.fail(

@@ -20,7 +20,7 @@ import asyncio
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from daemon.domain import events as ev
 from daemon.domain.actuation import Action, Order
@@ -51,6 +51,27 @@ def _identity(order: Order) -> tuple[str, int, Action]:
     """What makes two handed-over orders the same: a decision is carried out once at a time (decision 0, an order
     without a decision, is told apart by its job and action)."""
     return (order.job, order.decision, order.action)
+
+
+RENOUNCED = "not carried out: this process started as a standby, so whoever leads decides again from the cluster"
+
+
+def renounce(outbox: Mapping[str, Order], at: Millis) -> list[tuple[ev.Event, int | None]]:
+    """What a process that starts as a standby appends before it observes anything: every order its log holds
+    unsettled is given up (a permanent failure), so that none is carried out after another replica has led. Made
+    in an earlier term on a view since overtaken, an unsuspension would start a job the leader has since admitted
+    under another decision, or beside the jobs it admitted into the same quota; a suspension would stop a job the
+    leader has since admitted again, which nothing would then restart. The cluster says what became of each: a job
+    that runs under the admission is held as admitted (a preemption given up leaves it running, still counted as
+    leaving, until it ends); one seen suspended with no pods is evicted (`SuspendedByAnotherReplica`)."""
+    return [
+        (
+            ev.ActuationFailed(job=order.job, at=at, decision=order.decision, error=RENOUNCED, permanent=True),
+            order.decision,
+        )
+        for order in sorted(outbox.values(), key=lambda o: o.decision)
+        if order.decision
+    ]
 
 
 class Actuate:

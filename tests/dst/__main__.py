@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             "preemptions": sum(o.preemptions for o in outcomes),
             "churn": sum(o.churn for o in outcomes),
             "crashes": sum(o.crashes for o in outcomes),
+            "lease_losses": sum(o.lease_losses for o in outcomes),
             "events": sum(o.events for o in outcomes),
             "median_seed_seconds": sorted(o.seconds for o in outcomes)[len(outcomes) // 2] if outcomes else None,
             "cpu_seconds": round(sum(o.cpu_seconds for o in outcomes), 1),
@@ -126,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"  {sum(o.admissions for o in outcomes)} admissions, {sum(o.preemptions for o in outcomes)} preemptions, "
-        f"churn {churn}, {sum(o.crashes for o in outcomes)} crashes, {sum(o.events for o in outcomes)} events"
+        f"churn {churn}, {sum(o.crashes for o in outcomes)} crashes, "
+        f"{sum(o.lease_losses for o in outcomes)} leases lost, {sum(o.events for o in outcomes)} events"
     )
     if args.json_out is not None:
         args.json_out.write_text(json.dumps(summary(outcomes), indent=2) + "\n")

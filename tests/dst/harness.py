@@ -44,6 +44,7 @@ class Outcome:
     preemptions: int
     admissions: int
     crashes: int
+    lease_losses: int
     events: int
     seconds: float  # wall
     cpu_seconds: float  # the worker process's CPU time for the seed (its threads included)
@@ -73,6 +74,7 @@ def _outcome(case: Case) -> Outcome:
         preemptions=r.preemptions,
         admissions=r.admissions,
         crashes=r.crashes,
+        lease_losses=r.lease_losses,
         events=r.events,
         seconds=time.perf_counter() - started,
         cpu_seconds=time.process_time() - cpu,

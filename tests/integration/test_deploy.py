@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ import yaml
 
 from daemon.kube import webhook
 from daemon.kube.run import KUEUE_KINDS, RunOptions
+from daemon.kube.visibility_http import APISERVICE_NAME
 from tests.integration.conftest import REPO, KubeCluster
 from tests.integration.daemon_harness import Daemon, apply, get_job, install_crds, job, kubectl, wait_for
 
@@ -124,6 +126,30 @@ HA_ONLY: tuple[Call, ...] = (
     Call("", "secrets", ("create",), "certs.py SharedSecret: the first replica makes it", namespace=NAMESPACE),
 )
 
+# Calls only `admitd run --visibility` makes (Kueue's visibility API, daemon/kube/visibility_http.py), granted by
+# config/components/visibility (test_the_visibility_component_grants_exactly_its_calls): the front proxy's settings,
+# through Kubernetes's own Role extension-apiserver-authentication-reader in kube-system (which grants get, list and
+# watch on that one ConfigMap: Kubernetes's role, bound as every aggregated API server binds it), and its own
+# APIService's caBundle. Its SubjectAccessReviews are the RBAC table's row above.
+AUTH_READER_ROLE = ("kube-system", "extension-apiserver-authentication-reader")
+VISIBILITY_ONLY: tuple[Call, ...] = (
+    Call(
+        "",
+        "configmaps",
+        ("get", "list", "watch"),
+        "visibility_http.py load_front_proxy: the requestheader client CA, allowed names and headers (get)",
+        names=("extension-apiserver-authentication",),
+        namespace="kube-system",
+    ),
+    Call(
+        "apiregistration.k8s.io",
+        "apiservices",
+        ("get", "patch"),
+        "visibility_http.py register_apiservice: the APIService's caBundle (never created, as the webhooks)",
+        names=(APISERVICE_NAME,),
+    ),
+)
+
 # Calls admitd never makes; the API server must refuse each.
 DENIED: tuple[tuple[str, str, str, str | None, str | None], ...] = (
     # (verb, group, resource, name, namespace)
@@ -146,15 +172,18 @@ DENIED: tuple[tuple[str, str, str, str | None, str | None], ...] = (
     ("create", KUEUE, "clusterqueues", None, None),
     ("delete", KUEUE, "localqueues", None, "default"),
     ("update", "", "namespaces", None, None),
+    ("patch", "apiregistration.k8s.io", "apiservices", "v1beta1.metrics.k8s.io", None),
+    ("create", "apiregistration.k8s.io", "apiservices", None, None),
+    ("get", "", "configmaps", "kube-proxy", "kube-system"),
 )
 
 Grant = tuple[str, str, str, str | None, str | None]  # group, resource, verb, name, namespace
 
 
-def expected_grants() -> set[Grant]:
+def expected_grants(calls: tuple[Call, ...] = RBAC) -> set[Grant]:
     return {
         (c.group, c.resource, verb, name, c.namespace)
-        for c in RBAC
+        for c in calls
         for verb in c.verbs
         for name in (c.names or (None,))
     }
@@ -182,6 +211,28 @@ def rendered(kube_cluster: KubeCluster) -> list[dict[str, Any]]:
         text=True,
         check=False,
         timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def rendered_visibility(kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """config/ with config/components/visibility, as an overlay renders it."""
+    wrapper = tmp_path_factory.mktemp("visibility-overlay")
+    config = REPO / "config"
+    (wrapper / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(config, wrapper)],
+                "components": [os.path.relpath(config / "components" / "visibility", wrapper)],
+            }
+        )
+    )
+    out = subprocess.run(
+        [str(kube_cluster.kubectl), "kustomize", str(wrapper)], capture_output=True, text=True, check=False, timeout=60
     )
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
@@ -329,6 +380,55 @@ def test_the_rendered_roles_grant_exactly_the_calls_in_the_table(rendered: list[
     assert expected - granted == set(), "in the table but not granted: add it to config/rbac"
 
 
+def _added(base: list[dict[str, Any]], docs: list[dict[str, Any]], kinds: set[str]) -> list[dict[str, Any]]:
+    names = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")) for d in base}
+    return [
+        d
+        for d in docs
+        if d["kind"] in kinds and (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")) not in names
+    ]
+
+
+def test_the_visibility_component_grants_exactly_its_calls(
+    rendered: list[dict[str, Any]], rendered_visibility: list[dict[str, Any]]
+) -> None:
+    """config/components/visibility adds the bindings of VISIBILITY_ONLY, an APIService at admitd's webhook Service
+    and `--visibility`; nothing else of config/ changes."""
+    bindings = _added(rendered, rendered_visibility, {"ClusterRoleBinding", "RoleBinding"})
+    granted: set[Grant] = set()
+    for binding in bindings:
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "admitd", "namespace": NAMESPACE}]
+        ref = binding["roleRef"]
+        if ref["kind"] == "Role" and (binding["metadata"]["namespace"], ref["name"]) == AUTH_READER_ROLE:
+            # Kubernetes's own Role (bootstrap policy), not rendered: what it grants, as the API server has it.
+            granted |= {
+                ("", "configmaps", v, "extension-apiserver-authentication", "kube-system")
+                for v in ("get", "list", "watch")
+            }
+            continue
+        role = one(rendered_visibility, ref["kind"], ref["name"])
+        granted |= rule_grants(role["rules"], role["metadata"]["namespace"] if ref["kind"] == "Role" else None)
+    assert granted == expected_grants(VISIBILITY_ONLY)
+    # Kueue's viewer roles for people, bound to nobody.
+    roles = {d["metadata"]["name"] for d in _added(rendered, rendered_visibility, {"ClusterRole"})}
+    assert roles == {
+        "admitd-visibility",
+        "kueue-pending-workloads-cq-viewer-role",
+        "kueue-pending-workloads-lq-viewer-role",
+    }
+    apiservice = one(rendered_visibility, "APIService", APISERVICE_NAME)
+    namespace, name, port = RunOptions(db=Path("unused")).webhook_service or ("", "", 0)
+    assert apiservice["spec"]["service"] == {"namespace": namespace, "name": name, "port": port}
+    assert "caBundle" not in apiservice["spec"] and not apiservice["spec"].get("insecureSkipTLSVerify")
+    (container,) = one(rendered_visibility, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == [
+        *one(rendered, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"],
+        "--visibility",
+    ]
+    unchanged = [d for d in rendered if d["kind"] != "Deployment"]
+    assert all(d in rendered_visibility for d in unchanged)
+
+
 _PATH = re.compile(
     r"/api/v1/(?:namespaces/\{[^}]+\}/)?(?P<core>[a-z]+)"
     r"|/apis/(?P<group>[a-z0-9.-]+)/v[0-9a-z]+/(?:namespaces/\{[^}]+\}/)?(?P<resource>[a-z]+)"
@@ -338,7 +438,7 @@ _PATH = re.compile(
 
 def test_every_resource_the_daemon_names_in_a_request_path_is_in_the_table() -> None:
     """A cheap guard on the table: a new path in daemon/kube without a row fails here (verbs are read by hand)."""
-    rows = {(c.group, c.resource.split("/")[0]) for c in (*RBAC, *HA_ONLY)}
+    rows = {(c.group, c.resource.split("/")[0]) for c in (*RBAC, *HA_ONLY, *VISIBILITY_ONLY)}
     named: set[tuple[str, str]] = set()
     for path in sorted((REPO / "daemon" / "kube").glob("*.py")):
         for m in _PATH.finditer(path.read_text()):
@@ -430,11 +530,8 @@ def test_the_api_server_authorizes_every_call_in_the_table_and_refuses_others(
     assert let_through == [], "calls admitd never makes, allowed"
 
 
-def test_the_daemon_runs_and_admits_under_its_service_account(
-    installed: KubeCluster, rendered: list[dict[str, Any]], namespace: str, tmp_path: Path
-) -> None:
-    """Every call the real daemon makes goes through the ServiceAccount's RBAC; a refusal fails it or is logged."""
-    _apply_rbac(installed, rendered)
+def _as_admitd(installed: KubeCluster, tmp_path: Path) -> KubeCluster:
+    """The cluster as admitd's ServiceAccount sees it: a kubeconfig with a token of its own."""
     token = kubectl(installed, "create", "token", "admitd", "-n", NAMESPACE, "--duration=1h").strip()
     admin = yaml.safe_load(installed.kubeconfig.read_text())
     server = admin["clusters"][0]["cluster"]
@@ -457,7 +554,15 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
             }
         )
     )
-    as_admitd = dataclasses.replace(installed, kubeconfig=sa_config)
+    return dataclasses.replace(installed, kubeconfig=sa_config)
+
+
+def test_the_daemon_runs_and_admits_under_its_service_account(
+    installed: KubeCluster, rendered: list[dict[str, Any]], namespace: str, tmp_path: Path
+) -> None:
+    """Every call the real daemon makes goes through the ServiceAccount's RBAC; a refusal fails it or is logged."""
+    _apply_rbac(installed, rendered)
+    as_admitd = _as_admitd(installed, tmp_path)
     v = f"{KUEUE}/v1beta2"
     flavor, cq = f"{namespace}-h100", f"{namespace}-cq"
     daemon = Daemon(as_admitd, tmp_path / "run", extra=("--leader-election-lease", f"{NAMESPACE}/admitd"))
@@ -536,3 +641,68 @@ def test_the_daemon_runs_and_admits_under_its_service_account(
         )
         kubectl(installed, "delete", "clusterqueue", cq, "--ignore-not-found", "--wait=false")
         kubectl(installed, "delete", "resourceflavor", flavor, "--ignore-not-found", "--wait=false")
+
+
+def test_the_daemon_serves_visibility_under_its_service_account_with_the_components_rbac(
+    installed: KubeCluster,
+    rendered: list[dict[str, Any]],
+    rendered_visibility: list[dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    """With config/components/visibility's RBAC and APIService, `admitd run --visibility` under admitd's
+    ServiceAccount reads the front proxy's ConfigMap (else it would not start) and patches the APIService's caBundle;
+    the API server allows each VISIBILITY_ONLY call and refuses the same on other objects."""
+    added = _added(rendered, rendered_visibility, {"ClusterRole", "ClusterRoleBinding", "RoleBinding"})
+    _apply_rbac(installed, rendered)
+    apply(installed, *added)
+    grants = sorted(expected_grants(VISIBILITY_ONLY), key=str)
+    attributes = [_attributes(verb, group, resource, name, ns) for group, resource, verb, name, ns in grants]
+    # The API server's RBAC authorizer learns of new bindings from its watch, moments after the apply.
+    wait_for("the component's grants to reach the authorizer", lambda: all(_reviews(installed, attributes)))
+    others = [
+        _attributes("patch", "apiregistration.k8s.io", "apiservices", "v1beta1.metrics.k8s.io", None),
+        _attributes("delete", "apiregistration.k8s.io", "apiservices", APISERVICE_NAME, None),
+        _attributes("get", "", "configmaps", "kube-proxy", "kube-system"),
+        _attributes("update", "", "configmaps", "extension-apiserver-authentication", "kube-system"),
+    ]
+    assert [a for a, ok in zip(others, _reviews(installed, others), strict=True) if ok] == []
+    daemon = Daemon(
+        _as_admitd(installed, tmp_path),
+        tmp_path / "run",
+        extra=("--visibility", "--leader-election-lease", f"{NAMESPACE}/admitd"),
+    )
+    try:
+        # The APIService as the component ships it (at the webhook Service, which has no pod here: unavailable).
+        apply(installed, one(rendered_visibility, "APIService", APISERVICE_NAME))
+        _apply_webhook_configurations(installed, rendered)
+        daemon.start()
+
+        def ca_bundle() -> str:
+            got = json.loads(kubectl(installed, "get", "apiservice", APISERVICE_NAME, "-o", "json"))
+            return str(got["spec"].get("caBundle") or "")
+
+        wait_for("admitd to patch the APIService's caBundle", lambda: bool(ca_bundle()))
+        served = (daemon.workdir / "certs" / "webhook.crt").read_bytes()
+        assert base64.b64decode(ca_bundle()) == served
+        assert daemon.stop() == 0, daemon.stderr.read_text()[-3000:]
+        refused = [
+            line
+            for line in daemon.stderr.read_text().splitlines()
+            if "forbidden" in line.lower() and "is being terminated" not in line  # see the test above
+        ]
+        assert refused == []
+    finally:
+        kubectl(installed, "delete", "apiservice", APISERVICE_NAME, "--ignore-not-found")
+        if daemon.proc is not None:
+            daemon.kill()
+        kubectl(
+            installed,
+            "delete",
+            "mutatingwebhookconfiguration,validatingwebhookconfiguration",
+            "admitd",
+            "--ignore-not-found",
+        )
+        for d in added:
+            kind, name, ns = d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")
+            if kind != "ClusterRole" or name == "admitd-visibility":
+                kubectl(installed, "delete", kind.lower(), name, *(["-n", ns] if ns else []), "--ignore-not-found")

@@ -27,6 +27,7 @@ from daemon.domain.trust import SIGNATURE_ANNOTATION, sign
 from daemon.kube.actuate import STALE_PATCH_S, JobActuator, placement_patch
 from daemon.kube.observe import Observer
 from daemon.kube.webhook import admission_response, suspend_patch
+from daemon.stages.actuate import renounce
 from daemon.stages.ports import Done, Failed, Observed
 from tests.samples import admission, workload
 from tests.unit.test_kube_distributed import PatchingClient
@@ -159,6 +160,40 @@ def test_a_standby_frees_the_quota_of_an_adopted_job_that_the_leader_stopped() -
     observer.job_event("MODIFIED", raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""}, active=0))
     (evicted,) = put[0].events
     assert isinstance(evicted, ev.WorkloadEvicted) and evicted.reason == "SuspendedByAnotherReplica"
+
+
+def test_a_leader_frees_the_quota_of_an_adopted_job_the_previous_leader_stopped_not_of_one_it_is_starting() -> None:
+    """A preemption by the replica that led before lands after the take-over: the new leader adopted the job, did
+    not start it, and has no order on it, so a suspended job with no pods is evicted, as a standby would. A job
+    this process is unsuspending is not (the watched version may predate its patch)."""
+    for unsuspending, evicts in ((False, True), (True, False)):
+        state = State()
+        observer, put, _ = _observer(state, leader=True)
+        observer.unsuspending = lambda key, on=unsuspending: on  # type: ignore[misc]
+        note = admission_note(admission(), 42)
+        observer.job_event("ADDED", raw_job(suspend=False, annotations=signed_note(note)))
+        for seq, event in enumerate(put[0].events, start=1):
+            state.apply(event, seq)
+        put.clear()
+        observer.job_event("MODIFIED", raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""}, active=0))
+        reasons = [e.reason for o in put for e in o.events if isinstance(e, ev.WorkloadEvicted)]
+        assert reasons == (["SuspendedByAnotherReplica"] if evicts else [])
+
+
+def test_a_process_starting_as_a_standby_gives_up_every_unsettled_order_of_its_log() -> None:
+    state = State()
+    wl = workload()
+    state.apply(ev.JobObserved(workload=wl), 1)
+    state.apply(ev.WorkloadAdmitted(workload=wl.key, at=10, admission=admission()), 2)
+    assert set(state.outbox) == {wl.key}
+    given_up = renounce(state.outbox, at=20)
+    assert [(type(e), cause) for e, cause in given_up] == [(ev.ActuationFailed, 2)]
+    failed = given_up[0][0]
+    assert isinstance(failed, ev.ActuationFailed) and failed.permanent and failed.decision == 2
+    for event, _ in given_up:
+        state.apply(event, 3)
+    assert state.outbox == {}  # nothing of an earlier term is carried out after another replica led
+    assert renounce(state.outbox, at=30) == []
 
 
 def test_a_queue_object_admitd_cannot_accept_is_one_rejection_naming_it_and_the_others_go_on() -> None:

@@ -4,6 +4,9 @@ each against a result worked out by hand from Kueue's REST storage rules."""
 from __future__ import annotations
 
 import hashlib
+import random
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
@@ -11,6 +14,7 @@ from daemon.domain import events as ev
 from daemon.domain.model import ClusterQueue, LabelSelector, LocalQueue, PriorityClass
 from daemon.domain.state import State
 from daemon.kube import visibility as vis
+from daemon.kube.status_objects import rfc3339
 from tests.samples import workload
 
 
@@ -157,3 +161,34 @@ def test_routes_and_discovery() -> None:
     assert vis.api_group_list()["groups"][0]["preferredVersion"]["groupVersion"] == listed["groupVersion"]
     got = vis.pending(world().view(), "localqueues", "ns", "q2", {"limit": ["1"]})
     assert rows(got) == [("b", 0, "q2", 2, 0)]
+
+
+def test_the_metadata_kept_between_requests_is_the_workloads_own() -> None:
+    """`workload_ref` keeps each row's metadata (vis._REFS): a second answer is the same, and a Job recreated under
+    its name (a new uid) gets its own Workload name, as Kueue's."""
+    state = world()
+    vis._REFS.clear()
+    first = vis.cluster_queue_pending(state.view(), "cq-a")
+    assert vis.cluster_queue_pending(state.view(), "cq-a") == first and len(vis._REFS) == 5
+    recreated = replace(workload("a", ns="ns", queue="q1", created_at=1_000), uid="uid-new")
+    state.apply(ev.JobObserved(workload=recreated), 99)
+    again = {
+        i["metadata"]["ownerReferences"][0]["name"]: i["metadata"]
+        for i in vis.cluster_queue_pending(state.view(), "cq-a")["items"]
+    }
+    assert again["a"]["name"] == kueue_name("a", "uid-new") != kueue_name("a", "uid-ns-a")
+
+
+def test_creation_timestamps_are_written_as_strftime_writes_them() -> None:
+    """`status_objects.rfc3339` computes the time of day itself (strftime was most of a cold list's time)."""
+    rng = random.Random(25)
+    for ms in [
+        0,
+        999,
+        1_000,
+        -1,
+        -86_400_001,
+        951_782_400_000,
+        *(rng.randrange(-(10**11), 4 * 10**12) for _ in range(20_000)),
+    ]:
+        assert rfc3339(ms) == datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), ms
