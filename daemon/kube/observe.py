@@ -251,7 +251,11 @@ class Observer:
         elif view.suspended and view.active == 0:
             if rec.evicting and not self.unsuspending(key) and self._pods_gone(key, obj, baseline):
                 out += self._evicted(key, rec.eviction_reason or "Preempted", now)
-            elif key not in self.state.outbox and (not self.is_leader() or not self.unsuspending(key)):
+            elif (
+                key not in self.state.outbox
+                and (not self.is_leader() or (not rec.evicting and not self.unsuspending(key)))
+                and self._pods_gone(key, obj, baseline)
+            ):
                 # A standby sees the leader stop a job it had adopted; a leader, a job it did not start itself (one
                 # it adopted) stopped by the replica that led before it, its suspension landing after the take-over.
                 out += self._evicted(key, "SuspendedByAnotherReplica", now)

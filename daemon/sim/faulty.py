@@ -228,7 +228,7 @@ class SimObserver:
                     out.append(ev.WorkloadEvicted(workload=key, at=now, reason=rec.eviction_reason or "Preempted"))
             elif (
                 key not in s.outbox
-                and (not self.is_leader() or not self.unsuspending(key))
+                and (not self.is_leader() or (not rec.evicting and not self.unsuspending(key)))
                 and self._first(key, ("evicted",))
             ):
                 # A standby sees the leader stop a job it had adopted; a leader, a job it did not start itself (one

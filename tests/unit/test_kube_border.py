@@ -180,6 +180,35 @@ def test_a_leader_frees_the_quota_of_an_adopted_job_the_previous_leader_stopped_
         assert reasons == (["SuspendedByAnotherReplica"] if evicts else [])
 
 
+async def test_a_leader_keeps_the_quota_of_its_own_preemption_while_the_jobs_status_lags() -> None:
+    """Its own suspension answered (the order settled) and the first suspended version seen, whose status says
+    nothing about the pods yet: neither its own eviction nor another replica's is taken from it."""
+    state = State()
+    observer, put, _ = _observer(state, leader=True)
+    note = admission_note(admission(), 42)
+    observer.job_event("ADDED", raw_job(suspend=False, annotations=signed_note(note)))
+    for seq, event in enumerate(put[0].events, start=1):
+        state.apply(event, seq)
+    key = "research/train-a"
+    preempted = ev.WorkloadPreempted(
+        workload=key,
+        at=5,
+        cluster_queue="team-research",
+        preemptor=None,
+        preemptor_cluster_queue=None,
+        reason="InCohortReclamation",
+        policy="reclaimWithinCohort=Any",
+    )
+    state.apply(preempted, 10)
+    decision = state.outbox[key].decision
+    state.apply(ev.JobSuspended(job=key, at=6, decision=decision, placements=()), 11)
+    assert key not in state.outbox and state.workloads[key].evicting
+    put.clear()
+    observer.suspending(key, "Job")
+    observer.job_event("MODIFIED", raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""}, active=0))
+    assert put == []  # the quota stays held until the Job controller reports the pods gone
+
+
 def test_a_process_starting_as_a_standby_gives_up_every_unsettled_order_of_its_log() -> None:
     state = State()
     wl = workload()
