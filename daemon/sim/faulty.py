@@ -723,7 +723,7 @@ class FaultyCluster:
         proc.inherited = dict.fromkeys(inherited, self.clock.now() + self.faults.unsuspend_latency + 1)
         # The invariants follow every replica's log (a standby's holds only what it observed: a suspension by the
         # leader it saw is one); the trail and the idle check follow the leader's.
-        proc.recorder.listeners.append(self.checker.listener)
+        proc.recorder.listeners.append(functools.partial(self.checker.listen, replica))
         proc.recorder.listeners.append(lambda e, seq: self._logged(e, seq) if proc.leading else None)
         if leading:
             self._lead(proc)
@@ -747,7 +747,6 @@ class FaultyCluster:
         self._leader_replica = proc.replica
         self.process = proc
         self.checker.state = proc.state
-        self.checker.replica = proc.replica
         self.connect(proc.ingest)
 
     def _take_over(self) -> None:

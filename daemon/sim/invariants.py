@@ -151,12 +151,13 @@ class Checker:
     def __init__(self, churn_window: Millis = 10_000) -> None:
         self.violations: list[Violation] = []
         self.churn = Churn(window=churn_window)
-        self._unsuspended: dict[str, tuple[int, int]] = {}  # job -> (replica, decision) of its last unsuspension
+        # (replica, job) -> decision of the last unsuspension in that replica's log not undone since in it (a
+        # replica may not see another's suspension at all: its watch was down; the cluster's side is `_land`'s)
+        self._unsuspended: dict[tuple[int, str], int] = {}
         self._admitted_at: dict[str, Millis] = {}  # workload -> when it was last admitted
         self._arrivals: dict[str | None, list[tuple[Millis, int]]] = defaultdict(list)  # tree -> (at, priority)
         self._quota_changed_at: Millis | None = None
         self.state: State | None = None  # the leader's fold, while one is up
-        self.replica = 0  # the leader's replica: decisions are numbered per log
         self.admissions = 0
 
     def fail(self, invariant: str, at: Millis, message: str, jobs: Iterable[str] = ()) -> None:
@@ -179,23 +180,28 @@ class Checker:
         return _root(cq.cohort, s.cohorts) or cq.name
 
     def listener(self, event: ev.Event, seq: int) -> None:
+        """An event of the (only) daemon's log."""
+        self.listen(0, event, seq)
+
+    def listen(self, replica: int, event: ev.Event, seq: int) -> None:
+        """An event of replica `replica`'s log (each follows its own; decisions are numbered per log)."""
         match event:
             case ev.JobUnsuspended(job=job, decision=decision, at=at):
-                before = self._unsuspended.get(job)
-                if before is not None and before != (self.replica, decision):
+                before = self._unsuspended.get((replica, job))
+                if before is not None and before != decision:
                     self.fail(
                         "unsuspended-twice",
                         at,
-                        f"{job} unsuspended for decision {decision} of replica {self.replica} (seq {seq}) while still "
-                        f"unsuspended for decision {before[1]} of replica {before[0]}, with no suspension between",
+                        f"{job} unsuspended for decision {decision} (seq {seq} of replica {replica}'s log) while "
+                        f"still unsuspended for decision {before}, with no suspension between",
                         [job],
                     )
-                self._unsuspended[job] = (self.replica, decision)
+                self._unsuspended[(replica, job)] = decision
             case ev.JobSuspended(job=job) | ev.JobFinished(job=job) | ev.JobDeleted(job=job):
-                self._unsuspended.pop(job, None)
+                self._unsuspended.pop((replica, job), None)
                 self._admitted_at.pop(job, None)
             case ev.WorkloadEvicted(workload=job):
-                self._unsuspended.pop(job, None)
+                self._unsuspended.pop((replica, job), None)
             case ev.JobObserved(workload=wl):
                 s = self.state
                 rec = s.workloads.get(wl.key) if s is not None else None

@@ -320,3 +320,12 @@ def test_a_standby_taking_the_lease_over_lists_the_jobs_again_before_it_decides(
     (`Daemon._lead`, `JobWatches.relist`), so the job is adopted."""
     r = run_case(Case(48, ISSUE, HA))
     assert r.ok, [str(v) for v in r.violations]
+
+
+def test_the_log_side_check_follows_each_replicas_log_on_its_own() -> None:
+    """Issue-shape seed 275 (`all`) failed the checker, not the daemon: a replica unsuspended a job and crashed before
+    its suspension's answer was logged; the other replica, whose watch never showed the job running, logged no
+    suspension either, and its own later unsuspension was taken for a second one. A log is checked against itself;
+    the cluster's side (a patch landing on a running job) is checked across replicas."""
+    r = run_case(Case(275, ISSUE, ALL))
+    assert r.ok, [str(v) for v in r.violations]
