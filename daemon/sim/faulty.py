@@ -787,9 +787,7 @@ class FaultyCluster:
             await self._hand_over(self.rng)
             return
         replica = await self._stop_leader()
-        lo = self.faults.restart_delay // 2
-        back = self.clock.now() + lo + _upto(self.rng, max(0, self.faults.restart_delay - lo))
-        self._at(back, lambda: self._want_restart(replica, leading=True))
+        self._at(self._back_at(self.rng), lambda: self._want_restart(replica, leading=True))
 
     async def _lose_lease(self) -> None:
         """The leader cannot renew its Lease: it stops acting and exits (`LeadershipLost`), to come back as a
@@ -802,10 +800,13 @@ class FaultyCluster:
         """The leader's process ends; the standby takes the Lease over after `takeover_delay`, and the replica
         comes back as a standby after a restart delay drawn from `r`."""
         replica = await self._stop_leader()
-        lo = self.faults.restart_delay // 2
-        back = self.clock.now() + lo + _upto(r, max(0, self.faults.restart_delay - lo))
         self._at(self.clock.now() + self.faults.takeover_delay, self._take_over)
-        self._at(back, lambda: self._want_restart(replica, leading=False))
+        self._at(self._back_at(r), lambda: self._want_restart(replica, leading=False))
+
+    def _back_at(self, r: random.Random) -> Millis:
+        """When a stopped process is up again: after half of `restart_delay` to all of it, drawn from `r`."""
+        lo = self.faults.restart_delay // 2
+        return self.clock.now() + lo + _upto(r, max(0, self.faults.restart_delay - lo))
 
     async def _stop_leader(self) -> int:
         """The leader's process ends at this instant; returns its replica."""
