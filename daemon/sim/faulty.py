@@ -761,8 +761,7 @@ class FaultyCluster:
         self.trail.add(self.clock.now(), f"replica {proc.replica} took the Lease over (log seq {proc.state.seq})")
         # Its watches may lag or be down: it lists the jobs again before it decides (`Daemon._lead`), so that a job
         # the old leader started before the take-over is adopted, not admitted a second time.
-        for stream in proc.streams.values():
-            stream.generation += 1
+        proc.streams["jobs"].generation += 1  # what the list shows supersedes what the watch still carries
         self._relist(proc)
         self._changed_since_cycle = True
         proc.admit.notify(None)
