@@ -175,3 +175,12 @@ async def may(client: KubeClient, verb: str, group: str, resource: str, name: st
     }
     answer = await client.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=body)
     return bool((answer.get("status") or {}).get("allowed"))
+
+
+async def user_may(client: KubeClient, spec: Mapping[str, Any]) -> bool:
+    """Whether the API server's authorizer allows another user what `spec` asks (a SubjectAccessReview's spec: the
+    user, its groups, and the resource or non-resource attributes). The one SubjectAccessReview of admitd's callers'
+    checks (metrics and answers, the web view, the visibility API)."""
+    body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": dict(spec)}
+    answer = await client.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body)
+    return bool((answer.get("status") or {}).get("allowed"))

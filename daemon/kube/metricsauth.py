@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from daemon.kube.client import KubeClient
 from daemon.kube.errors import KubeError
+from daemon.kube.guard import user_may
 from daemon.obs.logging import get_logger
 
 log = get_logger(__name__)
@@ -78,21 +79,16 @@ class MetricsAuth:
             return Verdict(401, "the token is not valid" + (f": {status['error']}" if status.get("error") else ""))
         user = status.get("user") or {}
         name = str(user.get("username", ""))
-        access = await self.client.request(
-            "POST",
-            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-            body={
-                "apiVersion": "authorization.k8s.io/v1",
-                "kind": "SubjectAccessReview",
-                "spec": {
-                    "user": name,
-                    "uid": user.get("uid", ""),
-                    "groups": user.get("groups") or [],
-                    "extra": user.get("extra") or {},
-                    "nonResourceAttributes": {"path": path, "verb": "get"},
-                },
+        allowed = await user_may(
+            self.client,
+            {
+                "user": name,
+                "uid": user.get("uid", ""),
+                "groups": user.get("groups") or [],
+                "extra": user.get("extra") or {},
+                "nonResourceAttributes": {"path": path, "verb": "get"},
             },
         )
-        if not (access.get("status") or {}).get("allowed"):
+        if not allowed:
             return Verdict(403, f"{name} may not get {path} (RBAC: nonResourceURLs {path}, verb get)")
         return Verdict(200, name)

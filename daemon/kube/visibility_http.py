@@ -38,6 +38,7 @@ from daemon.eventlog.codec import encode_json
 from daemon.kube import visibility as vis
 from daemon.kube.client import JSON_PATCH, KubeClient, Obj
 from daemon.kube.errors import KubeError, NotFound
+from daemon.kube.guard import user_may
 from daemon.obs.logging import get_logger
 
 log = get_logger("admitd.visibility")
@@ -211,12 +212,7 @@ class Authorizer:
         if cached is not None and cached[0] > now:
             return cached[1]
         self.reviews += 1
-        review = await self.client.request(
-            "POST",
-            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-            body={"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec},
-        )
-        allowed = bool((review.get("status") or {}).get("allowed"))
+        allowed = await user_may(self.client, spec)
         if len(self._cache) > 4096:
             self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
         self._cache[key] = (now + (ALLOWED_TTL_S if allowed else DENIED_TTL_S), allowed)

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from daemon.kube.client import KubeClient
 from daemon.kube.errors import KubeError
+from daemon.kube.guard import user_may
 from daemon.obs.logging import get_logger
 from daemon.web.policy import Viewer, bearer
 
@@ -113,22 +114,16 @@ class KubePolicy:
         if namespace:
             attributes["namespace"] = namespace
         self.requests += 1
-        access = await self.client.request(
-            "POST",
-            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-            body={
-                "apiVersion": "authorization.k8s.io/v1",
-                "kind": "SubjectAccessReview",
-                "spec": {
-                    "user": user.name,
-                    "uid": user.uid,
-                    "groups": list(user.groups),
-                    "extra": user.extra,
-                    "resourceAttributes": attributes,
-                },
+        allowed = await user_may(
+            self.client,
+            {
+                "user": user.name,
+                "uid": user.uid,
+                "groups": list(user.groups),
+                "extra": user.extra,
+                "resourceAttributes": attributes,
             },
         )
-        allowed = bool((access.get("status") or {}).get("allowed"))
         self._prune(now)
         self._verdicts[ck] = (now + (ALLOWED_TTL_S if allowed else DENIED_TTL_S), allowed)
         return allowed
