@@ -152,7 +152,7 @@ def one_of_each() -> list[ev.Event]:
         ),
         ev.JobSuspended(job="research/train-a", at=1_006, decision=19, placements=(Placement(pod_set="main"),)),
         ev.WorkloadEvicted(workload="research/train-a", at=1_007, reason="Preempted"),
-        ev.WorkloadAdopted(workload="research/train-a", at=1_007, admission=admission()),
+        ev.WorkloadAdopted(workload="research/train-a", at=1_007, admission=admission(), stopping=True),
         ev.JobReady(job="research/train-a", at=1_007),
         ev.JobPodsNotCreated(
             job="research/train-a",

@@ -60,7 +60,9 @@ class Order:
     reason: str = ""  # for a suspension: Preempted | ClusterQueueStopped | LocalQueueStopped
     preemptor: str | None = None
     conflict: str | None = None
-    note: str = ""  # for an admission: `admission_note`, written on the job so another replica can adopt it
+    # for an admission: `admission_note`, written on the job so another replica can adopt it; for a suspension, the
+    # admission being stopped, written as the job's stopping note until its pods are gone
+    note: str = ""
     resize: tuple[Resize, ...] = ()  # the pod sets that may run with fewer pods (a `min_count`): their counts
     # For a suspension: the decision of the unsuspension it replaced in the outbox before that one's result was
     # recorded (0: none). That patch may have been sent, by this process or by one that died since, and may land
@@ -177,9 +179,11 @@ def read_admission_note(note: str, workload: Workload) -> Admission | None:
 
 
 def suspend_order(
-    workload: Workload, cluster_queue: str, decision: int, *, reason: str, preemptor: str | None
+    workload: Workload, cluster_queue: str, decision: int, *, reason: str, preemptor: str | None, note: str = ""
 ) -> Order:
-    """The order that carries out a preemption or a drain: suspend, with the original placements restored."""
+    """The order that carries out a preemption or a drain: suspend, with the original placements restored. `note`:
+    the admission the pods run under until they are gone, written as the job's stopping note
+    (`daemon.domain.trust.STOPPING_ANNOTATION`)."""
     return Order(
         job=workload.key,
         kind=workload.kind,
@@ -191,6 +195,7 @@ def suspend_order(
         reason=reason,
         preemptor=preemptor,
         resize=_as_asked(workload),
+        note=note,
     )
 
 

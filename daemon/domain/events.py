@@ -365,13 +365,17 @@ class WorkloadPending:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadAdopted:
     """Observed, not decided: the job runs with an admission that another admitd replica decided and carried out
-    (its `admitd.io/admission` annotation says which). It holds that quota from now on; nothing is actuated."""
+    (its `admitd.io/admission` annotation says which). It holds that quota from now on; nothing is actuated.
+    `stopping`: the job is suspended already, another replica having preempted it, and its pods are still stopping
+    (its `admitd.io/stopping` annotation says under which admission): it holds the quota as evicting until they are
+    gone (`WorkloadEvicted`, reason SuspendedByAnotherReplica)."""
 
     TYPE: ClassVar[str] = "workload.adopted"
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
     workload: str
     at: Millis
     admission: Admission
+    stopping: bool = False
 
     @property
     def subject(self) -> str:

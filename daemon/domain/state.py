@@ -14,7 +14,7 @@ from typing import assert_never
 
 from sortedcontainers import SortedKeyList
 
-from daemon.domain.actuation import Action, Order, suspend_order, unsuspend_order
+from daemon.domain.actuation import Action, Order, admission_note, suspend_order, unsuspend_order
 from daemon.domain.events import (
     ActuationFailed,
     ChainBreakAccepted,
@@ -295,8 +295,12 @@ class State:
                 self.tampered.pop(key, None)
                 if isinstance(event, JobFinished):
                     self.finished[key] = at
-            case WorkloadAdopted(workload=key, at=at, admission=admission):
-                self._admit(key, at, admission)  # another replica carried it out: nothing for the outbox
+            case WorkloadAdopted(workload=key, at=at, admission=admission, stopping=stopping):
+                # Another replica carried it out: nothing for the outbox. A stopping job (another replica preempted
+                # it, its pods not yet gone) holds the quota as evicting until they are.
+                if self._admit(key, at, admission) and stopping:
+                    adopted = self.workloads[key]
+                    self._set(replace(adopted, evicting=True, eviction_reason="SuspendedByAnotherReplica"))
             case WorkloadAdmitted(workload=key, at=at, admission=admission):
                 if self._admit(key, at, admission):
                     wl = self.workloads[key].workload
@@ -306,14 +310,14 @@ class State:
                 if rec is not None and rec.phase is Phase.ADMITTED and not rec.evicting:
                     self._set(replace(rec, evicting=True, eviction_reason="Preempted" if preemptor else reason))
                     self._bump_tree_of(rec)
-                    victim_cq = rec.admission.cluster_queue if rec.admission is not None else ""
                     self._suspend(
                         suspend_order(
                             rec.workload,
-                            victim_cq,
+                            rec.admission.cluster_queue if rec.admission is not None else "",
                             self.seq,
                             reason="Preempted" if preemptor else reason,
                             preemptor=preemptor,
+                            note=self._stopping_note(rec),
                         )
                     )
             case WorkloadEvicted(workload=key, at=evicted_at):
@@ -357,7 +361,16 @@ class State:
                     )
                     self._bump_tree_of(rec)
                     victim_cq = rec.admission.cluster_queue if rec.admission is not None else ""
-                    self._suspend(suspend_order(rec.workload, victim_cq, self.seq, reason=event.reason, preemptor=None))
+                    self._suspend(
+                        suspend_order(
+                            rec.workload,
+                            victim_cq,
+                            self.seq,
+                            reason=event.reason,
+                            preemptor=None,
+                            note=self._stopping_note(rec),
+                        )
+                    )
             case WorkloadRequeued(workload=key):
                 rec = self.workloads.get(key)
                 pods = rec.pods if rec is not None and rec.phase is Phase.PENDING else None
@@ -502,6 +515,13 @@ class State:
         )
         self._bump_tree(self.tree_of_cq(admission.cluster_queue))
         return True
+
+    def _stopping_note(self, rec: WorkloadRecord) -> str:
+        """The admission an evicting job's pods run under until they are gone, as its suspension writes it on the
+        job: a replica that never saw the job run charges their quota from it (`daemon.domain.trust`)."""
+        if rec.admission is None:
+            return ""
+        return admission_note(rec.admission, self.seq, at=rec.admitted_at or 0)
 
     def _remove_workload(self, key: str) -> None:
         rec = self.workloads.pop(key, None)

@@ -57,10 +57,16 @@ def _workload_pending_v1_to_v2(payload: Payload) -> Payload:
     return upgraded
 
 
+def _workload_adopted_v1_to_v2(payload: Payload) -> Payload:
+    # Version 1 adopted only running jobs: a stopping job's quota was not counted by a replica that never saw it run.
+    return {**payload, "stopping": False}
+
+
 UPCASTERS: Mapping[tuple[str, int], Callable[[Payload], Payload]] = {
     ("job.observed", 0): _job_observed_v0_to_v1,
     ("job.observed", 1): _job_observed_v1_to_v2,
     ("workload.pending", 1): _workload_pending_v1_to_v2,
+    ("workload.adopted", 1): _workload_adopted_v1_to_v2,
     ("job.unsuspended", 1): _actuation_v1_to_v2,
     ("job.suspended", 1): _actuation_v1_to_v2,
     ("actuation.failed", 1): _actuation_v1_to_v2,

@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action, Order, Placement, Resize
-from daemon.domain.trust import SIGNATURE_ANNOTATION
+from daemon.domain.trust import SIGNATURE_ANNOTATION, STOPPING_ANNOTATION, STOPPING_SIGNATURE_ANNOTATION
 from daemon.kube.client import JSON_PATCH, KubeClient, Obj, pointer_token, resolve_pointer
 from daemon.kube.errors import Conflict, NotFound, Permanent, Temporary
 from daemon.kube.jobkinds import KINDS
@@ -42,6 +42,8 @@ TEMPLATE_TRIES = 20  # x 0.25 s: how long a template change waits for the Job co
 _NOTE_PATH = "/metadata/annotations/" + pointer_token(ADMISSION_ANNOTATION)
 _FULL_PATH = "/metadata/annotations/" + pointer_token(FULL_PARALLELISM_ANNOTATION)
 _SIGNATURE_PATH = "/metadata/annotations/" + pointer_token(SIGNATURE_ANNOTATION)
+_STOPPING_PATH = "/metadata/annotations/" + pointer_token(STOPPING_ANNOTATION)
+_STOPPING_SIGNATURE_PATH = "/metadata/annotations/" + pointer_token(STOPPING_SIGNATURE_ANNOTATION)
 
 
 def resize_patch(resize: Sequence[Resize]) -> list[dict[str, Any]]:
@@ -97,10 +99,14 @@ def placed_as(obj: Obj, kind: str, placements: Sequence[Placement]) -> bool:
     return True
 
 
+class Signer(Protocol):
+    """`daemon.domain.trust.sign` under admitd's key: (uid, note) -> the note's signature."""
+
+    def __call__(self, uid: str, note: str, *, stopping: bool = False) -> str: ...
+
+
 class JobActuator:
-    def __init__(
-        self, client: KubeClient, sign: Callable[[str, str], str] | None = None, *, requests_in_flight: int = 16
-    ) -> None:
+    def __init__(self, client: KubeClient, sign: Signer | None = None, *, requests_in_flight: int = 16) -> None:
         self.client = client
         # (uid, note) -> the note's signature (`daemon.domain.trust.sign` under admitd's key), written beside it
         self.sign = sign
@@ -202,13 +208,16 @@ class JobActuator:
                     self.on_suspended_unsent(order.job)
             else:
                 # An order without a decision only suspends; one with a decision also empties the admission note
-                # and the full-count note (metadata: allowed in the same patch), then restores the templates.
+                # and the full-count note (metadata: allowed in the same patch), writes the stopping note (what the
+                # pods run under until they are gone, for a replica that never saw them run: `daemon.domain.trust`),
+                # then restores the templates.
                 notes: list[dict[str, Any]] = []
                 if order.decision:
                     notes = [
                         *full_count_note(order.resize, running=False),
                         {"op": "add", "path": _NOTE_PATH, "value": ""},
                         {"op": "add", "path": _SIGNATURE_PATH, "value": ""},
+                        *self._stopping_note(order),
                     ]
                 if order.decision and self.on_suspending is not None:
                     self.on_suspending(order.job, order.kind)
@@ -256,6 +265,15 @@ class JobActuator:
                 return Failed(f"{order.kind} {order.job} was recreated (its uid is no longer {order.uid})", True)
             return Failed(str(e), permanent=True)
         return Done()
+
+    def _stopping_note(self, order: Order) -> list[dict[str, Any]]:
+        if not order.note:
+            return []
+        signature = self.sign(order.uid, order.note, stopping=True) if self.sign is not None else ""
+        return [
+            {"op": "add", "path": _STOPPING_PATH, "value": order.note},
+            {"op": "add", "path": _STOPPING_SIGNATURE_PATH, "value": signature},
+        ]
 
     async def _recreated(self, path: str, uid: str) -> bool:
         """Whether a 422 came from the uid test: the object at `path` now has another uid."""

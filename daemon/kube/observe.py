@@ -19,7 +19,13 @@ from daemon.domain import model
 from daemon.domain.actuation import ADMISSION_ANNOTATION, Action
 from daemon.domain.management import manage_existing_job, namespace_managed
 from daemon.domain.state import Phase, State, WorkloadRecord
-from daemon.domain.trust import ANNOTATION_PREFIX, SIGNATURE_ANNOTATION, judge_claim
+from daemon.domain.trust import (
+    ANNOTATION_PREFIX,
+    SIGNATURE_ANNOTATION,
+    STOPPING_ANNOTATION,
+    STOPPING_SIGNATURE_ANNOTATION,
+    judge_claim,
+)
 from daemon.kube.client import Obj
 from daemon.kube.jobkinds import DISTRIBUTED, distributed_status
 from daemon.kube.status_objects import MANAGED_BY
@@ -245,6 +251,8 @@ class Observer:
                 out.append(ev.JobObserved(workload=wl))
             if not view.suspended:
                 out += self._running_unadmitted(obj, wl, rec, now)
+            elif view.active:
+                out += self._stopping(obj, wl, rec, now)
         elif self.pods_ready and not view.suspended and _pods_ready(rec, view):
             if self._first(key, ("ready",)):
                 out.append(ev.JobReady(job=key, at=now))
@@ -399,6 +407,37 @@ class Observer:
         if self.is_leader() and self.on_started_unsuspended is not None:
             self.on_started_unsuspended(key, uid, wl.kind)
         return out
+
+    def _stopping(self, obj: Obj, wl: model.Workload, rec: WorkloadRecord | None, now: int) -> list[ev.Event]:
+        """A managed job is suspended and its pods still stop, while the fold holds no admission for it: another
+        replica preempted it (this one never saw it run: its watch was down, or it led only since). The stopping
+        note that preemption wrote, signed (`daemon.domain.trust`), says what the pods run under: adopted as
+        evicting, the job holds that quota until they are gone. Without a valid note there is nothing to charge."""
+        meta = _meta(obj)
+        annotations = meta.get("annotations")
+        annotations = annotations if isinstance(annotations, Mapping) else {}
+        note, key = annotations.get(STOPPING_ANNOTATION), job_key(obj)
+        if (
+            not isinstance(note, str)
+            or not note
+            or self.admission_key is None
+            or not self._first(key, ("stopping", note))
+        ):
+            return []
+        signature = annotations.get(STOPPING_SIGNATURE_ANNOTATION)
+        claim = judge_claim(
+            key=self.admission_key,
+            uid=str(meta.get("uid", "")),
+            note=note,
+            signature=signature if isinstance(signature, str) else None,
+            workload=wl,
+            evicted_at=rec.evicted_at if rec is not None else None,
+            stopping=True,
+        )
+        if not isinstance(claim, model.Admission):
+            log.warning("a stopping job's note is not admitd's: its pods are not charged", job=key, why=claim)
+            return []
+        return [ev.WorkloadAdopted(workload=key, at=now, admission=claim, stopping=True)]
 
     def suspended_unsent(self, key: str) -> None:
         """An evicting job whose suspension needed no request (its admission never reached it: it is suspended and

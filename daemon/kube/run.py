@@ -44,7 +44,7 @@ from daemon.eventlog import EventStore, LogReader, replay
 from daemon.eventlog.errors import ChainBroken, LogNotTrusted
 from daemon.kube import certs, guard, visibility_http, webhook
 from daemon.kube import status_objects as so
-from daemon.kube.actuate import JobActuator
+from daemon.kube.actuate import JobActuator, Signer
 from daemon.kube.admission_key import AdmissionKeyError, load_or_make_key
 from daemon.kube.client import KubeClient, Obj, load_configuration
 from daemon.kube.errors import Conflict, KubeError, NotFound, Temporary
@@ -139,7 +139,7 @@ class KubeCluster:
     """The real Cluster: observations from the Reflectors through the Observer, actuations as Job patches."""
 
     def __init__(
-        self, client: KubeClient, sign: Callable[[str, str], str] | None = None, *, requests_in_flight: int = 16
+        self, client: KubeClient, sign: Signer | None = None, *, requests_in_flight: int = 16
     ) -> None:
         self.client = client
         self.actuator = JobActuator(client, sign, requests_in_flight=requests_in_flight)

@@ -37,6 +37,7 @@ from daemon.domain.actuation import Action, Order, inherited_unsuspensions, read
 from daemon.domain.admission import AdmissionEngine, EngineConfig
 from daemon.domain.model import Admission, ClusterQueue, Millis, ResourceGroup
 from daemon.domain.state import Phase, State, WorkloadRecord
+from daemon.domain.trust import note_time
 from daemon.eventlog import EventStore, LogReader, replay, save_snapshot
 from daemon.eventlog.errors import EventLogError
 from daemon.sim.faults import Faults
@@ -67,6 +68,7 @@ class JobVersion:
     succeeded: bool
     deleted: bool
     note: str
+    stopping_note: str = ""  # `admitd.io/stopping`: written by a preemption, what the stopping pods run under
 
 
 @dataclass(slots=True)
@@ -80,6 +82,7 @@ class JobTruth:
     succeeded: bool = True
     deleted: bool = False
     note: str = ""
+    stopping_note: str = ""
     decision: int = 0  # the decision whose unsuspension is on the job now (0: none)
     by: int = 0  # the replica whose log holds that decision (decisions are numbered per log)
     admission: Admission | None = None  # what its pods run under, from the admission note
@@ -97,6 +100,7 @@ class JobTruth:
             self.succeeded,
             self.deleted,
             self.note,
+            self.stopping_note,
         )
 
 
@@ -222,6 +226,16 @@ class SimObserver:
                             placements=(),
                         )
                     )
+            elif v.active and v.stopping_note and self._first(key, ("stopping", v.stopping_note)):
+                # Another replica preempted it and its pods still stop (daemon.kube.observe, `_stopping`).
+                at = note_time(v.stopping_note)
+                stopping = read_admission_note(v.stopping_note, wl)
+                if (
+                    stopping is not None
+                    and at is not None
+                    and (rec is None or rec.evicted_at is None or at > rec.evicted_at)
+                ):
+                    out.append(ev.WorkloadAdopted(workload=key, at=now, admission=stopping, stopping=True))
         elif v.suspended and v.active == 0:
             if rec.evicting and not self.unsuspending(key):
                 if self._first(key, ("evicted",)):
@@ -644,7 +658,7 @@ class FaultyCluster:
                 self._at(now + runtime, lambda: self._finish(order.job, epoch))
         else:
             if order.decision:
-                truth.note = ""
+                truth.note, truth.stopping_note = "", order.note
             if truth.suspended:
                 return  # nothing changes, so no watch event: the patch's answer shows it (carry_out)
             truth.suspended, truth.decision = True, 0

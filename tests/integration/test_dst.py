@@ -329,3 +329,16 @@ def test_the_log_side_check_follows_each_replicas_log_on_its_own() -> None:
     the cluster's side (a patch landing on a running job) is checked across replicas."""
     r = run_case(Case(275, ISSUE, ALL))
     assert r.ok, [str(v) for v in r.violations]
+
+
+def test_a_replica_that_never_saw_a_job_run_charges_its_stopping_pods() -> None:
+    """Issue-shape seeds 125 and 520 (`all`) found it: a cohort over what it lends by 1 CPU for a moment. The old
+    leader preempted a job and lost its Lease while the pods were stopping (evictions take up to 30 s); the new
+    leader's watch had been down for the job's whole run, so its log held the job pending, and the suspension had
+    emptied the admission note: nothing said what the stopping pods held, and the leader admitted another workload
+    into their room. A preemption now writes the admission as the job's stopping note (`admitd.io/stopping`), and
+    a replica that sees a suspended job with pods still stopping and such a note holds its quota (adopted, evicting)
+    until they are gone."""
+    for seed in (125, 520):
+        r = run_case(Case(seed, ISSUE, ALL))
+        assert r.ok, (seed, [str(v) for v in r.violations])

@@ -23,7 +23,7 @@ from daemon.domain.actuation import (
 )
 from daemon.domain.model import LocalQueue, ResourceFlavor, Toleration
 from daemon.domain.state import State
-from daemon.domain.trust import SIGNATURE_ANNOTATION, sign
+from daemon.domain.trust import SIGNATURE_ANNOTATION, STOPPING_ANNOTATION, STOPPING_SIGNATURE_ANNOTATION, sign
 from daemon.kube.actuate import STALE_PATCH_S, JobActuator, placement_patch
 from daemon.kube.observe import Observer
 from daemon.kube.webhook import admission_response, suspend_patch
@@ -178,6 +178,97 @@ def test_a_leader_frees_the_quota_of_an_adopted_job_the_previous_leader_stopped_
         observer.job_event("MODIFIED", raw_job(suspend=True, annotations={ADMISSION_ANNOTATION: ""}, active=0))
         reasons = [e.reason for o in put for e in o.events if isinstance(e, ev.WorkloadEvicted)]
         assert reasons == (["SuspendedByAnotherReplica"] if evicts else [])
+
+
+def stopping_note(note: str, uid: str = "uid-1", *, stopping: bool = True) -> dict[str, str]:
+    """A preemption's stopping note and its signature (`stopping=False`: signed as an admission, which it is not)."""
+    return {
+        ADMISSION_ANNOTATION: "",
+        STOPPING_ANNOTATION: note,
+        STOPPING_SIGNATURE_ANNOTATION: sign(KEY, uid, note, stopping=stopping),
+    }
+
+
+@pytest.mark.parametrize("leader", [True, False], ids=["leader", "standby"])
+def test_a_job_another_replica_preempted_holds_its_quota_until_its_pods_are_gone(leader: bool) -> None:
+    """A replica whose watch never saw the job run (down for its whole start, or a leader since a take-over) sees it
+    suspended with pods still stopping: the stopping note charges their quota (the workload admitted and evicting)
+    until a version shows them gone; then it is evicted and pending again."""
+    state = State()
+    observer, put, suspended = _observer(state, leader=leader)
+    note = admission_note(admission(cq="team-research"), 42, at=1_000)
+    observer.job_event("ADDED", raw_job(suspend=True, annotations=stopping_note(note), active=2))
+    events = [e for o in put for e in o.events]
+    assert [type(e) for e in events] == [ev.JobObserved, ev.WorkloadAdopted]
+    adopted = events[1]
+    assert isinstance(adopted, ev.WorkloadAdopted) and adopted.stopping
+    for seq, event in enumerate(events, start=1):
+        state.apply(event, seq)
+    rec = state.workloads["research/train-a"]
+    assert rec.admission is not None and rec.admission.cluster_queue == "team-research"
+    assert rec.evicting and rec.eviction_reason == "SuspendedByAnotherReplica"
+    assert "research/train-a" not in state.outbox, "nothing to actuate: another replica suspended it"
+    put.clear()
+    observer.job_event("MODIFIED", raw_job(suspend=True, annotations=stopping_note(note), active=1))
+    assert put == [], "pods still stopping: the quota is still held"
+    observer.job_event("MODIFIED", raw_job(suspend=True, annotations=stopping_note(note), active=0))
+    (evicted,) = put[0].events
+    assert isinstance(evicted, ev.WorkloadEvicted) and evicted.reason == "SuspendedByAnotherReplica"
+    state.apply(evicted, 10)
+    assert state.workloads["research/train-a"].admission is None
+    assert suspended == []
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        pytest.param({STOPPING_ANNOTATION: "{}"}, id="unsigned"),
+        pytest.param("as-admission", id="signed as an admission, not as a stopping note"),
+        pytest.param("other-uid", id="signed for another Job"),
+        pytest.param("ended", id="older than the workload's last eviction"),
+    ],
+)
+def test_a_stopping_note_admitd_did_not_write_for_this_stop_charges_nothing(annotations: object) -> None:
+    state = State()
+    note = admission_note(admission(), 42, at=1_000)
+    if annotations == "as-admission":
+        annotations = stopping_note(note, stopping=False)
+    elif annotations == "other-uid":
+        annotations = stopping_note(note, uid="uid-2")
+    elif annotations == "ended":
+        # this replica saw the workload run and stop at 1_500: a note of the admission at 1_000 is over
+        for seq, event in enumerate(
+            [
+                ev.JobObserved(workload=workload(name="train-a")),
+                ev.WorkloadAdopted(workload="research/train-a", at=1_000, admission=admission()),
+                ev.WorkloadEvicted(workload="research/train-a", at=1_500, reason="SuspendedByAnotherReplica"),
+            ],
+            start=1,
+        ):
+            state.apply(event, seq)
+        annotations = stopping_note(note)
+    assert isinstance(annotations, dict)
+    observer, put, _ = _observer(state)
+    observer.job_event("ADDED", raw_job(suspend=True, annotations=annotations, active=2))
+    assert not [e for o in put for e in o.events if isinstance(e, ev.WorkloadAdopted)]
+    assert all(rec.admission is None for rec in state.workloads.values())
+
+
+async def test_a_preemption_writes_the_stopping_note_signed_and_empties_the_admission_note() -> None:
+    state = State()
+    observer, put, _ = _observer(state)
+    job = raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: "x"}, active=2)
+    order = _preempted_after_admission(state, observer, put, job)
+    assert order.note and read_admission_note(order.note, workload(name="train-a")) == admission()
+    client = PatchingClient(raw_job(suspend=False, annotations={ADMISSION_ANNOTATION: "x"}, active=2))
+    actuator = JobActuator(client, lambda uid, note, stopping=False: sign(KEY, uid, note, stopping=stopping))  # type: ignore[arg-type]
+    actuator.seen("MODIFIED", job)
+    assert await actuator.carry_out(order) == Done()
+    annotations = client.obj["metadata"]["annotations"]
+    assert annotations[ADMISSION_ANNOTATION] == ""
+    assert annotations[STOPPING_ANNOTATION] == order.note
+    assert annotations[STOPPING_SIGNATURE_ANNOTATION] == sign(KEY, "uid-1", order.note, stopping=True)
+    assert annotations[STOPPING_SIGNATURE_ANNOTATION] != sign(KEY, "uid-1", order.note)
 
 
 async def test_a_leader_keeps_the_quota_of_its_own_preemption_while_the_jobs_status_lags() -> None:
