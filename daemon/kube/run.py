@@ -138,9 +138,7 @@ def job_callbacks(
 class KubeCluster:
     """The real Cluster: observations from the Reflectors through the Observer, actuations as Job patches."""
 
-    def __init__(
-        self, client: KubeClient, sign: Signer | None = None, *, requests_in_flight: int = 16
-    ) -> None:
+    def __init__(self, client: KubeClient, sign: Signer | None = None, *, requests_in_flight: int = 16) -> None:
         self.client = client
         self.actuator = JobActuator(client, sign, requests_in_flight=requests_in_flight)
         self.inbox: Inbox | None = None
