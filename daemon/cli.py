@@ -116,7 +116,10 @@ _non_negative = whole_number(  # a seq is a SQLite INTEGER
 )
 
 
-QUERY_COMMANDS = frozenset({"explain", "history", "queues", "pending", "replay"})
+QUERY_COMMANDS = frozenset(
+    {"explain", "history", "queues", "pending", "replay", "preemptions", "usage", "eta", "eta-report"}
+)
+SERVED_COMMANDS = QUERY_COMMANDS - {"eta-report"}  # the answers a daemon serves (daemon.answers): --server, --kube
 COMMANDS = frozenset({"log", "run", "simulate", "ui"} | QUERY_COMMANDS)
 
 
@@ -203,7 +206,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from daemon.remote import add_server_options  # noqa: PLC0415
 
         add_query_parsers(sub, db_default=default_db_path(), db_help=_DB_HELP)
-        for name in sorted(QUERY_COMMANDS):  # --server / --kube: the same answer from a running daemon
+        for name in sorted(SERVED_COMMANDS):  # --server / --kube: the same answer from a running daemon
             add_server_options(sub.choices[name])
             sub.choices[name].set_defaults(local=sub.choices[name].get_default("func"), func=_ask_where)
     if command is None or command == "run":

@@ -1,5 +1,5 @@
-"""`admitd explain|history|queues|pending|replay --server URL` or `--kube`: the same answer asked of a running daemon
-instead of read from a file.
+"""`admitd explain|history|queues|pending|replay|preemptions|usage|eta --server URL` or `--kube`: the same answer
+asked of a running daemon instead of read from a file.
 
 `--server URL` asks the daemon directly (`http://127.0.0.1:8080`, its health port; or its HTTPS port under
 `--metrics-auth`, with `--token-file` and `--certificate-authority`). `--kube` asks it through the Kubernetes API
@@ -89,7 +89,7 @@ def request_of(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
             raise ValueError(f"{args.job!r}: expected NAMESPACE/JOB, e.g. research/train-a")
         path += f"/{urllib.parse.quote(namespace, safe='')}/{urllib.parse.quote(name, safe='')}"
     params: dict[str, str] = {}
-    for name in ("at", "seq", "queue"):
+    for name in ("at", "seq", "queue", "since", "by"):
         value = getattr(args, name, None)
         if value is not None:
             params[name] = str(value)

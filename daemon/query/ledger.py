@@ -16,10 +16,11 @@ from daemon.domain.state import Phase, State
 from daemon.eventlog import LogReader
 from daemon.query.moment import Clock, QueryError, parse_duration_ms, parse_time, state_at
 from daemon.views.follow import Following
-from daemon.views.ledger import Preemption, Preemptions
+from daemon.views.ledger import GPU_RESOURCES, Preemption, Preemptions
+
+__all__ = ["GPU_RESOURCES", "preemptions_body", "preemptions_json", "preemptions_text", "since_ms", "table"]
 
 MS_PER_HOUR = 3_600_000
-GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")  # summed as "GPU-hours"
 
 
 def since_ms(text: str | None, clock: Clock, now_ms: int) -> int:
@@ -84,14 +85,21 @@ def _totals(entries: list[Preemption], queues: list[str]) -> dict[str, _Totals]:
 
 def preemptions_json(reader: LogReader, clock: Clock, *, start_ms: int, queue: str | None = None) -> dict[str, Any]:
     ledger = ledger_since(reader, start_ms)
-    entries = [p for p in ledger.entries if p.at >= start_ms]
+    return preemptions_body(ledger.entries, clock, start_ms=start_ms, until_ms=clock.last_ms, queue=queue)
+
+
+def preemptions_body(
+    ledger: list[Preemption], clock: Clock, *, start_ms: int, until_ms: int, queue: str | None = None
+) -> dict[str, Any]:
+    """The answer from a ledger's entries (in log order): those from `start_ms` on, of or by `queue`."""
+    entries = [p for p in ledger if p.at >= start_ms]
     if queue is not None:
         entries = [p for p in entries if queue in (p.victim_cluster_queue, p.preemptor_cluster_queue)]
     queues = sorted({p.victim_cluster_queue for p in entries} | {p.preemptor_cluster_queue or "" for p in entries})
     queues = [q for q in queues if q and (queue is None or q == queue)]
     return {
         "since": clock.show(start_ms),
-        "until": clock.show(clock.last_ms),
+        "until": clock.show(until_ms),
         "clock": clock.kind,
         "preemptions": [
             {

@@ -1,0 +1,151 @@
+"""`preemptions` and `usage` served from the daemon's live projections (daemon/answers/windows.py): fed live by the
+simulator's Recorder they equal the same rebuilt from its log; built from a file up to a seq, then fed the rest
+as the daemon's recorder would, their answers over HTTP are the CLI's `--json` on the same file (whole log, a
+window from a kept moment, a window reaching before what they hold, which the file answers); `admitd preemptions
+|usage|eta --server URL` prints what `--db` prints.
+
+Real: the simulator's stages, Recorder and log, the fold, the projections, aiohttp on loopback, the CLI as a
+subprocess. Faked: the cluster (the simulator's virtual clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from daemon.answers.answer import Answers
+from daemon.answers.windows import Windows
+from daemon.domain.state import State
+from daemon.eventlog import LogReader, codec, replay
+from daemon.sim.run import run_simulation
+from daemon.sim.scenario import load_scenario
+from daemon.views.follow import Following
+from daemon.views.projection import Projection
+from tests.integration.test_metrics_fast_path import random_scenario
+from tests.integration.test_served_answers import ROOT, _serve, cli, simulate
+
+SMALL = {"bucket_ms": 10_000, "recent_ms": 60_000, "coarse_ms": 30_000, "retention_ms": 200_000}
+"""Windows of 10 s, kept for a minute, then every 30 s, 200 s in all: a few minutes of simulation prune them."""
+
+
+def _direct(w: Windows) -> Projection:
+    from daemon.answers.windows import _Direct  # noqa: PLC0415
+
+    return _Direct(w)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_windows_fed_live_equal_the_same_rebuilt_from_the_log(tmp_path: Path, seed: int) -> None:
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(random_scenario(seed))
+    live = Windows(hold=False, **SMALL)
+
+    def attach(state: State) -> list[Projection]:
+        live.begin(state, 0, whole=True)
+        return [_direct(live)]
+
+    db = tmp_path / "sim.db"
+    result = asyncio.run(run_simulation(load_scenario(scenario), db_path=db, views=attach))
+    assert result.state is not None
+    rebuilt = Windows(hold=False, **SMALL)
+    state = State(pending_indexes=False)
+    rebuilt.begin(state, 0, whole=True)
+    with LogReader(db) as reader:
+        Following(state, [_direct(rebuilt)]).follow(reader)
+    assert rebuilt.seq == live.seq == result.state.seq
+    assert live.figures() == rebuilt.figures()
+    assert live.usage is not None and live.usage.oldest > 0  # pruned: the run is longer than the retention
+    assert not live.whole
+
+
+async def _cli_async(*args: str) -> bytes:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "daemon.cli",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    return out
+
+
+def _windows_of(db: Path, upto_share: float, **options: int) -> Windows:
+    """Built from the file up to a share of its events (as the daemon's start builds them up to its state), then the
+    rest fed as its recorder would while they were built, then handed a state folded to the end."""
+    w = Windows(**options)
+    with LogReader(db) as reader:
+        last = reader.bounds()[2]  # type: ignore[index]
+        upto = int(last * upto_share)
+        following = w.build(reader, upto, now_ms=0)
+        for row in reader.iter_events():
+            if row.seq > upto:
+                w.apply(codec.decode(row.type, row.version, row.payload, seq=row.seq), row.seq)
+        state = replay(reader)
+    w.take_over(following, state)
+    assert w.ready and w.seq == last
+    return w
+
+
+@pytest.fixture(scope="module")
+def reclaim_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reclaim sample cut at 40 minutes: two preemptions (at 5m and 25m), a borrower pending."""
+    path = tmp_path_factory.mktemp("windows") / "reclaim.db"
+    return simulate(ROOT / "config" / "samples" / "cohort-borrow-reclaim.yaml", path, "--until", "40m")
+
+
+async def test_answers_from_the_live_windows_are_the_clis(reclaim_db: Path) -> None:
+    db = reclaim_db
+    windows = _windows_of(db, 0.5)
+    assert windows.whole  # the default retention covers this log from its start
+    async for served in _serve(Answers(db, windows=windows)):
+        asked: list[tuple[str, dict[str, str], list[str]]] = [
+            ("preemptions", {}, []),
+            ("preemptions", {"queue": "team-b"}, ["--queue", "team-b"]),
+            ("preemptions", {"since": "+6m"}, ["--since", "+6m"]),
+            ("usage", {}, []),
+            ("usage", {"by": "namespace"}, ["--by", "namespace"]),
+            ("usage", {"by": "localqueue", "since": "+10m"}, ["--by", "localqueue", "--since", "+10m"]),
+        ]
+        for command, params, options in asked:
+            status, body = await served.get(f"/answers/v1/{command}", **params)
+            assert status == 200, body
+            assert body == cli(command, "--db", str(db), *options), (command, params)
+        assert served.answers.live_answers == len(asked)
+        whole = (await served.get("/answers/v1/preemptions"))[1]
+        assert [r["victim"] for r in whole["preemptions"]] == ["team-a/a-borrower", "team-b/b-routine"]
+        usage = (await served.get("/answers/v1/usage"))[1]
+        assert usage["usage"]["team-a"]["gpuHours"] > 0
+        # A start between kept moments (each minute): the minute before it, which `since` shows.
+        status, body = await served.get("/answers/v1/usage", since="+10m30s")
+        assert status == 200 and body == cli("usage", "--db", str(db), "--since", "+10m")
+        # The CLI asks the daemon: the same bytes as from the file.
+        for command, options in (("preemptions", ["--since", "+6m"]), ("usage", ["--by", "namespace"]), ("eta", [])):
+            served_out = await _cli_async(command, "--server", served.base, "--json", *options)
+            assert json.loads(served_out) == cli(command, "--db", str(db), *options), command
+        text = await _cli_async("usage", "--server", served.base)
+        assert text.decode().startswith("usage by clusterqueue from")
+
+
+async def test_a_window_before_what_the_projections_hold_is_answered_from_the_file(reclaim_db: Path) -> None:
+    db = reclaim_db
+    windows = _windows_of(db, 0.75, retention_ms=12 * 60_000)  # from 12 minutes before the log's end (20m)
+    assert not windows.whole and windows.usage is not None
+    oldest = windows.usage.oldest
+    async for served in _serve(Answers(db, windows=windows)):
+        status, body = await served.get("/answers/v1/usage", since="+10m")  # after `oldest`: live
+        assert status == 200 and body == cli("usage", "--db", str(db), "--since", "+10m")
+        assert body["usage"]["team-a"]["gpuHours"] > 0
+        assert served.answers.live_answers == 1
+        for command in ("usage", "preemptions"):  # before it: from the file, the CLI's answer all the same
+            status, body = await served.get(f"/answers/v1/{command}", since="+5m")
+            assert status == 200 and body == cli(command, "--db", str(db), "--since", "+5m")
+        assert served.answers.live_answers == 1
+    assert oldest == 8 * 60_000
