@@ -124,7 +124,7 @@ class Windows:
         if seq > 0:
             state = state_at(reader, seq)
         else:
-            state, start = State(pending_indexes=False), min(start, clock.first_ms)
+            state, start = State(pending_indexes=False), clock.first_ms  # the whole log (see `whole`)
         self.begin(state, start, whole=seq == 0)
         following = Following(state, (_Direct(self),))  # past the hold: the recorder's events wait in it meanwhile
         if upto > seq:
