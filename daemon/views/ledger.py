@@ -96,9 +96,11 @@ def meeting_point(state: State, victim_cq: str, preemptor_cq: str | None) -> tup
 class Preemptions:
     """The ledger: every preemption in log order, each with its cost and, once known, the time until it reran."""
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, *, entries: bool = True) -> None:
+        """`entries=False`: only the per-queue `totals` (the metrics), no entry kept."""
         self.state = state
         self.seq = state.seq
+        self.keep = entries
         self.entries: list[Preemption] = []
         self._ran_from: dict[str, Millis] = {}  # workload -> when its pods were started under its admission
         self._open: dict[str, Preemption] = {}  # victim -> its last preemption not followed by an admission
@@ -159,8 +161,9 @@ class Preemptions:
             lost_pod_ms=pods * ran,
             lost=lost,
         )
-        self._open[event.workload] = p
-        self.entries.append(p)
+        if self.keep:
+            self._open[event.workload] = p
+            self.entries.append(p)
         t = self.totals.setdefault((event.cluster_queue, event.reason), [0, 0, 0])
         t[0] += 1
         t[1] += p.lost_pod_ms
