@@ -149,3 +149,52 @@ async def test_a_window_before_what_the_projections_hold_is_answered_from_the_fi
             assert status == 200 and body == cli(command, "--db", str(db), "--since", "+5m")
         assert served.answers.live_answers == 1
     assert oldest == 8 * 60_000
+
+
+async def test_started_as_the_daemon_starts_them_while_its_recorder_appends(reclaim_db: Path, tmp_path: Path) -> None:
+    """`Windows.start` as `admitd run` calls it: the recorder's projection from the start, built from the file in a
+    thread while the recorder appends (those events held back, then applied on top), then fed live; at the end the
+    same figures as projections rebuilt from the whole file."""
+    import shutil  # noqa: PLC0415
+
+    from daemon.domain import events as ev  # noqa: PLC0415
+    from daemon.domain.state import Phase  # noqa: PLC0415
+    from daemon.eventlog import EventStore  # noqa: PLC0415
+    from daemon.sim.run import VirtualClock  # noqa: PLC0415
+    from daemon.stages.recorder import Recorder  # noqa: PLC0415
+
+    db = tmp_path / "copy.db"
+    shutil.copy(reclaim_db, db)
+    with LogReader(db) as reader:
+        state = replay(reader)
+        last_ms = reader.bounds()[3]  # type: ignore[index]
+    running = sorted(k for k, r in state.workloads.items() if r.phase is Phase.ADMITTED)
+    assert len(running) >= 2
+    clock = VirtualClock()
+    clock.at = last_ms + 90_000
+    async with await EventStore.open(db) as store:
+        recorder = Recorder(store, state, clock, wait_durable=True)
+        windows = Windows()
+        recorder.projections.append(windows.apply)
+        windows.start(db, state, settle=recorder.catch_up)
+        # Appended before the build has even begun: held back, applied on top of it.
+        await recorder.append([(ev.JobFinished(job=running[0], at=last_ms + 90_000), None)])
+        for _ in range(600):
+            if windows.ready:
+                break
+            await asyncio.sleep(0.05)
+        assert windows.ready
+        clock.at = last_ms + 200_000
+        await recorder.append([(ev.JobFinished(job=running[1], at=last_ms + 200_000), None)])  # live
+        windows.close()
+    rebuilt = Windows()
+    with LogReader(db) as reader:
+        following = rebuilt.build(reader, reader.bounds()[2], now_ms=0)  # type: ignore[index]
+    rebuilt.take_over(following, following.state)
+    assert windows.seq == rebuilt.seq == state.seq
+    assert windows.figures() == rebuilt.figures()
+    assert windows.ledger is not None and windows.ledger.state is state  # fed on the daemon's own state
+    async for served in _serve(Answers(db, windows=windows)):
+        status, body = await served.get("/answers/v1/usage", by="namespace")
+        assert status == 200 and body == cli("usage", "--db", str(db), "--by", "namespace")
+        assert served.answers.live_answers == 1
