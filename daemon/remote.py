@@ -141,9 +141,33 @@ def _message(kind: str, body: bytes) -> str:
     return str(doc)[:300]
 
 
-def _direct(args: argparse.Namespace, path: str, params: dict[str, str]) -> tuple[int | None, str, bytes, str]:
+def post_file(args: argparse.Namespace, command: str, file: Path, *, json_out: bool) -> int:
+    """`admitd simulate --server URL -f JOB.yaml`: POST the file to `PREFIX/command`, print the answer, and return
+    the exit status (as `run_remote`)."""
+    try:
+        data = file.read_bytes()
+    except OSError as e:
+        return _fail(f"{file}: {e.strerror or e}", EXIT_REFUSED)
+    params = {"name": file.name} | ({} if json_out else {"format": "text"})
+    status, kind, body, where = _direct(args, f"{PREFIX}/{command}", params, data=data)
+    if status is None:
+        return _fail(body.decode(errors="replace"), EXIT_UNREACHABLE)
+    if status == 200:
+        out = sys.stdout.buffer
+        out.write(body if body.endswith(b"\n") else body + b"\n")
+        out.flush()
+        return 0
+    return _fail(f"{where}: {status} {_message(kind, body)}", EXIT_REFUSED if status < 500 else EXIT_UNREACHABLE)
+
+
+def _direct(
+    args: argparse.Namespace, path: str, params: dict[str, str], *, data: bytes | None = None
+) -> tuple[int | None, str, bytes, str]:
+    """GET `path` of the daemon at `args.server` (POST `data` when given)."""
     url = args.server + path + ("?" + urllib.parse.urlencode(params) if params else "")
     headers = {"Accept": "application/json, text/plain"}
+    if data is not None:
+        headers["Content-Type"] = "application/yaml"
     if args.token_file is not None:
         try:
             headers["Authorization"] = "Bearer " + args.token_file.read_text().strip()
@@ -156,7 +180,8 @@ def _direct(args: argparse.Namespace, path: str, params: dict[str, str]) -> tupl
         except (OSError, ssl.SSLError) as e:
             return None, "", f"{args.certificate_authority}: {e}".encode(), url
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60, context=context) as r:
+        request = urllib.request.Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
+        with urllib.request.urlopen(request, timeout=60, context=context) as r:
             return r.status, r.headers.get_content_type(), r.read(), args.server
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get_content_type(), e.read(), args.server
