@@ -75,6 +75,21 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_simulate_server_options(parser: argparse.ArgumentParser) -> None:
+    """`admitd simulate --server URL -f JOB.yaml`: the dry run on a running daemon's state."""
+    parser.add_argument(
+        "--server",
+        type=_server,
+        metavar="URL",
+        help="dry run (-f) on a running daemon's state instead of --against LOG: its answers port, e.g. "
+        "http://127.0.0.1:8080",
+    )
+    parser.add_argument("--token-file", type=Path, metavar="FILE", help="with --server: a bearer token to send")
+    parser.add_argument(
+        "--certificate-authority", type=Path, metavar="FILE", help="with --server https://...: the CA to trust"
+    )
+
+
 def remote(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "server", None) or getattr(args, "kube", False))
 

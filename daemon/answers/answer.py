@@ -54,6 +54,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {  # each command's query parameters
     "preemptions": ("since", "queue", "format"),
     "usage": ("since", "by", "format"),
     "eta": ("queue", "format"),
+    "simulate": ("name", "format"),  # POST, the body JOB.yaml
 }
 WINDOW_COMMANDS = frozenset({"preemptions", "usage", "eta"})
 """Answered from the file in a worker thread, always: each folds a window of the log (or all of it, `eta`)."""
@@ -69,7 +70,7 @@ def paths() -> dict[str, Any]:
     out = []
     for command, params in COMMANDS.items():
         path = f"{PREFIX}/{command}" + ("/{namespace}/{name}" if command in JOB_COMMANDS else "")
-        out.append({"path": path, "parameters": list(params)})
+        out.append({"path": path, "method": "POST" if command == "simulate" else "GET", "parameters": list(params)})
     return {"version": "v1", "paths": out}
 
 
@@ -114,6 +115,8 @@ def parse(command: str, params: Mapping[str, list[str]], job: str | None = None)
     allowed = COMMANDS.get(command)
     if allowed is None:
         raise BadRequest(404, None, f"no answer {command!r}; the answers are {', '.join(COMMANDS)} (see {PREFIX})")
+    if command == "simulate":
+        raise BadRequest(405, None, f"simulate is a POST to {PREFIX}/simulate with the job(s) to try as the body")
     for name, values in params.items():
         if name not in allowed:
             raise BadRequest(
@@ -429,6 +432,48 @@ class Answers:
                 self.live_answers += 1
                 return _text(text(body)) if q.text else _json(body)
         return None
+
+    async def simulate(self, name: str, body: bytes, text: bool) -> Rendered:
+        """`POST /answers/v1/simulate?name=JOB.yaml`: the dry run of the jobs in `body` on the live state, the
+        answer `admitd simulate --against LOG -f JOB.yaml` gives on the file (whose last event is the present; the
+        runtimes recorded since the live projections begin, 8 days back)."""
+        from daemon.domain.state import State as _State  # noqa: PLC0415
+        from daemon.query import dryrun  # noqa: PLC0415  (the engine: only the dry run needs it)
+
+        state, windows = self.state, self.windows
+        if state is None or windows is None or not windows.ready:
+            raise BadRequest(503, None, "the daemon's projections for a dry run are being built; ask again shortly")
+        try:
+            content = body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise BadRequest(400, "body", f"JOB.yaml is not UTF-8 text ({e.reason} at byte {e.start})") from None
+        try:
+            reader = self._loop_reader()
+        except EventLogError as e:
+            raise BadRequest(503, None, f"the log cannot be read: {e}") from None
+        for _ in range(SETTLE_ROUNDS):
+            if self.settle is not None:
+                await self.settle()
+            bounds = reader.bounds()
+            if bounds is None:
+                raise BadRequest(503, None, "the log has no events yet")
+            if bounds[2] == state.seq:
+                try:
+                    jobs, _ = dryrun.jobs_of(content, name, state)
+                except dryrun.DryRunError as e:
+                    raise BadRequest(400, "body", str(e)) from None
+                copy = _State.from_snapshot(state.to_snapshot())  # the state as of now; the run goes on in a thread
+                durations = windows.durations()
+                break
+        else:
+            raise BadRequest(503, None, "events keep arriving faster than the log settles; ask again")
+        async with self._workers:
+            try:
+                got = await asyncio.to_thread(dryrun.answer, copy, durations, bounds[1], bounds[3], jobs)
+            except dryrun.DryRunError as e:
+                raise BadRequest(409, "body", str(e)) from None
+        self.live_answers += 1
+        return _text(dryrun.text(got)) if text else _json(got)
 
 
 def error_body(e: BadRequest) -> bytes:

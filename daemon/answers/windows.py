@@ -8,6 +8,9 @@ the recorder's events are held back; then those events are applied on top, the p
 state, and from then on the recorder feeds them live. Until they are ready, and for a window that starts before
 what they hold, the answer comes from the file as the CLI's does.
 
+The recorded runtimes of the same span are kept too (`daemon.views.runtimes`): a dry run (`simulate`) on the
+daemon's state draws from them.
+
 Where a live answer differs from the CLI's on the same file (each said in README "Served by the daemon"):
 - usage: a window starts at the last kept moment at or before the one asked for (each minute of the last day,
   each hour before that; `views.usage.UsageWindows`), and `since` says which; the whole log when the projections
@@ -20,11 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from daemon.domain import events as ev
+from daemon.domain.eta import Class
 from daemon.domain.state import Phase, State
 from daemon.eventlog import EventLogError, LogReader
 from daemon.obs.logging import get_logger
@@ -33,6 +37,7 @@ from daemon.query import usage as usage_mod
 from daemon.query.moment import Clock, QueryError, clock_of, state_at
 from daemon.views.follow import Following
 from daemon.views.ledger import Preemptions
+from daemon.views.runtimes import Runtimes
 from daemon.views.usage import DAY_MS, HOUR_MS, MINUTE_MS, UsageWindows
 
 log = get_logger("admitd.answers")
@@ -63,6 +68,7 @@ class Windows:
         )
         self.ledger: Preemptions | None = None
         self.usage: UsageWindows | None = None
+        self.runtimes: Runtimes | None = None  # the runs finished since the start (the dry run draws from them)
         self.whole = False  # the projections began at the log's first event
         self.ledger_from = 0  # the earliest preemption time the ledger still holds all of
         self.seq = 0
@@ -84,10 +90,11 @@ class Windows:
         self._apply(event, seq)
 
     def _apply(self, event: ev.Event, seq: int) -> None:
-        ledger, usage = self.ledger, self.usage
-        assert ledger is not None and usage is not None
+        ledger, usage, runtimes = self.ledger, self.usage, self.runtimes
+        assert ledger is not None and usage is not None and runtimes is not None
         ledger.apply(event, seq)
         usage.apply(event, seq)
+        runtimes.apply(event, seq)
         self.seq = seq
         at: object = getattr(event, "at", None)
         if isinstance(at, int) and at >= self._prune_at:
@@ -113,6 +120,7 @@ class Windows:
             retention_ms=self.retention_ms,
         )
         self.ledger, self.usage, self.ledger_from, self.whole = ledger, usage, origin, whole
+        self.runtimes = Runtimes(state)
         self.seq = state.seq
 
     def build(self, reader: LogReader, upto: int, now_ms: int) -> Following:
@@ -142,11 +150,12 @@ class Windows:
         for event, seq in held:
             following.apply(event, seq)
         if following.seq != state.seq:
-            self.ledger = self.usage = None
+            self.ledger = self.usage = self.runtimes = None
             raise RuntimeError(f"the projections reached seq {following.seq}, the daemon's state is at {state.seq}")
-        assert self.ledger is not None and self.usage is not None
+        assert self.ledger is not None and self.usage is not None and self.runtimes is not None
         self.ledger.state = state
         self.usage.state = state
+        self.runtimes.state = state
 
     def start(self, db: Path, state: State, settle: Callable[[], Awaitable[None]] | None = None) -> None:
         """Build the projections in a worker thread from the file up to `state` (the recorder's: `apply` must be its
@@ -168,7 +177,7 @@ class Windows:
             log.info("answers: preemptions and usage kept live", since=self.usage.origin, seq=self.seq)
         except (EventLogError, QueryError, RuntimeError) as e:
             self._buffer = None
-            self.ledger = self.usage = None
+            self.ledger = self.usage = self.runtimes = None
             log.error("answers: preemptions and usage are answered from the file", error=str(e))
 
     def close(self) -> None:
@@ -181,6 +190,7 @@ class Windows:
         return (
             None if self.ledger is None else self.ledger.figures(),
             None if self.usage is None else self.usage.figures(),
+            None if self.runtimes is None else self.runtimes.figures(),
             self.ledger_from,
         )
 
@@ -192,6 +202,17 @@ class Windows:
             return None
         entries = self.ledger.entries
         return ledger_mod.preemptions_body(entries, clock, start_ms=start_ms, until_ms=clock.last_ms, queue=queue)
+
+    def durations(self) -> Callable[[Class], Sequence[int]]:
+        """The recorded runtimes as they are now, copied (for a dry run in a worker thread while events come)."""
+        assert self.runtimes is not None
+        by_class = {k: list(v) for k, v in self.runtimes.by_class.items()}
+        by_queue = {k: list(v) for k, v in self.runtimes.by_queue.items()}
+
+        def durations(cls: Class) -> Sequence[int]:
+            return by_class.get(cls) or by_queue.get(cls[0]) or ()
+
+        return durations
 
     def usage_body(self, clock: Clock, start_ms: int, by: str) -> dict[str, Any] | None:
         """The answer from the kept moment at or before `start_ms` (before the log's start: from `start_ms`), or None

@@ -77,14 +77,6 @@ def add_simulate_parser(sub: Any) -> None:
         help="dry run: would the jobs of -f be admitted now on this log's state, when, or never (nothing written)",
     )
     p.add_argument(
-        "--server",
-        type=_answers_server,
-        metavar="URL",
-        help="dry run on a running daemon's state instead of --against LOG: its answers port (http://127.0.0.1:8080)",
-    )
-    p.add_argument("--token-file", type=Path, metavar="FILE", help="with --server: a bearer token to send")
-    p.add_argument("--certificate-authority", type=Path, metavar="FILE", help="with --server https://: the CA")
-    p.add_argument(
         "-f", dest="job_file", type=Path, metavar="JOB.yaml", help="with --against or --server: the job(s) to try"
     )
     p.add_argument("--db", type=Path, help="keep the event log in this new file (for `admitd log ...`)")
@@ -183,13 +175,14 @@ def _input_problem(path: Path) -> str | None:
 
 def _cmd_simulate(args: argparse.Namespace, on_config: Callable[[EngineConfig], None] | None = None) -> int:
     """`on_config`: told the engine configuration the run uses (the flags applied), before it starts."""
-    if args.against is not None or args.job_file is not None or args.server is not None:
+    server = getattr(args, "server", None)  # `admitd simulate --server` (daemon.cli) asks a daemon instead
+    if args.against is not None or args.job_file is not None or server is not None:
         from daemon.sim.dryrun_cli import cmd_dry_run  # noqa: PLC0415  (only the dry run needs it)
 
-        if args.against is not None and args.server is not None:
+        if args.against is not None and server is not None:
             print("admitd: --against LOG and --server URL: give one, the state to try the job on", file=sys.stderr)
             return 2
-        if args.against is None and args.server is None:
+        if args.against is None and server is None:
             print("admitd: -f JOB.yaml needs --against LOG or --server URL: the state to try it on", file=sys.stderr)
             return 2
         return cmd_dry_run(args)
@@ -276,9 +269,3 @@ def _cmd_faulty(args: argparse.Namespace, scenario: Scenario, config: EngineConf
         if args.db is not None:
             print(f"event log: {args.db} (try: admitd log stats --db {shlex.quote(str(args.db))})")
     return 0 if result.ok else 1
-
-
-def _answers_server(text: str) -> str:
-    from daemon.remote import _server  # noqa: PLC0415
-
-    return _server(text)

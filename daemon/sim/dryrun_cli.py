@@ -1,4 +1,4 @@
-"""`admitd simulate --against LOG -f JOB.yaml` (or `--server URL`): would this job be admitted now, when, or never,
+"""`admitd simulate --against LOG -f JOB.yaml`: would this job be admitted now, when, or never,
 and what would it preempt; without writing anything. The I/O around `daemon.query.dryrun` (which the daemon's
 `/answers/v1/simulate` answers with too).
 
@@ -24,11 +24,6 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     if args.job_file is None:
         print("admitd: a dry run needs -f JOB.yaml: the job to try", file=sys.stderr)
         return 2
-    if getattr(args, "server", None) is not None:
-        from daemon.remote import post_file  # noqa: PLC0415
-
-        code: int = post_file(args, "simulate", args.job_file, json_out=args.json)
-        return code
     try:
         content = args.job_file.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

@@ -198,3 +198,48 @@ async def test_started_as_the_daemon_starts_them_while_its_recorder_appends(recl
         status, body = await served.get("/answers/v1/usage", by="namespace")
         assert status == 200 and body == cli("usage", "--db", str(db), "--by", "namespace")
         assert served.answers.live_answers == 1
+
+
+TRY = """apiVersion: batch/v1
+kind: Job
+metadata:
+  name: try-{name}
+  namespace: team-{team}
+  labels: {{kueue.x-k8s.io/queue-name: main}}
+spec:
+  parallelism: {gpus}
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - {{name: w, image: w, resources: {{requests: {{nvidia.com/gpu: 1}}}}}}
+"""
+
+
+async def test_a_dry_run_asked_of_the_daemon_is_the_one_on_its_file(reclaim_db: Path, tmp_path: Path) -> None:
+    """`admitd simulate --server URL -f JOB.yaml` (POST /answers/v1/simulate) on the daemon's live state prints what
+    `--against LOG` prints on its file: a job that would wait with its estimate, one that never fits, as JSON and
+    as text; nothing is written; a GET or an empty body is a clear 4xx."""
+    db = reclaim_db
+    job = tmp_path / "try.yaml"
+    job.write_text(TRY.format(name="one", team="a", gpus=4) + "---\n" + TRY.format(name="huge", team="b", gpus=64))
+    with LogReader(db) as reader:
+        state = replay(reader)
+    before = db.stat().st_size, db.stat().st_mtime_ns
+    async for served in _serve(Answers(db, state=state, windows=_windows_of(db, 0.5))):
+        from_server = json.loads(await _cli_async("simulate", "--server", served.base, "-f", str(job), "--json"))
+        from_file = cli("simulate", "--against", str(db), "-f", str(job))
+        assert from_server == from_file
+        rows = {r["job"]: r for r in from_server["jobs"]}
+        assert rows["team-b/try-huge"]["never"] and rows["team-b/try-huge"]["reason"]["kind"] == "ExceedsMaxQuota"
+        assert not rows["team-a/try-one"]["never"]
+        text = await _cli_async("simulate", "--server", served.base, "-f", str(job))
+        assert text.decode().startswith("team-a/try-one: would")
+        assert served.answers.live_answers == 2
+        status, err = await served.get("/answers/v1/simulate")
+        assert status == 405 and "POST" in err["error"]["message"]
+        async with served.session.post(served.base + "/answers/v1/simulate", data=b"") as r:
+            assert r.status == 400 and (await r.json())["error"]["parameter"] == "body"
+        async with served.session.post(served.base + "/answers/v1/simulate", data=b"kind: ConfigMap\n") as r:
+            assert r.status == 400 and "no Job admitd would manage" in (await r.json())["error"]["message"]
+    assert (db.stat().st_size, db.stat().st_mtime_ns) == before
