@@ -126,6 +126,10 @@ class Windows:
     def build(self, reader: LogReader, upto: int, now_ms: int) -> Following:
         """Blocking: the projections from `RETENTION_MS` before `now_ms` (or the log's start) to event `upto`, with a
         state of their own (what `take_over` hands the daemon's). Not yet fed live."""
+        if reader.bounds() is None or upto == 0:  # a new log: the projections begin with it
+            state = State(pending_indexes=False)
+            self.begin(state, now_ms, whole=True)
+            return Following(state, (_Direct(self),))
         clock = clock_of(reader)
         start = (clock.last_ms if clock.virtual else now_ms) - self.retention_ms
         seq = reader.seq_at(start - 1)
@@ -157,19 +161,35 @@ class Windows:
         self.usage.state = state
         self.runtimes.state = state
 
-    def start(self, db: Path, state: State, settle: Callable[[], Awaitable[None]] | None = None) -> None:
+    def start(
+        self,
+        db: Path,
+        state: State,
+        settle: Callable[[], Awaitable[None]] | None = None,
+        now: Callable[[], int] | None = None,
+    ) -> None:
         """Build the projections in a worker thread from the file up to `state` (the recorder's: `apply` must be its
-        projection already), then go live. A failure is logged and leaves the answers to the file."""
-        self._task = asyncio.get_running_loop().create_task(self._start(db, state, state.seq, settle))
+        projection already), then go live. `now`: the recorder's clock (default the wall clock). A failure is
+        logged and leaves the answers to the file."""
+        self._task = asyncio.get_running_loop().create_task(self._start(db, state, state.seq, settle, now or _now_ms))
 
-    async def _start(self, db: Path, state: State, upto: int, settle: Callable[[], Awaitable[None]] | None) -> None:
+    async def _start(
+        self,
+        db: Path,
+        state: State,
+        upto: int,
+        settle: Callable[[], Awaitable[None]] | None,
+        now: Callable[[], int],
+    ) -> None:
         try:
             if settle is not None:
                 await settle()  # every event up to `upto` in the file
 
+            at = now()
+
             def build() -> Following:
                 with LogReader(db) as reader:
-                    return self.build(reader, upto, _now_ms())
+                    return self.build(reader, upto, at)
 
             following = await asyncio.to_thread(build)
             self.take_over(following, state)

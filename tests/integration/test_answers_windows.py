@@ -243,3 +243,40 @@ async def test_a_dry_run_asked_of_the_daemon_is_the_one_on_its_file(reclaim_db: 
         async with served.session.post(served.base + "/answers/v1/simulate", data=b"kind: ConfigMap\n") as r:
             assert r.status == 400 and "no Job admitd would manage" in (await r.json())["error"]["message"]
     assert (db.stat().st_size, db.stat().st_mtime_ns) == before
+
+
+async def test_a_new_log_goes_live_at_once_and_counts_from_its_first_event(reclaim_db: Path, tmp_path: Path) -> None:
+    """A daemon on a new log (nothing to build from): the projections are live on its first events, and they equal
+    the same rebuilt from the file once the events are in it."""
+    from daemon.eventlog import EventStore  # noqa: PLC0415
+    from daemon.sim.run import VirtualClock  # noqa: PLC0415
+    from daemon.stages.recorder import Recorder  # noqa: PLC0415
+
+    with LogReader(reclaim_db) as reader:
+        events = [codec.decode(r.type, r.version, r.payload, seq=r.seq) for r in reader.iter_events()]
+    db = tmp_path / "new.db"
+    clock = VirtualClock()
+    state = State()
+    async with await EventStore.open(db) as store:
+        recorder = Recorder(store, state, clock, wait_durable=True)
+        windows = Windows()
+        recorder.projections.append(windows.apply)
+        windows.start(db, state, settle=recorder.catch_up, now=clock.now)
+        for _ in range(200):
+            if windows.ready:
+                break
+            await asyncio.sleep(0.05)
+        assert windows.ready and windows.whole
+        for event in events:
+            clock.at = max(clock.at, getattr(event, "at", clock.at) or clock.at)
+            await recorder.append([(event, None)])
+        windows.close()
+    assert windows.ledger is not None and [p.victim for p in windows.ledger.entries] == [
+        "team-a/a-borrower",
+        "team-b/b-routine",
+    ]
+    async for served in _serve(Answers(db, windows=windows)):
+        for command in ("preemptions", "usage"):
+            status, body = await served.get(f"/answers/v1/{command}")
+            assert status == 200 and body == cli(command, "--db", str(db)), command
+        assert served.answers.live_answers == 2
