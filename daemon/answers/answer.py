@@ -421,6 +421,12 @@ class Answers:
                     start = ledger_mod.since_ms(q.since, clock, self.now_ms())
                 except QueryError as e:
                     raise BadRequest(400, "since", str(e)) from None
+                if q.command == "preemptions" and not q.text:
+                    encoded = windows.preemptions_json(clock, start, q.queue)
+                    if encoded is None:
+                        return None
+                    self.live_answers += 1
+                    return Rendered(encoded, "application/json")
                 if q.command == "preemptions":
                     body = windows.preemptions(clock, start, q.queue)
                     text = ledger_mod.preemptions_text

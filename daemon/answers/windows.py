@@ -31,12 +31,13 @@ from daemon.domain import events as ev
 from daemon.domain.eta import Class
 from daemon.domain.state import Phase, State
 from daemon.eventlog import EventLogError, LogReader
+from daemon.eventlog.codec import encode_json
 from daemon.obs.logging import get_logger
 from daemon.query import ledger as ledger_mod
 from daemon.query import usage as usage_mod
 from daemon.query.moment import Clock, QueryError, clock_of, state_at
 from daemon.views.follow import Following
-from daemon.views.ledger import Preemptions
+from daemon.views.ledger import Preemption, Preemptions
 from daemon.views.runtimes import Runtimes
 from daemon.views.usage import DAY_MS, HOUR_MS, MINUTE_MS, UsageWindows
 
@@ -75,6 +76,8 @@ class Windows:
         # The recorder's events while the projections are built (None: fed as they come).
         self._buffer: list[tuple[ev.Event, int]] | None = [] if hold else None
         self._prune_at = 0
+        self._rows: dict[int, tuple[int | None, bytes]] = {}  # seq -> (its rerun_after, its row's JSON)
+        self._rows_clock = ""
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -189,7 +192,10 @@ class Windows:
 
             def build() -> Following:
                 with LogReader(db) as reader:
-                    return self.build(reader, upto, at)
+                    following = self.build(reader, upto, at)
+                    if reader.bounds() is not None:
+                        self.warm(clock_of(reader))
+                    return following
 
             following = await asyncio.to_thread(build)
             self.take_over(following, state)
@@ -216,12 +222,45 @@ class Windows:
 
     # --- answering -----------------------------------------------------------------------------------------------
 
+    def covers(self, start_ms: int) -> bool:
+        """The ledger holds every preemption from `start_ms` on."""
+        return self.ledger is not None and (start_ms >= self.ledger_from or self.whole)
+
     def preemptions(self, clock: Clock, start_ms: int, queue: str | None) -> dict[str, Any] | None:
         """The answer from `start_ms`, or None when the ledger no longer holds all of it."""
-        if self.ledger is None or (start_ms < self.ledger_from and not self.whole):
+        if self.ledger is None or not self.covers(start_ms):
             return None
         entries = self.ledger.entries
         return ledger_mod.preemptions_body(entries, clock, start_ms=start_ms, until_ms=clock.last_ms, queue=queue)
+
+    def preemptions_json(self, clock: Clock, start_ms: int, queue: str | None) -> bytes | None:
+        """`preemptions` encoded, each row's JSON kept once made (until its victim reruns, which changes it)."""
+        if self.ledger is None or not self.covers(start_ms):
+            return None
+        return ledger_mod.preemptions_encoded(
+            self.ledger.entries, clock, self._row(clock), start_ms=start_ms, until_ms=clock.last_ms, queue=queue
+        )
+
+    def _row(self, clock: Clock) -> Callable[[Preemption], bytes]:
+        cache = self._rows
+        if self._rows_clock != clock.kind or (self.ledger is not None and len(cache) > 2 * len(self.ledger.entries)):
+            cache.clear()  # pruned rows: rebuilt from the entries held
+            self._rows_clock = clock.kind
+
+        def row(p: Preemption) -> bytes:
+            got = cache.get(p.seq)
+            if got is None or got[0] != p.rerun_after:
+                got = cache[p.seq] = (p.rerun_after, encode_json(ledger_mod.preemption_row(p, clock)))
+            return got[1]
+
+        return row
+
+    def warm(self, clock: Clock) -> None:
+        """Encode every row held (in the worker thread that built the projections: the first answer is then fast)."""
+        if self.ledger is not None:
+            row = self._row(clock)
+            for p in list(self.ledger.entries):
+                row(p)
 
     def durations(self) -> Callable[[Class], Sequence[int]]:
         """The recorded runtimes as they are now, copied (for a dry run in a worker thread while events come)."""

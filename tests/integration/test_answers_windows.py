@@ -21,6 +21,7 @@ from daemon.answers.answer import Answers
 from daemon.answers.windows import Windows
 from daemon.domain.state import State
 from daemon.eventlog import LogReader, codec, replay
+from daemon.query.moment import clock_of
 from daemon.sim.run import run_simulation
 from daemon.sim.scenario import load_scenario
 from daemon.views.follow import Following
@@ -280,3 +281,22 @@ async def test_a_new_log_goes_live_at_once_and_counts_from_its_first_event(recla
             status, body = await served.get(f"/answers/v1/{command}")
             assert status == 200 and body == cli(command, "--db", str(db)), command
         assert served.answers.live_answers == 2
+
+
+def test_a_rows_kept_json_changes_when_its_victim_reruns(reclaim_db: Path) -> None:
+    """The encoded rows are kept between answers; a row asked for before its victim ran again is made again after."""
+    live = Windows(hold=False)
+    state = State(pending_indexes=False)
+    live.begin(state, 0, whole=True)
+    following = Following(state, [_direct(live)])
+    with LogReader(reclaim_db) as reader:
+        clock = clock_of(reader)
+        rows = list(reader.iter_events())
+        second = next(r.seq for r in rows if r.type == "workload.preempted" and r.seq > 14)
+        following.follow(reader, limit=second)  # both preemptions in, the second's victim not yet admitted again
+        early = json.loads(live.preemptions_json(clock, 0, None) or b"")
+        assert [r["rerunAfterSeconds"] for r in early["preemptions"]][1] is None
+        following.follow(reader)
+    late = json.loads(live.preemptions_json(clock, 0, None) or b"")
+    assert late == cli("preemptions", "--db", str(reclaim_db))
+    assert late["preemptions"][1]["rerunAfterSeconds"] is not None
