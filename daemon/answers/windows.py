@@ -35,7 +35,7 @@ from daemon.eventlog.codec import encode_json
 from daemon.obs.logging import get_logger
 from daemon.query import ledger as ledger_mod
 from daemon.query import usage as usage_mod
-from daemon.query.moment import Clock, QueryError, clock_of, state_at
+from daemon.query.moment import Clock, clock_of, state_at
 from daemon.views.follow import Following
 from daemon.views.ledger import Preemption, Preemptions
 from daemon.views.runtimes import Runtimes
@@ -201,10 +201,10 @@ class Windows:
             self.take_over(following, state)
             assert self.usage is not None
             log.info("answers: preemptions and usage kept live", since=self.usage.origin, seq=self.seq)
-        except (EventLogError, QueryError, RuntimeError) as e:
+        except Exception as e:  # any failure: the answers degrade to the file's, the daemon goes on admitting
             self._buffer = None
             self.ledger = self.usage = self.runtimes = None
-            log.error("answers: preemptions and usage are answered from the file", error=str(e))
+            log.error("answers: preemptions and usage are answered from the file", error=str(e), exc_info=e)
 
     def close(self) -> None:
         if self._task is not None:
