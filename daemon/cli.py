@@ -116,7 +116,10 @@ _non_negative = whole_number(  # a seq is a SQLite INTEGER
 )
 
 
-QUERY_COMMANDS = frozenset({"explain", "history", "queues", "pending", "replay"})
+QUERY_COMMANDS = frozenset(
+    {"explain", "history", "queues", "pending", "replay", "preemptions", "usage", "eta", "eta-report"}
+)
+SERVED_COMMANDS = QUERY_COMMANDS - {"eta-report"}  # the answers a daemon serves (daemon.answers): --server, --kube
 COMMANDS = frozenset({"log", "run", "simulate", "ui"} | QUERY_COMMANDS)
 
 
@@ -203,7 +206,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from daemon.remote import add_server_options  # noqa: PLC0415
 
         add_query_parsers(sub, db_default=default_db_path(), db_help=_DB_HELP)
-        for name in sorted(QUERY_COMMANDS):  # --server / --kube: the same answer from a running daemon
+        for name in sorted(SERVED_COMMANDS):  # --server / --kube: the same answer from a running daemon
             add_server_options(sub.choices[name])
             sub.choices[name].set_defaults(local=sub.choices[name].get_default("func"), func=_ask_where)
     if command is None or command == "run":
@@ -214,6 +217,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from daemon.sim.cli import add_simulate_parser  # noqa: PLC0415
 
         add_simulate_parser(sub)
+        from daemon.remote import add_simulate_server_options  # noqa: PLC0415
+
+        add_simulate_server_options(sub.choices["simulate"])  # a dry run on a daemon's state (--server URL -f)
+        sub.choices["simulate"].set_defaults(local=sub.choices["simulate"].get_default("func"), func=_simulate_where)
     if command is None or command == "ui":
         from daemon.web.cli import add_ui_parser  # noqa: PLC0415
 
@@ -228,6 +235,16 @@ def _ask_where(args: argparse.Namespace) -> int:
 
     code: int = run_remote(args) if remote(args) else args.local(args)
     return code
+
+
+def _simulate_where(args: argparse.Namespace) -> int:
+    """`admitd simulate`: the simulator, or with `--server URL -f JOB.yaml` a dry run asked of a running daemon."""
+    if args.server is None or args.job_file is None or args.against is not None:
+        code: int = args.local(args)  # it says what is wrong with --server without -f, or with --against too
+        return code
+    from daemon.remote import post_file  # noqa: PLC0415
+
+    return post_file(args, "simulate", args.job_file, json_out=args.json)
 
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C

@@ -1,5 +1,5 @@
-"""`admitd explain|history|queues|pending|replay --server URL` or `--kube`: the same answer asked of a running daemon
-instead of read from a file.
+"""`admitd explain|history|queues|pending|replay|preemptions|usage|eta --server URL` or `--kube`: the same answer
+asked of a running daemon instead of read from a file.
 
 `--server URL` asks the daemon directly (`http://127.0.0.1:8080`, its health port; or its HTTPS port under
 `--metrics-auth`, with `--token-file` and `--certificate-authority`). `--kube` asks it through the Kubernetes API
@@ -75,6 +75,21 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_simulate_server_options(parser: argparse.ArgumentParser) -> None:
+    """`admitd simulate --server URL -f JOB.yaml`: the dry run on a running daemon's state."""
+    parser.add_argument(
+        "--server",
+        type=_server,
+        metavar="URL",
+        help="dry run (-f) on a running daemon's state instead of --against LOG: its answers port, e.g. "
+        "http://127.0.0.1:8080",
+    )
+    parser.add_argument("--token-file", type=Path, metavar="FILE", help="with --server: a bearer token to send")
+    parser.add_argument(
+        "--certificate-authority", type=Path, metavar="FILE", help="with --server https://...: the CA to trust"
+    )
+
+
 def remote(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "server", None) or getattr(args, "kube", False))
 
@@ -89,7 +104,7 @@ def request_of(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
             raise ValueError(f"{args.job!r}: expected NAMESPACE/JOB, e.g. research/train-a")
         path += f"/{urllib.parse.quote(namespace, safe='')}/{urllib.parse.quote(name, safe='')}"
     params: dict[str, str] = {}
-    for name in ("at", "seq", "queue"):
+    for name in ("at", "seq", "queue", "since", "by"):
         value = getattr(args, name, None)
         if value is not None:
             params[name] = str(value)
@@ -141,9 +156,33 @@ def _message(kind: str, body: bytes) -> str:
     return str(doc)[:300]
 
 
-def _direct(args: argparse.Namespace, path: str, params: dict[str, str]) -> tuple[int | None, str, bytes, str]:
+def post_file(args: argparse.Namespace, command: str, file: Path, *, json_out: bool) -> int:
+    """`admitd simulate --server URL -f JOB.yaml`: POST the file to `PREFIX/command`, print the answer, and return
+    the exit status (as `run_remote`)."""
+    try:
+        data = file.read_bytes()
+    except OSError as e:
+        return _fail(f"{file}: {e.strerror or e}", EXIT_REFUSED)
+    params = {"name": file.name} | ({} if json_out else {"format": "text"})
+    status, kind, body, where = _direct(args, f"{PREFIX}/{command}", params, data=data)
+    if status is None:
+        return _fail(body.decode(errors="replace"), EXIT_UNREACHABLE)
+    if status == 200:
+        out = sys.stdout.buffer
+        out.write(body if body.endswith(b"\n") else body + b"\n")
+        out.flush()
+        return 0
+    return _fail(f"{where}: {status} {_message(kind, body)}", EXIT_REFUSED if status < 500 else EXIT_UNREACHABLE)
+
+
+def _direct(
+    args: argparse.Namespace, path: str, params: dict[str, str], *, data: bytes | None = None
+) -> tuple[int | None, str, bytes, str]:
+    """GET `path` of the daemon at `args.server` (POST `data` when given)."""
     url = args.server + path + ("?" + urllib.parse.urlencode(params) if params else "")
     headers = {"Accept": "application/json, text/plain"}
+    if data is not None:
+        headers["Content-Type"] = "application/yaml"
     if args.token_file is not None:
         try:
             headers["Authorization"] = "Bearer " + args.token_file.read_text().strip()
@@ -156,7 +195,8 @@ def _direct(args: argparse.Namespace, path: str, params: dict[str, str]) -> tupl
         except (OSError, ssl.SSLError) as e:
             return None, "", f"{args.certificate_authority}: {e}".encode(), url
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60, context=context) as r:
+        request = urllib.request.Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
+        with urllib.request.urlopen(request, timeout=60, context=context) as r:
             return r.status, r.headers.get_content_type(), r.read(), args.server
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get_content_type(), e.read(), args.server

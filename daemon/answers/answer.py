@@ -1,6 +1,9 @@
 """What each answer is, given its parameters: the same public functions of `daemon.query` the CLI calls, so that a
 daemon's answer and `admitd ... --json` on its file are the same JSON.
 
+`preemptions` and `usage` come from the daemon's live ledger and usage windows when it keeps them
+(`daemon.answers.windows`), else from the file.
+
 Two sources. At the present (no `at`, or `at=now`), from the daemon's live fold, on the event loop, once every event
 folded into it is in the file (the job's own events are read from the file's subject index, which must hold them
 too); "now" is the wall clock, so a running job's time runs to the present. At a past moment (`at`, `seq`), and for
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.answers.windows import Windows
 from daemon.domain import events as ev
 from daemon.domain.state import State
 from daemon.eventlog import EventLogError, LogReader
@@ -50,6 +54,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {  # each command's query parameters
     "preemptions": ("since", "queue", "format"),
     "usage": ("since", "by", "format"),
     "eta": ("queue", "format"),
+    "simulate": ("name", "format"),  # POST, the body JOB.yaml
 }
 WINDOW_COMMANDS = frozenset({"preemptions", "usage", "eta"})
 """Answered from the file in a worker thread, always: each folds a window of the log (or all of it, `eta`)."""
@@ -65,7 +70,7 @@ def paths() -> dict[str, Any]:
     out = []
     for command, params in COMMANDS.items():
         path = f"{PREFIX}/{command}" + ("/{namespace}/{name}" if command in JOB_COMMANDS else "")
-        out.append({"path": path, "parameters": list(params)})
+        out.append({"path": path, "method": "POST" if command == "simulate" else "GET", "parameters": list(params)})
     return {"version": "v1", "paths": out}
 
 
@@ -110,6 +115,8 @@ def parse(command: str, params: Mapping[str, list[str]], job: str | None = None)
     allowed = COMMANDS.get(command)
     if allowed is None:
         raise BadRequest(404, None, f"no answer {command!r}; the answers are {', '.join(COMMANDS)} (see {PREFIX})")
+    if command == "simulate":
+        raise BadRequest(405, None, f"simulate is a POST to {PREFIX}/simulate with the job(s) to try as the body")
     for name, values in params.items():
         if name not in allowed:
             raise BadRequest(
@@ -328,11 +335,15 @@ class Answers:
         state: State | None = None,
         settle: Callable[[], Awaitable[None]] | None = None,
         live_seqs: LiveSeqs | None = None,
+        windows: Windows | None = None,
         now_ms: Callable[[], int] = _now_ms,
         workers: int = 2,
     ) -> None:
-        """`live_seqs`: fed by the same recorder as `state` (its `apply` a listener), or None to read them."""
+        """`live_seqs`: fed by the same recorder as `state` (its `apply` a listener), or None to read them.
+        `windows`: the live ledger and usage (`daemon.answers.windows`), fed by that recorder too, or None to answer
+        `preemptions` and `usage` from the file."""
         self.db = db
+        self.windows = windows
         self.state = state
         self.live_seqs = live_seqs
         self.settle = settle
@@ -342,6 +353,8 @@ class Answers:
         self.live_answers = 0  # answered from the live fold (the rest from the file); for tests and logs
 
     def close(self) -> None:
+        if self.windows is not None:
+            self.windows.close()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -354,6 +367,10 @@ class Answers:
     async def answer(self, q: Query) -> Rendered:
         if q.present and self.state is not None:
             got = await self._from_live(q)
+            if got is not None:
+                return got
+        if q.command in ("preemptions", "usage") and self.windows is not None and self.windows.ready:
+            got = await self._from_windows(q, self.windows)
             if got is not None:
                 return got
         async with self._workers:
@@ -381,6 +398,88 @@ class Answers:
                 self.live_answers += 1
                 return render(q, reader, clock, moment, state, moment.recorded_at, self.live_seqs)
         return None
+
+    async def _from_windows(self, q: Query, windows: Windows) -> Rendered | None:
+        """`preemptions` or `usage` from the live projections, once the file holds every event they took (so that
+        the window's end is the file's last event, as the CLI's is); None: from the file."""
+        try:
+            reader = self._loop_reader()
+        except EventLogError:
+            return None
+        for _ in range(SETTLE_ROUNDS):
+            if self.settle is not None:
+                await self.settle()
+            try:
+                bounds = reader.bounds()
+            except EventLogError as e:
+                raise BadRequest(503, None, f"the log cannot be read: {e}") from None
+            if bounds is None or not windows.ready:
+                return None
+            if bounds[2] == windows.seq:
+                clock = _clock(reader)
+                try:
+                    start = ledger_mod.since_ms(q.since, clock, self.now_ms())
+                except QueryError as e:
+                    raise BadRequest(400, "since", str(e)) from None
+                if q.command == "preemptions" and not q.text:
+                    encoded = windows.preemptions_json(clock, start, q.queue)
+                    if encoded is None:
+                        return None
+                    self.live_answers += 1
+                    return Rendered(encoded, "application/json")
+                if q.command == "preemptions":
+                    body = windows.preemptions(clock, start, q.queue)
+                    text = ledger_mod.preemptions_text
+                else:
+                    body = windows.usage_body(clock, start, q.by or "clusterqueue")
+                    text = usage_mod.usage_text
+                if body is None:
+                    return None  # the window starts before what the projections hold
+                self.live_answers += 1
+                return _text(text(body)) if q.text else _json(body)
+        return None
+
+    async def simulate(self, name: str, body: bytes, text: bool) -> Rendered:
+        """`POST /answers/v1/simulate?name=JOB.yaml`: the dry run of the jobs in `body` on the live state, the
+        answer `admitd simulate --against LOG -f JOB.yaml` gives on the file (whose last event is the present; the
+        runtimes recorded since the live projections begin, 8 days back)."""
+        from daemon.domain.state import State as _State  # noqa: PLC0415
+        from daemon.query import dryrun  # noqa: PLC0415  (the engine: only the dry run needs it)
+
+        state, windows = self.state, self.windows
+        if state is None or windows is None or not windows.ready:
+            raise BadRequest(503, None, "the daemon's projections for a dry run are being built; ask again shortly")
+        try:
+            content = body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise BadRequest(400, "body", f"JOB.yaml is not UTF-8 text ({e.reason} at byte {e.start})") from None
+        try:
+            reader = self._loop_reader()
+        except EventLogError as e:
+            raise BadRequest(503, None, f"the log cannot be read: {e}") from None
+        for _ in range(SETTLE_ROUNDS):
+            if self.settle is not None:
+                await self.settle()
+            bounds = reader.bounds()
+            if bounds is None:
+                raise BadRequest(503, None, "the log has no events yet")
+            if bounds[2] == state.seq:
+                try:
+                    jobs, _ = dryrun.jobs_of(content, name, state)
+                except dryrun.DryRunError as e:
+                    raise BadRequest(400, "body", str(e)) from None
+                copy = _State.from_snapshot(state.to_snapshot())  # the state as of now; the run goes on in a thread
+                durations = windows.durations()
+                break
+        else:
+            raise BadRequest(503, None, "events keep arriving faster than the log settles; ask again")
+        async with self._workers:
+            try:
+                got = await asyncio.to_thread(dryrun.answer, copy, durations, bounds[1], bounds[3], jobs)
+            except dryrun.DryRunError as e:
+                raise BadRequest(409, "body", str(e)) from None
+        self.live_answers += 1
+        return _text(dryrun.text(got)) if text else _json(got)
 
 
 def error_body(e: BadRequest) -> bytes:

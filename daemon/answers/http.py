@@ -9,6 +9,7 @@
     GET /answers/v1/preemptions[?since=WHEN][&queue=CQ][&format=text]
     GET /answers/v1/usage[?since=WHEN][&by=clusterqueue|localqueue|namespace][&format=text]
     GET /answers/v1/eta[?queue=CQ][&format=text]
+    POST /answers/v1/simulate[?name=JOB.yaml][&format=text]   the body: JOB.yaml (a dry run, nothing written)
 
 200 with the CLI's `--json` body (or its text with `format=text`); 4xx/5xx with `{"error": {"status", "parameter",
 "message"}}`. `guard` (optional) decides who may ask: it returns a response to refuse with, or None to go on.
@@ -20,7 +21,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from daemon.answers.answer import PREFIX, Answers, BadRequest, error_body, parse, paths
+from daemon.answers.answer import COMMANDS, PREFIX, Answers, BadRequest, error_body, parse, paths
 from daemon.eventlog.codec import encode_json
 from daemon.obs.logging import get_logger
 
@@ -58,6 +59,30 @@ def add_routes(app: web.Application, answers: Answers, guard: Guard | None = Non
             return _error(e)
         return web.Response(body=got.body, headers={"Content-Type": got.content_type})
 
+    async def simulate(request: web.Request) -> web.StreamResponse:
+        if guard is not None:
+            refused = await guard(request)
+            if refused is not None:
+                return refused
+        params = {name: request.query.getall(name) for name in request.query}
+        try:
+            for name, values in params.items():
+                if name not in COMMANDS["simulate"]:
+                    raise BadRequest(400, name, f"simulate takes no parameter {name!r}; it takes name, format")
+                if len(values) != 1:
+                    raise BadRequest(400, name, f"{name!r} is given {len(values)} times; give it once")
+            fmt = request.query.get("format", "json")
+            if fmt not in ("json", "text"):
+                raise BadRequest(400, "format", f"format must be json or text, got {fmt!r}")
+            body = await request.read()
+            if not body.strip():
+                raise BadRequest(400, "body", "POST the job(s) to try as the body: JOB.yaml")
+            got = await answers.simulate(request.query.get("name", "JOB.yaml"), body, fmt == "text")
+        except BadRequest as e:
+            return _error(e)
+        return web.Response(body=got.body, headers={"Content-Type": got.content_type})
+
+    app.router.add_post(PREFIX + "/simulate", simulate)
     app.router.add_get(PREFIX, handle)
     app.router.add_get(PREFIX + "/{command:explain|history}/{namespace}/{name}", handle)
     app.router.add_get(PREFIX + "/{command:[a-z]+}", handle)

@@ -32,6 +32,7 @@ from daemon import metrics
 from daemon.answers import http as answers_http
 from daemon.answers.answer import PREFIX as ANSWERS_PREFIX
 from daemon.answers.answer import Answers, LiveSeqs
+from daemon.answers.windows import Windows
 from daemon.buildinfo import build_info
 from daemon.domain import events as ev
 from daemon.domain import trust
@@ -323,7 +324,12 @@ class Daemon:
             # The answers API (daemon.answers): the live fold at the present, the file for past moments.
             live_seqs = LiveSeqs()
             recorder.listeners.append(live_seqs.apply)
-            self._answers = Answers(opts.db, state=state, settle=recorder.catch_up, live_seqs=live_seqs)
+            windows = Windows()  # preemptions and usage: built from the file in a thread, then fed live
+            recorder.projections.append(windows.apply)
+            windows.start(opts.db, state, settle=recorder.catch_up)
+            self._answers = Answers(
+                opts.db, state=state, settle=recorder.catch_up, live_seqs=live_seqs, windows=windows
+            )
             self._client = client
             if opts.visibility:  # the front proxy's CA before the HTTPS server starts: its TLS trusts it
                 try:

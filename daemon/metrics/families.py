@@ -119,6 +119,38 @@ LOCAL_QUEUE: tuple[Family, ...] = (
 )
 
 
+# --- issue 26: the preemption ledger's totals and stuck detection (daemon/metrics/answers.py renders them) ---------
+
+ANSWERS_FAMILIES: tuple[Family, ...] = (
+    Family(
+        "admitd_preemption_victims_total",
+        "counter",
+        "Workloads of the ClusterQueue preempted, by the rule (the preemption's reason); the preemption ledger's",
+    ),
+    Family(
+        "admitd_preemption_lost_pod_hours_total",
+        "counter",
+        "Pod-hours the ClusterQueue's preempted workloads had run since their pods started, by rule",
+    ),
+    Family(
+        "admitd_preemption_lost_gpu_hours_total",
+        "counter",
+        "GPU-hours (nvidia.com/gpu, amd.com/gpu) the ClusterQueue's preempted workloads had run, by rule",
+    ),
+    Family(
+        "admitd_pending_unconsidered_since_timestamp_seconds",
+        "gauge",
+        "When the longest-waiting of the ClusterQueue's pending workloads that no admission cycle has evaluated since "
+        "they entered it (created or requeued) entered it; absent when every one has been",
+    ),
+    Family(
+        "admitd_pending_fitting_workloads",
+        "gauge",
+        "Pending workloads of the ClusterQueue whose requests fit its unused nominal quota in one of its flavors now",
+    ),
+)
+
+
 GROUPS: dict[str, tuple[str, ...]] = {
     "config": (
         "kueue_cluster_queue_status",
@@ -154,6 +186,7 @@ LOCAL_QUEUE_FAMILIES = tuple(f.name for f in LOCAL_QUEUE)
 def metric_names() -> set[str]:
     """Every metric family name admitd can expose (for checking dashboards and alert rules against)."""
     names = {f.name for f in (*PER_QUEUE, *COHORT_FAMILIES, *FAIR_SHARING_FAMILIES)} | set(LOCAL_QUEUE_FAMILIES)
+    names |= {f.name for f in ANSWERS_FAMILIES}
     names |= {
         "admitd_events_appended_total",
         "admitd_log_last_seq",

@@ -10,6 +10,7 @@ from daemon.domain.state import State
 from daemon.eventlog import LogReader
 from daemon.views.follow import Following
 from daemon.views.kueue_counters import KueueCounters
+from daemon.views.ledger import Preemptions
 from daemon.views.queues import Queues
 
 
@@ -21,7 +22,8 @@ class FoldedMetrics(Following):
         state = State(pending_indexes=False) if state is None else state  # the metrics never walk the cycle's runs
         self.queues = Queues(state)
         self.counters = KueueCounters(state)
-        super().__init__(state, (self.queues, self.counters))
+        self.ledger = Preemptions(state, entries=False)  # issue 26: the ledger's per-queue totals (metrics/answers.py)
+        super().__init__(state, (self.queues, self.counters, self.ledger))
         self.last_recorded_at: int | None = None
         self._stopped_at_limit = False  # the last `follow` folded exactly its limit (see there)
         self.replay_seconds: float | None = None

@@ -19,6 +19,7 @@ from typing import Any
 from daemon.domain.fairsharing import dominant_resource_share
 from daemon.domain.model import ClusterQueue, FlavorResource, ResourceQuota
 from daemon.domain.quota import Node, QuotaTree
+from daemon.metrics.answers import answers_text
 from daemon.metrics.families import (
     COHORT_FAMILIES,
     FAIR_SHARING_FAMILIES,
@@ -127,6 +128,7 @@ class Renderer:
                 out += self._pieces[fam_name]
         out.append(self._cohorts)
         out.append(self._global(fm).encode())
+        out.append(answers_text(fm.state, fm.ledger, fm.queues.usage).encode())  # issue 26: ledger totals, stuck
         if self.local_queue_metrics:
             for f in LOCAL_QUEUE:
                 out += self._lq_pieces[f.name]

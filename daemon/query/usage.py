@@ -13,7 +13,7 @@ from daemon.eventlog import LogReader
 from daemon.query.ledger import GPU_RESOURCES, MS_PER_HOUR, table
 from daemon.query.moment import Clock, state_at
 from daemon.views.follow import Following
-from daemon.views.usage import Acc, Usage
+from daemon.views.usage import Acc, Usage, flatten, nest
 
 GROUPINGS = ("clusterqueue", "localqueue", "namespace")
 
@@ -35,9 +35,15 @@ def _gpu(acc: Acc) -> float:
 
 
 def usage_json(reader: LogReader, clock: Clock, *, start_ms: int, by: str = "clusterqueue") -> dict[str, Any]:
+    t = usage_since(reader, start_ms).totals(clock.last_ms)
+    return usage_body(t, clock, start_ms=start_ms, until_ms=clock.last_ms, by=by)
+
+
+def usage_body(totals: dict[str, object], clock: Clock, *, start_ms: int, until_ms: int, by: str) -> dict[str, Any]:
+    """The answer from `Usage.totals`' figures of the window (a group whose every figure is zero is left out)."""
     if by not in GROUPINGS:
         raise ValueError(by)
-    t = usage_since(reader, start_ms).totals(clock.last_ms)
+    t = nest(flatten(totals))
     used: dict[str, Acc] = t["used"][by]  # type: ignore[index]
     pod_ms: dict[str, int] = t["pod_ms"][by]  # type: ignore[index]
     borrowed: dict[str, Acc] = t["borrowed"]  # type: ignore[assignment]
@@ -58,7 +64,7 @@ def usage_json(reader: LogReader, clock: Clock, *, start_ms: int, by: str = "clu
         rows[g] = row
     return {
         "since": clock.show(start_ms),
-        "until": clock.show(clock.last_ms),
+        "until": clock.show(until_ms),
         "clock": clock.kind,
         "by": by,
         "usage": rows,

@@ -76,7 +76,9 @@ def add_simulate_parser(sub: Any) -> None:
         metavar="LOG",
         help="dry run: would the jobs of -f be admitted now on this log's state, when, or never (nothing written)",
     )
-    p.add_argument("-f", dest="job_file", type=Path, metavar="JOB.yaml", help="with --against: the job(s) to try")
+    p.add_argument(
+        "-f", dest="job_file", type=Path, metavar="JOB.yaml", help="with --against or --server: the job(s) to try"
+    )
     p.add_argument("--db", type=Path, help="keep the event log in this new file (for `admitd log ...`)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--until", type=_duration, metavar="DURATION", help="stop at this virtual time (e.g. 10m)")
@@ -173,11 +175,15 @@ def _input_problem(path: Path) -> str | None:
 
 def _cmd_simulate(args: argparse.Namespace, on_config: Callable[[EngineConfig], None] | None = None) -> int:
     """`on_config`: told the engine configuration the run uses (the flags applied), before it starts."""
-    if args.against is not None or args.job_file is not None:
+    server = getattr(args, "server", None)  # `admitd simulate --server` (daemon.cli) asks a daemon instead
+    if args.against is not None or args.job_file is not None or server is not None:
         from daemon.sim.dryrun_cli import cmd_dry_run  # noqa: PLC0415  (only the dry run needs it)
 
-        if args.against is None:
-            print("admitd: -f JOB.yaml needs --against LOG: the log whose state to try it on", file=sys.stderr)
+        if args.against is not None and server is not None:
+            print("admitd: --against LOG and --server URL: give one, the state to try the job on", file=sys.stderr)
+            return 2
+        if args.against is None and server is None:
+            print("admitd: -f JOB.yaml needs --against LOG or --server URL: the state to try it on", file=sys.stderr)
             return 2
         return cmd_dry_run(args)
     if args.from_log is not None or args.changes is not None:

@@ -26,6 +26,8 @@ from daemon.domain import events as ev
 from daemon.domain.model import Millis
 from daemon.domain.state import State
 
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")  # summed as "GPU-hours"
+
 
 @dataclass(slots=True, kw_only=True)
 class Preemption:
@@ -94,12 +96,17 @@ def meeting_point(state: State, victim_cq: str, preemptor_cq: str | None) -> tup
 class Preemptions:
     """The ledger: every preemption in log order, each with its cost and, once known, the time until it reran."""
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, *, entries: bool = True) -> None:
+        """`entries=False`: only the per-queue `totals` (the metrics), no entry kept."""
         self.state = state
         self.seq = state.seq
+        self.keep = entries
         self.entries: list[Preemption] = []
         self._ran_from: dict[str, Millis] = {}  # workload -> when its pods were started under its admission
-        self._open: dict[str, int] = {}  # victim -> index of its last preemption not followed by an admission
+        self._open: dict[str, Preemption] = {}  # victim -> its last preemption not followed by an admission
+        # Per (victim's ClusterQueue, rule), over everything applied and never pruned (the per-queue metrics):
+        # [victims, pod-milliseconds lost, GPU milli-units x milliseconds lost].
+        self.totals: dict[tuple[str, str], list[int]] = {}
 
     def started(self, key: str, at: Millis) -> None:
         """`key`'s pods run since `at` (for a ledger begun at a state, not at the log's start)."""
@@ -110,9 +117,9 @@ class Preemptions:
         match event:
             case ev.WorkloadAdmitted(workload=key, at=at):
                 self._ran_from.pop(key, None)
-                i = self._open.pop(key, None)
-                if i is not None:
-                    self.entries[i].rerun_after = at - self.entries[i].at
+                p = self._open.pop(key, None)
+                if p is not None:
+                    p.rerun_after = at - p.at
             case ev.JobUnsuspended(job=key, at=at):
                 rec = self.state.workloads.get(key)
                 if rec is not None and rec.admission is not None and not rec.evicting:
@@ -137,26 +144,46 @@ class Preemptions:
                 for resource, amount in ps.usage.items():
                     lost[resource] = lost.get(resource, 0) + amount * ran
         cohort, level = meeting_point(self.state, event.cluster_queue, event.preemptor_cluster_queue)
-        self._open[event.workload] = len(self.entries)
-        self.entries.append(
-            Preemption(
-                seq=seq,
-                at=event.at,
-                victim=event.workload,
-                victim_cluster_queue=event.cluster_queue,
-                preemptor=event.preemptor,
-                preemptor_cluster_queue=event.preemptor_cluster_queue,
-                rule=event.reason,
-                policy=event.policy,
-                cohort=cohort,
-                level=level,
-                admitted_at=rec.admitted_at if rec is not None else None,
-                ran_from=ran_from,
-                pods=pods,
-                lost_pod_ms=pods * ran,
-                lost=lost,
-            )
+        p = Preemption(
+            seq=seq,
+            at=event.at,
+            victim=event.workload,
+            victim_cluster_queue=event.cluster_queue,
+            preemptor=event.preemptor,
+            preemptor_cluster_queue=event.preemptor_cluster_queue,
+            rule=event.reason,
+            policy=event.policy,
+            cohort=cohort,
+            level=level,
+            admitted_at=rec.admitted_at if rec is not None else None,
+            ran_from=ran_from,
+            pods=pods,
+            lost_pod_ms=pods * ran,
+            lost=lost,
         )
+        if self.keep:
+            self._open[event.workload] = p
+            self.entries.append(p)
+        t = self.totals.setdefault((event.cluster_queue, event.reason), [0, 0, 0])
+        t[0] += 1
+        t[1] += p.lost_pod_ms
+        t[2] += sum(lost.get(r, 0) for r in GPU_RESOURCES)
+
+    def prune(self, before: Millis) -> None:
+        """Forget the preemptions before `before` (their victims' reruns too); `totals` keep counting them."""
+        entries = self.entries
+        n = 0
+        while n < len(entries) and entries[n].at < before:
+            n += 1
+        if n:
+            gone = {id(p) for p in entries[:n]}
+            del entries[:n]
+            for key in [k for k, p in self._open.items() if id(p) in gone]:
+                del self._open[key]
 
     def figures(self) -> object:
-        return (tuple(e.figures() for e in self.entries), tuple(sorted(self._ran_from.items())))
+        return (
+            tuple(e.figures() for e in self.entries),
+            tuple(sorted(self._ran_from.items())),
+            tuple(sorted((k, tuple(v)) for k, v in self.totals.items())),
+        )

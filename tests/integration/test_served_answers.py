@@ -191,7 +191,9 @@ async def test_the_index_lists_every_path(from_file: Served) -> None:
         "/answers/v1/preemptions",
         "/answers/v1/usage",
         "/answers/v1/eta",
+        "/answers/v1/simulate",
     ]
+    assert {p["path"] for p in body["paths"] if p["method"] == "POST"} == {"/answers/v1/simulate"}
 
 
 @pytest.mark.parametrize("scenario", sorted(p.stem for p in SCENARIO.parent.glob("*.yaml")))

@@ -106,6 +106,8 @@ def test_a_reclaim_across_the_tree_costs_the_victims_run_since_its_pods_started_
     assert p.lost_pod_ms == 2 * HOUR  # two pods for one hour
     assert p.lost == {GPU: 8 * 1000 * HOUR}  # eight GPUs for one hour (milli-units x ms)
     assert p.rerun_after == 399_000
+    # The per-queue totals the metrics show: one victim of a, by rule, and what it lost.
+    assert w.ledger.totals == {("a", "InCohortReclamation"): [1, 2 * HOUR, 8 * 1000 * HOUR]}
 
 
 def test_levels_within_a_queue_and_under_one_parent_and_a_victim_that_never_started() -> None:

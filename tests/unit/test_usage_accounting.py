@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from daemon.domain import events as ev
@@ -38,11 +39,11 @@ def _admit(w: _Fed, key: str, cluster_queue: str, at: int, pods: int, gpus_per_p
     w._feed(ev.WorkloadAdmitted(workload=key, at=at, admission=Admission(cluster_queue=cluster_queue, pod_sets=(ps,))))
 
 
-def _history(start: int = 0, *, y_finishes: bool = True) -> _Fed:
+def _history(start: int = 0, *, y_finishes: bool = True, fed: Callable[[int], _Fed] = _Fed) -> _Fed:
     """a and b in Cohort org, 8 GPUs each. x (namespace a, LocalQueue q, 3 pods x 4 GPUs) holds 12 GPUs from 0 to
     2h (its eviction), borrowing 4 of b's unused 8; y (namespace b, LocalQueue other, 1 pod x 8 GPUs) holds 8 from
     2h to 3h, its own nominal."""
-    w = _Fed(start)
+    w = fed(start)
     w.add(flavor("h100"), cohort("org"))
     for name in ("a", "b"):
         w.add(cq(name).cohort("org").flavor("h100", **{GPU: 8}), lq(name, "q", name), lq(name, "other", name))
