@@ -120,6 +120,15 @@ class Renderer:
     ) -> bytes:
         """The whole exposition: what `refresh` leaves, joined, with the global figures, `reader_info`'s and
         `extra` (the live instruments) at the end."""
+        out = self.parts(fm)
+        if reader_info is not None:
+            out.append("".join(reader_info()).encode())
+        out.append(extra)
+        return b"".join(out)
+
+    def parts(self, fm: FoldedMetrics) -> list[bytes]:
+        """`render`'s text before the reader's figures and the live instruments, as the kept pieces (not joined):
+        what must be read where `fm` is folded (`metrics.fed`: on the event loop; the join can be elsewhere)."""
         self.refresh(fm)
         out: list[bytes] = []
         for group_families in GROUPS.values():
@@ -130,10 +139,12 @@ class Renderer:
         if self.local_queue_metrics:
             for f in LOCAL_QUEUE:
                 out += self._lq_pieces[f.name]
-        if reader_info is not None:
-            out.append("".join(reader_info()).encode())
-        out.append(extra)
-        return b"".join(out)
+        return out
+
+    def reading(self, fm: FoldedMetrics) -> None:
+        """`fm` reads another state from now on, equal to the one it read (`views.follow.CatchingUp.hand_over`): the
+        queue objects kept for the labels are that state's."""
+        self._cq_objects = fm.state.cluster_queues
 
     def set_role(self, replica_role: str) -> None:
         """Kueue's `replica_role` label from the next render on (leader, follower, standalone): every label set
