@@ -49,65 +49,69 @@ def test_a_feed_caught_up_and_handed_over_equals_following_the_log(
 ) -> None:
     monkeypatch.setattr("daemon.views.follow.CHUNK", 13)  # many chunks, the lock let go between them
     monkeypatch.setattr(CatchingUp, "BUFFER_LEFT", 5)  # several rounds through the kept events
-    checked = 0
     for seed, db in zip(SEEDS, logs, strict=True):
-        rng = random.Random(seed)
-        events = timed_events(db)
-        last = events[-1][0]
-        start = {"start": 0, "middle": last // 2, "end": last}[where]  # where the live state began (a snapshot)
-        live = State()
-        for seq, _, event in events[:start]:
-            live.apply(event, seq)
-        live_queues = Queues.of(live)
-        now = [0]
-        feed = CatchingUp(db, live, live_queues, lambda: now[0])
-        assert feed.state is not None and feed.queues is not None
-        fed = FedMetrics(db, feed.state, feed.queues, lambda: "leader", local_queue_metrics=True)
-        series = QueueSeries(feed.state, feed.queues)
-        feed.add(fed)
-        feed.add(series)
-        status, body, _ = failed(_not_ready(fed))
-        assert status == 503 and b"not ready" in body
+        check_one(db, random.Random(seed), where)
 
-        def append(upto: int) -> None:
-            """The recorder's order: the feed, the status writer's queues, then the state."""
-            for seq, at, event in events[live.seq : upto]:
-                now[0] = at
-                feed.apply(event, seq)
-                live_queues.apply(event, seq)
-                live.apply(event, seq)
 
-        rest = last - start
-        append(start + rest // 3)  # kept while the catch-up has not begun
-        feed.catch_up()
-        fed.refresh()  # the first render, on the catch-up's own state (as `admitd run` does it in the thread)
-        append(start + 2 * rest // 3)  # kept after the catch-up returned: folded by the hand-over
-        feed.hand_over()
-        assert feed.live and feed.state is None and feed.queues is None  # the second fold is gone
-        assert fed.fm.state is live and fed.fm.queues is live_queues and series.state is live
-        for seq, at, event in events[live.seq :]:
-            now[0] = at
-            feed.apply(event, seq)
-            live_queues.apply(event, seq)
-            live.apply(event, seq)
-            if rng.random() < 0.2:
-                fed.refresh()
-        assert live.seq == last
+class Recorder:
+    """The recorder's order for each event: the feed, the status writer's queues, then the state."""
 
-        follower = LogMetrics(db, local_queue_metrics=True)
-        own = Series()
-        try:
-            assert lines(fed.finish(fed.parts())) == lines(follower.render()), (db.name, where)
-            assert fed.counters.figures() == follower.fm.counters.figures()
-            with LogReader(db) as reader:
-                assert own.follow(reader) == last
-            assert series.figures() == own.figures()
-            assert series.plot("cq-0", now[0]) == own.plot("cq-0", now[0])
-        finally:
-            follower.close()
-            fed.close()
-        checked += 1
-    assert checked == len(SEEDS)
+    def __init__(self, events: list[tuple[int, int, Event]], live: State, queues: Queues) -> None:
+        self.events, self.live, self.queues = events, live, queues
+        self.now = 0
+        self.feed: CatchingUp | None = None
+
+    def append(self, upto: int, refresh: FedMetrics | None = None, rng: random.Random | None = None) -> None:
+        assert self.feed is not None
+        for seq, at, event in self.events[self.live.seq : upto]:
+            self.now = at
+            self.feed.apply(event, seq)
+            self.queues.apply(event, seq)
+            self.live.apply(event, seq)
+            if refresh is not None and rng is not None and rng.random() < 0.2:
+                refresh.refresh()  # the daemon's periodic render, between events
+
+
+def check_one(db: Path, rng: random.Random, where: str) -> None:
+    events = timed_events(db)
+    last = events[-1][0]
+    start = {"start": 0, "middle": last // 2, "end": last}[where]  # where the live state began (a snapshot)
+    live = State()
+    for seq, _, event in events[:start]:
+        live.apply(event, seq)
+    recorder = Recorder(events, live, Queues.of(live))
+    feed = recorder.feed = CatchingUp(db, live, recorder.queues, lambda: recorder.now)
+    assert feed.state is not None and feed.queues is not None
+    fed = FedMetrics(db, feed.state, feed.queues, lambda: "leader", local_queue_metrics=True)
+    series = QueueSeries(feed.state, feed.queues)
+    feed.add(fed)
+    feed.add(series)
+    status, body, _ = failed(_not_ready(fed))
+    assert status == 503 and b"not ready" in body
+
+    rest = last - start
+    recorder.append(start + rest // 3)  # kept while the catch-up has not begun
+    feed.catch_up()
+    fed.refresh()  # the first render, on the catch-up's own state (as `admitd run` does it in the thread)
+    recorder.append(start + 2 * rest // 3)  # kept after the catch-up returned: folded by the hand-over
+    feed.hand_over()
+    assert feed.live and feed.state is None and feed.queues is None  # the second fold is gone
+    assert fed.fm.state is live and fed.fm.queues is recorder.queues and series.state is live
+    recorder.append(last, fed, rng)
+    assert live.seq == last
+
+    follower = LogMetrics(db, local_queue_metrics=True)
+    own = Series()
+    try:
+        assert lines(fed.finish(fed.parts())) == lines(follower.render()), (db.name, where)
+        assert fed.counters.figures() == follower.fm.counters.figures()
+        with LogReader(db) as reader:
+            assert own.follow(reader) == last
+        assert series.figures() == own.figures()
+        assert series.plot("cq-0", recorder.now) == own.plot("cq-0", recorder.now)
+    finally:
+        follower.close()
+        fed.close()
 
 
 def _not_ready(fed: FedMetrics) -> Exception:
