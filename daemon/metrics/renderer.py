@@ -5,8 +5,8 @@ figures are `views.queues` (usage, pending, admitted, activity) and `views.kueue
 Exposition is rendered here rather than by `prometheus_client.generate_latest`: that took 1.4 s for 52,000 samples
 on the development machine (1,000 ClusterQueues x 3 priority classes of histograms), against a 50 ms target. The
 text of each (metric, ClusterQueue) and (metric, LocalQueue) is kept and rendered again only when an event touched
-that queue, and `admitd run` does that rendering in a background thread as events come (`LogMetrics(follow_every=
-...)`), so that a scrape joins kept text (5 ms for 1,000 ClusterQueues, bench/RESULTS.md). One `Renderer` per
+that queue, and that rendering is done as events come (`admitd run`: on its event loop, `metrics.fed`; a log file's
+reader: in a thread, `LogMetrics(follow_every=...)`), so that a scrape joins kept text (5 ms for 1,000 ClusterQueues, bench/RESULTS.md). One `Renderer` per
 `FoldedMetrics`: a render consumes the fold's dirty marks.
 """
 
@@ -163,7 +163,7 @@ class Renderer:
     def refresh(self, fm: FoldedMetrics) -> None:
         """Render again what changed since the last call (the queues `fm` marked dirty, all after a configuration
         change): the work of a render minus the join, so that a process can do it as events arrive rather than
-        when it is scraped (`LogMetrics(follow_every=...)`)."""
+        when it is scraped (`FedMetrics.refresh`, `LogMetrics(follow_every=...)`)."""
         state = fm.state
         config = fm.config_changed or self._tree is None  # another renderer may have seen the change first
         if config:
