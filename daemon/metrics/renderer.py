@@ -6,8 +6,8 @@ Exposition is rendered here rather than by `prometheus_client.generate_latest`: 
 on the development machine (1,000 ClusterQueues x 3 priority classes of histograms), against a 50 ms target. The
 text of each (metric, ClusterQueue) and (metric, LocalQueue) is kept and rendered again only when an event touched
 that queue, and that rendering is done as events come (`admitd run`: on its event loop, `metrics.fed`; a log file's
-reader: in a thread, `LogMetrics(follow_every=...)`), so that a scrape joins kept text (5 ms for 1,000 ClusterQueues, bench/RESULTS.md). One `Renderer` per
-`FoldedMetrics`: a render consumes the fold's dirty marks.
+reader: in a thread, `LogMetrics(follow_every=...)`), so that a scrape joins kept text (5 ms for 1,000
+ClusterQueues, bench/RESULTS.md). One `Renderer` per `FoldedMetrics`: a render consumes the fold's dirty marks.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from daemon.domain.fairsharing import dominant_resource_share
 from daemon.domain.model import ClusterQueue, FlavorResource, ResourceQuota
 from daemon.domain.quota import Node, QuotaTree
+from daemon.domain.reasons import NO_RESERVATION
 from daemon.metrics.families import (
     COHORT_FAMILIES,
     FAIR_SHARING_FAMILIES,
@@ -258,8 +259,8 @@ class Renderer:
                 f'kueue_pending_workloads{{{base},status="inadmissible"}} {counts.inadmissible}\n'
             ).encode(),
             "kueue_unadmitted_workloads": "".join(
-                f'kueue_unadmitted_workloads{{{base},reason="{r}",underlying_cause=""}} {n}\n'
-                for r, n in counts.by_reason
+                f'kueue_unadmitted_workloads{{{base},reason="{NO_RESERVATION}",underlying_cause="{cause}"}} {n}\n'
+                for cause, n in ctx.fm.queues.unadmitted(name)
             ).encode(),
         }
 
