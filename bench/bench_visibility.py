@@ -6,10 +6,11 @@ The state is a live fold (`State.apply`) of one ClusterQueue with `--local-queue
 Jobs (three priorities, creation times spread), plus 29 other ClusterQueues with 100 pending each so that the fold
 is not that one queue alone. Measured, each the median (and max) of `--runs`, after one uncounted warm-up:
 
-- `build`: `daemon.kube.visibility.cluster_queue_pending` on `State.view()`, the response as the daemon builds it;
-- `build+json`: that and its serialization (`encode_json`), what the server does per request; also "cold", with
-  `visibility._REFS` (each row's metadata, kept from one request to the next) emptied before each run, which the
-  daemon avoids by making each row's metadata when its Job is observed (`remember_us_per_row`: that cost per Job);
+- `answer`: `daemon.kube.visibility.pending_json` on `State.view()`, the body the server sends, what it does per
+  request (each row assembled from its metadata's JSON, kept from one request to the next); also "cold", with
+  `visibility._REFS` emptied before each run (every row's metadata made and encoded afresh), which the daemon
+  avoids by making each row's metadata when its Job is observed (`remember_us_per_row`: that cost per Job);
+  `cpu_ms` beside each: the process's CPU time of the same requests (the machine is shared; wall time is not);
 - `https`: the whole round trip to an aiohttp HTTPS server with `daemon.kube.visibility_http`'s routes (TLS trusting
   a front-proxy CA, the client presenting its certificate and X-Remote-User, the SubjectAccessReview answered from
   the Authorizer's cache, as after the first request) in this process, a client on the same loop;
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import gc
 import json
 import ssl
 import statistics
@@ -43,7 +45,6 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from daemon.domain import events as ev
 from daemon.domain.model import ClusterQueue, LabelSelector, LocalQueue, PodSet, PriorityClass, Workload
 from daemon.domain.state import State
-from daemon.eventlog.codec import encode_json
 from daemon.kube import certs
 from daemon.kube import visibility as vis
 from daemon.kube import visibility_http as vh
@@ -88,12 +89,18 @@ def fold(depth: int, local_queues: int) -> State:
 
 def timed(work: Callable[[], object], runs: int) -> dict[str, float]:
     work()  # warm-up, not counted
-    times = []
+    times, cpu = [], []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         work()
         times.append((time.perf_counter() - t0) * 1000)
-    return {"median_ms": round(statistics.median(times), 2), "max_ms": round(max(times), 2)}
+        cpu.append((time.process_time() - c0) * 1000)
+    return {
+        "median_ms": round(statistics.median(times), 2),
+        "max_ms": round(max(times), 2),
+        "cpu_median_ms": round(statistics.median(cpu), 2),
+        "cpu_max_ms": round(max(cpu), 2),
+    }
 
 
 def _ca_and_client(at: Path) -> tuple[bytes, tuple[str, str]]:
@@ -192,16 +199,16 @@ def main() -> None:
     state = fold(args.depth, args.local_queues)
     folded_s = time.perf_counter() - t0
     depth = args.depth
-    cases: dict[str, Callable[[], dict[str, Any]]] = {
-        "whole list (limit=depth)": lambda: vis.cluster_queue_pending(state.view(), CQ, limit=depth),
-        "default page (1,000)": lambda: vis.cluster_queue_pending(state.view(), CQ),
-        "deep page (last 100)": lambda: vis.cluster_queue_pending(state.view(), CQ, limit=100, offset=depth - 100),
-        "one LocalQueue (whole)": lambda: vis.local_queue_pending(state.view(), f"ns-{CQ}", "q0", limit=depth),
+    cases: dict[str, Callable[[], bytes]] = {
+        "whole list (limit=depth)": lambda: vis.cluster_queue_pending_json(state.view(), CQ, limit=depth),
+        "default page (1,000)": lambda: vis.cluster_queue_pending_json(state.view(), CQ),
+        "deep page (last 100)": lambda: vis.cluster_queue_pending_json(state.view(), CQ, limit=100, offset=depth - 100),
+        "one LocalQueue (whole)": lambda: vis.local_queue_pending_json(state.view(), f"ns-{CQ}", "q0", limit=depth),
     }
 
     def cold() -> bytes:
         vis._REFS.clear()  # as for a queue's first request: every row's metadata made afresh
-        return encode_json(vis.cluster_queue_pending(state.view(), CQ, limit=depth))
+        return vis.cluster_queue_pending_json(state.view(), CQ, limit=depth)
 
     result: dict[str, Any] = {
         "depth": depth,
@@ -209,10 +216,13 @@ def main() -> None:
         "pending_in_fold": sum(len(v) for v in state.view().pending_by_cq.values()),
         "fold_s": round(folded_s, 1),
         "runs": args.runs,
-        "build": {k: timed(f, args.runs) for k, f in cases.items()},
-        "build+json": {k: timed(lambda f=f: encode_json(f()), args.runs) for k, f in cases.items()},  # type: ignore[misc]
+        "answer": {k: timed(f, args.runs) for k, f in cases.items()},
     }
-    result["build+json"]["whole list, cold (no metadata cached)"] = timed(cold, args.runs)
+    result["answer"]["whole list, cold (no metadata cached)"] = timed(cold, args.runs)
+    vis._REFS.clear()
+    gc.disable()
+    result["answer"]["whole list, cold, collector paused (how much is GC)"] = timed(cold, args.runs)
+    gc.enable()
     vis._REFS.clear()
     t0 = time.perf_counter()
     prepared = vh.remember_pending(state.view())  # what admitd run --visibility does at start (and per Job observed)
