@@ -7,8 +7,8 @@ Usage:
   python -m bench.bench_fold memory --db LOG --layout before|after [--ui] [--trace]
       one process: the log replayed as `admitd run` replays it (newest snapshot + tail), the status writer's
       `Queues`, then the metrics (and with --ui the plots) as each layout builds them, every text rendered once.
-      Prints the process's resident memory (VmRSS now, VmHWM its peak) and with --trace tracemalloc's current
-      and peak bytes (slower).
+      Prints the process's resident memory (VmRSS now, VmHWM its peak, VmRSS after glibc's malloc_trim gave the
+      freed heap back) and with --trace tracemalloc's current and peak bytes (slower).
   python -m bench.bench_fold cpu --db LOG [--runs 5] [--events 120000] [--refresh-every 2000]
       in one process, alternating: the first --events events folded into a fresh State as the Recorder does it,
       with the projection main's recorder feeds (`Queues`, off), with the live views as well (on), and with the
@@ -25,6 +25,8 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import gc
 import json
 import statistics
@@ -92,6 +94,11 @@ def memory(db: Path, layout: str, ui: bool, trace: bool) -> dict[str, Any]:
         "built_in_s": round(seconds, 1),
         **{k.lower(): v for k, v in _status().items()},
     }
+    # What was freed (the catch-up's own state) stays in the C heap, counted in VmRSS, until malloc gives it back.
+    libc = ctypes.util.find_library("c")
+    if libc is not None and hasattr(ctypes.CDLL(libc), "malloc_trim"):
+        ctypes.CDLL(libc).malloc_trim(0)
+        out["vmrss_after_malloc_trim"] = _status()["VmRSS"]
     if trace:
         current, peak = tracemalloc.get_traced_memory()
         out["traced_current"], out["traced_peak"] = current, peak

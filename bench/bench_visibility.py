@@ -17,6 +17,10 @@ is not that one queue alone. Measured, each the median (and max) of `--runs`, af
 - for the whole list (`limit=depth`), Kueue's default page (no limit: 1,000) and a deep page (`offset=depth-100,
   limit=100`), and one LocalQueue's list (a tenth of the rows, the whole queue walked).
 
+With `--baseline FILE` (another commit's visibility module: `git show REV:daemon/kube/visibility.py > FILE`), the
+whole list cold and kept is also answered by that module's `encode_json(cluster_queue_pending(...))`, the two
+alternating, CPU time per request, and the two bodies checked equal (`baseline`).
+
 Prints one JSON object.
 """
 
@@ -26,6 +30,7 @@ import argparse
 import asyncio
 import datetime as dt
 import gc
+import importlib.util
 import json
 import ssl
 import statistics
@@ -45,6 +50,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from daemon.domain import events as ev
 from daemon.domain.model import ClusterQueue, LabelSelector, LocalQueue, PodSet, PriorityClass, Workload
 from daemon.domain.state import State
+from daemon.eventlog.codec import encode_json
 from daemon.kube import certs
 from daemon.kube import visibility as vis
 from daemon.kube import visibility_http as vh
@@ -189,11 +195,49 @@ async def over_https(state: State, paths: dict[str, str], runs: int) -> dict[str
         return out
 
 
+def against(path: Path, state: State, depth: int, runs: int) -> dict[str, Any]:
+    """The whole list by this module and by the one at `path`, cold and kept, alternating: CPU ms per request."""
+    spec = importlib.util.spec_from_file_location("baseline_visibility", path)
+    assert spec is not None and spec.loader is not None
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+
+    def cpu(work: Callable[[], object]) -> float:
+        c0 = time.process_time()
+        work()
+        return (time.process_time() - c0) * 1000
+
+    def old_cold() -> bytes:
+        old._REFS.clear()
+        return encode_json(old.cluster_queue_pending(state.view(), CQ, limit=depth))
+
+    def new_cold() -> bytes:
+        vis._REFS.clear()
+        return vis.cluster_queue_pending_json(state.view(), CQ, limit=depth)
+
+    def old_kept() -> bytes:
+        return encode_json(old.cluster_queue_pending(state.view(), CQ, limit=depth))
+
+    def new_kept() -> bytes:
+        return vis.cluster_queue_pending_json(state.view(), CQ, limit=depth)
+
+    assert old_cold() == new_cold() and old_kept() == new_kept()  # the same bytes
+    cases = {"baseline_cold": old_cold, "cold": new_cold, "baseline_kept": old_kept, "kept": new_kept}
+    got: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(runs):
+        for k, work in cases.items():
+            got[k].append(cpu(work))
+    return {
+        k: {"cpu_median_ms": round(statistics.median(v), 1), "cpu_max_ms": round(max(v), 1)} for k, v in got.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--depth", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--local-queues", type=int, default=10)
+    parser.add_argument("--baseline", type=Path, help="another commit's daemon/kube/visibility.py, to pair with")
     args = parser.parse_args()
     t0 = time.perf_counter()
     state = fold(args.depth, args.local_queues)
@@ -235,6 +279,8 @@ def main() -> None:
         "one LocalQueue (whole)": f"{vis.ROOT}/namespaces/ns-{CQ}/localqueues/q0/pendingworkloads?limit={depth}",
     }
     result["https"] = asyncio.run(over_https(state, paths, args.runs))
+    if args.baseline is not None:
+        result["baseline"] = against(args.baseline, state, depth, args.runs)
     result["target"] = "whole list under 200 ms"
     print(json.dumps(result, indent=2))
 
