@@ -11,7 +11,8 @@ Usage:
       freed heap back) and with --trace tracemalloc's current and peak bytes (slower).
   python -m bench.bench_fold cpu --db LOG [--runs 5] [--events 120000] [--refresh-every 2000]
       in one process, alternating: the first --events events folded into a fresh State as the Recorder does it,
-      with the projection main's recorder feeds (`Queues`, off), with the live views as well (on), and with the
+      with the projection main's recorder feeds (`Queues`, off), with the metrics' counters as well (`admitd run`
+      without --ui), with the counters and the plots' series (on, `admitd run --ui`), and with the
       metrics' text rendered every --refresh-every events as `admitd run` does every 2 s (on+render); and, for the
       process's whole CPU, the second fold that the views replace (`FoldedMetrics` with its renders, and the web
       series' own fold). Medians, per event, ratios pair by pair.
@@ -171,11 +172,13 @@ def cpu(db: Path, runs: int, n: int, refresh_every: int) -> dict[str, Any]:
     fold(events[:2000], True, refresh_every)  # warm the caches of both paths once
     fold(events[:2000], False)
     off: list[float] = []
+    metrics_only: list[float] = []
     on: list[float] = []
     rendered: list[float] = []
     second: list[float] = []
     for _ in range(runs):  # alternating, so that a drift of the machine's speed hits every side alike
         off.append(fold(events, False))
+        metrics_only.append(fold(events, True, ui=False))
         on.append(fold(events, True))
         rendered.append(fold(events, True, refresh_every))
         second.append(second_fold(events, refresh_every, ui=True))
@@ -198,17 +201,20 @@ def cpu(db: Path, runs: int, n: int, refresh_every: int) -> dict[str, Any]:
         "refresh_every": refresh_every,
         "cpu_s_median": {
             "recorder_off": round(med(off), 3),
+            "recorder_on_metrics_only": round(med(metrics_only), 3),
             "recorder_on": round(med(on), 3),
             "recorder_on_with_renders": round(med(rendered), 3),
             "main_second_and_third_fold": round(med(second), 3),
         },
         "per_event_us": {
             "recorder_off": us(off),
+            "recorder_on_metrics_only": us(metrics_only),
             "recorder_on": us(on),
             "recorder_on_with_renders": us(rendered),
             "main_second_and_third_fold": us(second),
             "main_process_total": us(before_total),
         },
+        "ratio_on_metrics_only_off": ratio(metrics_only, off),
         "ratio_on_off": ratio(on, off),
         "ratio_on_with_renders_off": ratio(rendered, off),
         "ratio_process_after_before": ratio(rendered, before_total),
