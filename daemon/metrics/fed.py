@@ -64,6 +64,7 @@ class FedMetrics:
         fm = self.fm
         fm.state = fm.counters.state = state
         fm.queues = queues
+        fm.projections = (queues, fm.counters)  # nothing may keep the catch-up's own state alive
         self.renderer.reading(fm)
         self.ready = True
 

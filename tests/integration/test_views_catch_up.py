@@ -11,7 +11,9 @@ the events of the log after the live state's start, as a restarted daemon's reco
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 from pathlib import Path
 
 import pytest
@@ -89,13 +91,16 @@ def check_one(db: Path, rng: random.Random, where: str) -> None:
     status, body, _ = failed(_not_ready(fed))
     assert status == 503 and b"not ready" in body
 
+    scratch = weakref.ref(feed.state)
     rest = last - start
     recorder.append(start + rest // 3)  # kept while the catch-up has not begun
     feed.catch_up()
     fed.refresh()  # the first render, on the catch-up's own state (as `admitd run` does it in the thread)
     recorder.append(start + 2 * rest // 3)  # kept after the catch-up returned: folded by the hand-over
     feed.hand_over()
-    assert feed.live and feed.state is None and feed.queues is None  # the second fold is gone
+    assert feed.live and feed.state is None and feed.queues is None
+    gc.collect()
+    assert scratch() is None  # the second fold is gone: nothing keeps the catch-up's state alive
     assert fed.fm.state is live and fed.fm.queues is recorder.queues and series.state is live
     recorder.append(last, fed, rng)
     assert live.seq == last
