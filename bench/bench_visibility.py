@@ -6,15 +6,20 @@ The state is a live fold (`State.apply`) of one ClusterQueue with `--local-queue
 Jobs (three priorities, creation times spread), plus 29 other ClusterQueues with 100 pending each so that the fold
 is not that one queue alone. Measured, each the median (and max) of `--runs`, after one uncounted warm-up:
 
-- `build`: `daemon.kube.visibility.cluster_queue_pending` on `State.view()`, the response as the daemon builds it;
-- `build+json`: that and its serialization (`encode_json`), what the server does per request; also "cold", with
-  `visibility._REFS` (each row's metadata, kept from one request to the next) emptied before each run, which the
-  daemon avoids by making each row's metadata when its Job is observed (`remember_us_per_row`: that cost per Job);
+- `answer`: `daemon.kube.visibility.pending_json` on `State.view()`, the body the server sends, what it does per
+  request (each row assembled from its metadata's JSON, kept from one request to the next); also "cold", with
+  `visibility._REFS` emptied before each run (every row's metadata made and encoded afresh), which the daemon
+  avoids by making each row's metadata when its Job is observed (`remember_us_per_row`: that cost per Job);
+  `cpu_ms` beside each: the process's CPU time of the same requests (the machine is shared; wall time is not);
 - `https`: the whole round trip to an aiohttp HTTPS server with `daemon.kube.visibility_http`'s routes (TLS trusting
   a front-proxy CA, the client presenting its certificate and X-Remote-User, the SubjectAccessReview answered from
   the Authorizer's cache, as after the first request) in this process, a client on the same loop;
 - for the whole list (`limit=depth`), Kueue's default page (no limit: 1,000) and a deep page (`offset=depth-100,
   limit=100`), and one LocalQueue's list (a tenth of the rows, the whole queue walked).
+
+With `--baseline FILE` (another commit's visibility module: `git show REV:daemon/kube/visibility.py > FILE`), the
+whole list cold and kept is also answered by that module's `encode_json(cluster_queue_pending(...))`, the two
+alternating, CPU time per request, and the two bodies checked equal (`baseline`).
 
 Prints one JSON object.
 """
@@ -24,6 +29,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import gc
+import importlib.util
 import json
 import ssl
 import statistics
@@ -88,12 +95,18 @@ def fold(depth: int, local_queues: int) -> State:
 
 def timed(work: Callable[[], object], runs: int) -> dict[str, float]:
     work()  # warm-up, not counted
-    times = []
+    times, cpu = [], []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         work()
         times.append((time.perf_counter() - t0) * 1000)
-    return {"median_ms": round(statistics.median(times), 2), "max_ms": round(max(times), 2)}
+        cpu.append((time.process_time() - c0) * 1000)
+    return {
+        "median_ms": round(statistics.median(times), 2),
+        "max_ms": round(max(times), 2),
+        "cpu_median_ms": round(statistics.median(cpu), 2),
+        "cpu_max_ms": round(max(cpu), 2),
+    }
 
 
 def _ca_and_client(at: Path) -> tuple[bytes, tuple[str, str]]:
@@ -182,26 +195,64 @@ async def over_https(state: State, paths: dict[str, str], runs: int) -> dict[str
         return out
 
 
+def against(path: Path, state: State, depth: int, runs: int) -> dict[str, Any]:
+    """The whole list by this module and by the one at `path`, cold and kept, alternating: CPU ms per request."""
+    spec = importlib.util.spec_from_file_location("baseline_visibility", path)
+    assert spec is not None and spec.loader is not None
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+
+    def cpu(work: Callable[[], object]) -> float:
+        c0 = time.process_time()
+        work()
+        return (time.process_time() - c0) * 1000
+
+    def old_cold() -> bytes:
+        old._REFS.clear()
+        return encode_json(old.cluster_queue_pending(state.view(), CQ, limit=depth))
+
+    def new_cold() -> bytes:
+        vis._REFS.clear()
+        return vis.cluster_queue_pending_json(state.view(), CQ, limit=depth)
+
+    def old_kept() -> bytes:
+        return encode_json(old.cluster_queue_pending(state.view(), CQ, limit=depth))
+
+    def new_kept() -> bytes:
+        return vis.cluster_queue_pending_json(state.view(), CQ, limit=depth)
+
+    assert old_cold() == new_cold() and old_kept() == new_kept()  # the same bytes
+    cases = {"baseline_cold": old_cold, "cold": new_cold, "baseline_kept": old_kept, "kept": new_kept}
+    got: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(runs):
+        for k, work in cases.items():
+            got[k].append(cpu(work))
+    return {
+        k: {"cpu_median_ms": round(statistics.median(v), 1), "cpu_max_ms": round(max(v), 1)} for k, v in got.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--depth", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--local-queues", type=int, default=10)
+    parser.add_argument("--baseline", type=Path, help="another commit's daemon/kube/visibility.py, to pair with")
     args = parser.parse_args()
     t0 = time.perf_counter()
     state = fold(args.depth, args.local_queues)
     folded_s = time.perf_counter() - t0
     depth = args.depth
-    cases: dict[str, Callable[[], dict[str, Any]]] = {
-        "whole list (limit=depth)": lambda: vis.cluster_queue_pending(state.view(), CQ, limit=depth),
-        "default page (1,000)": lambda: vis.cluster_queue_pending(state.view(), CQ),
-        "deep page (last 100)": lambda: vis.cluster_queue_pending(state.view(), CQ, limit=100, offset=depth - 100),
-        "one LocalQueue (whole)": lambda: vis.local_queue_pending(state.view(), f"ns-{CQ}", "q0", limit=depth),
+    cases: dict[str, Callable[[], bytes]] = {
+        "whole list (limit=depth)": lambda: vis.cluster_queue_pending_json(state.view(), CQ, limit=depth),
+        "default page (1,000)": lambda: vis.cluster_queue_pending_json(state.view(), CQ),
+        "deep page (last 100)": lambda: vis.cluster_queue_pending_json(state.view(), CQ, limit=100, offset=depth - 100),
+        "one LocalQueue (whole)": lambda: vis.local_queue_pending_json(state.view(), f"ns-{CQ}", "q0", limit=depth),
     }
 
     def cold() -> bytes:
         vis._REFS.clear()  # as for a queue's first request: every row's metadata made afresh
-        return encode_json(vis.cluster_queue_pending(state.view(), CQ, limit=depth))
+        return vis.cluster_queue_pending_json(state.view(), CQ, limit=depth)
 
     result: dict[str, Any] = {
         "depth": depth,
@@ -209,10 +260,13 @@ def main() -> None:
         "pending_in_fold": sum(len(v) for v in state.view().pending_by_cq.values()),
         "fold_s": round(folded_s, 1),
         "runs": args.runs,
-        "build": {k: timed(f, args.runs) for k, f in cases.items()},
-        "build+json": {k: timed(lambda f=f: encode_json(f()), args.runs) for k, f in cases.items()},  # type: ignore[misc]
+        "answer": {k: timed(f, args.runs) for k, f in cases.items()},
     }
-    result["build+json"]["whole list, cold (no metadata cached)"] = timed(cold, args.runs)
+    result["answer"]["whole list, cold (no metadata cached)"] = timed(cold, args.runs)
+    vis._REFS.clear()
+    gc.disable()
+    result["answer"]["whole list, cold, collector paused (how much is GC)"] = timed(cold, args.runs)
+    gc.enable()
     vis._REFS.clear()
     t0 = time.perf_counter()
     prepared = vh.remember_pending(state.view())  # what admitd run --visibility does at start (and per Job observed)
@@ -225,6 +279,8 @@ def main() -> None:
         "one LocalQueue (whole)": f"{vis.ROOT}/namespaces/ns-{CQ}/localqueues/q0/pendingworkloads?limit={depth}",
     }
     result["https"] = asyncio.run(over_https(state, paths, args.runs))
+    if args.baseline is not None:
+        result["baseline"] = against(args.baseline, state, depth, args.runs)
     result["target"] = "whole list under 200 ms"
     print(json.dumps(result, indent=2))
 

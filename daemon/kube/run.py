@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -64,7 +64,12 @@ from daemon.stages.ingest import Ingest
 from daemon.stages.ports import Inbox, Observed, Outcome, WallClock
 from daemon.stages.recorder import Recorder
 from daemon.stages.runner import StageCrashed, run_concurrently
+from daemon.views.follow import CatchingUp
 from daemon.views.queues import Queues
+from daemon.views.series import QueueSeries
+
+if TYPE_CHECKING:
+    from daemon.web.server import WebView
 
 log = get_logger("admitd.run")
 
@@ -196,6 +201,9 @@ class Daemon:
         self._client: KubeClient | None = None  # for the web view's TokenReviews and SubjectAccessReviews (--ui)
         self._front_proxy: visibility_http.FrontProxy | None = None  # with --visibility
         self._view: Callable[[], ClusterView] | None = None
+        self._feed: CatchingUp | None = None  # the views counting from the log's first event, fed live once caught up
+        self._series: QueueSeries | None = None  # with --ui: the web view's plots' series, one of them
+        self._web_view: WebView | None = None
 
     async def run(self) -> int:
         opts = self.options
@@ -240,6 +248,26 @@ class Daemon:
                 queues=Queues.of(state),  # the replayed state's figures, then fed live
             )
             recorder.projections.append(status.queues.apply)
+            # What counts from the log's first event (Kueue's counters on /metrics; with --ui the plots' series) is
+            # folded from the log once, in a worker thread, then fed by the recorder on the daemon's own state and
+            # queue figures: one fold in the process (views.follow.CatchingUp). Fed before the status writer's
+            # queues, so that the series reads the usage as of each event.
+            feed = CatchingUp(opts.db, state, status.queues, lambda: recorder.recorded_at)
+            assert feed.state is not None and feed.queues is not None
+            fed = metrics.FedMetrics(
+                opts.db,
+                feed.state,
+                feed.queues,
+                self._replica_role,
+                local_queue_metrics=opts.local_queue_metrics,
+                fair_sharing=opts.engine.fair_sharing,
+            )
+            feed.add(fed)
+            if opts.ui:
+                self._series = QueueSeries(feed.state, feed.queues)
+                feed.add(self._series)
+            recorder.projections.insert(0, feed.apply)
+            self._feed = feed
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)
             cluster = KubeCluster(client, partial(trust.sign, key), requests_in_flight=opts.actuation_parallelism)
@@ -342,7 +370,7 @@ class Daemon:
                 kept = visibility_http.remember_pending(state.view())
                 recorder.listeners.append(visibility_http.remember_observed)
                 log.info("visibility API: pending rows prepared", rows=kept)
-            web_runner = await self._serve_health(opts)
+            web_runner = await self._serve_health(opts, fed)
             self._new_jobs = webhook.new_job_policy(opts.engine.jobs, state)
             self._validate = partial(
                 guard.validation_response, admitd=admitd_users, policy=self._new_jobs, held=state.workloads.__contains__
@@ -367,6 +395,7 @@ class Daemon:
                 others.append(("lead", self._lead(client, opts, elector, admit, actuate, status, all_jobs)))
                 others.append(("certificate", self._renew_certificate(client, opts)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
+                others.append(("views", self._keep_views(feed, fed)))
                 due = {"actuate": actuate.next_due, "admit": admit.next_due}
                 await run_concurrently(stages, clock, others=others, due=due)
             except asyncio.CancelledError:
@@ -387,9 +416,11 @@ class Daemon:
                 if self.stopping:  # a clean stop gives the Lease up: the next daemon need not wait for it
                     with contextlib.suppress(asyncio.CancelledError):
                         await elector.release()
+                feed.stop()
                 await web_runner.cleanup()
                 await webhook_runner.cleanup()
                 self._answers.close()
+                fed.close()
         log.info("stopped", seq=state.seq, api_requests=client.requests, status_requests=status_client.requests)
         return 0
 
@@ -464,16 +495,39 @@ class Daemon:
         await event.wait()
         await work()
 
-    async def _serve_health(self, opts: RunOptions) -> web.AppRunner:
-        from daemon.metrics import LogMetrics, scrape  # noqa: PLC0415
+    async def _keep_views(self, feed: CatchingUp, fed: metrics.FedMetrics) -> None:
+        """Catch the feed's views up with the log in a worker thread (the metrics' first render with them), hand
+        them over to the live state, then render the metrics' text as events come, every METRICS_REFRESH_S, so
+        that a scrape only renders the last moments' queues and joins the text."""
+        started = time.perf_counter()
 
-        log_metrics = LogMetrics(
-            opts.db,
-            replica_role=self._replica_role,
-            local_queue_metrics=opts.local_queue_metrics,
-            fair_sharing=opts.engine.fair_sharing,
-            follow_every=2.0,
-        ).start()  # folds and renders in the background, so that a scrape only joins the text
+        def catch_up() -> int:
+            n = feed.catch_up()
+            with feed.lock:
+                fed.refresh()  # everything rendered here, not on the event loop
+            return n
+
+        folded = await asyncio.to_thread(catch_up)
+        feed.hand_over()
+        if self._web_view is not None:
+            self._web_view.series_ready.set()
+        log.info(
+            "views caught up: fed live from now on",
+            events=folded,
+            seq=feed.live_state.seq,
+            seconds=round(time.perf_counter() - started, 3),
+        )
+        while True:
+            await asyncio.sleep(METRICS_REFRESH_S)
+            fed.refresh()
+
+    async def _serve_health(self, opts: RunOptions, fed: metrics.FedMetrics) -> web.AppRunner:
+        async def scrape_fed() -> tuple[int, bytes, str]:
+            try:
+                parts = fed.parts()  # where the state is folded: on the event loop
+            except Exception as e:  # a scrape must answer, and say why it failed
+                return metrics.failed(e)
+            return await asyncio.to_thread(metrics.scrape, partial(fed.finish, parts))
 
         async def healthz(_: web.Request) -> web.Response:
             return web.Response(text="ok")
@@ -482,7 +536,7 @@ class Daemon:
             return web.Response(text="ready" if self.ready else "not ready", status=200 if self.ready else 503)
 
         async def answer(_: web.Request) -> web.Response:
-            status, body, content_type = await asyncio.to_thread(scrape, log_metrics.render)
+            status, body, content_type = await scrape_fed()
             return web.Response(body=body, status=status, headers={"Content-Type": content_type})
 
         self._scrape = answer
@@ -512,7 +566,19 @@ class Daemon:
         from daemon.web.server import WebView  # noqa: PLC0415
 
         assert self._answers is not None and self._client is not None
-        view = WebView(opts.db, self._answers, KubePolicy(self._client), root="/ui", background_every_s=UI_BACKGROUND_S)
+        assert self._feed is not None
+        view = WebView(
+            opts.db,
+            self._answers,
+            KubePolicy(self._client),
+            root="/ui",
+            background_every_s=UI_BACKGROUND_S,
+            series=self._series,  # fed by the recorder (`_keep_views` sets series_ready at the hand-over)
+            series_lock=self._feed.lock,
+        )
+        if self._feed.live:
+            view.series_ready.set()
+        self._web_view = view
         view.add_routes(app)
         log.info("serving the web view at /ui/", https=opts.metrics_auth)
 
@@ -730,6 +796,7 @@ async def _own_username(client: KubeClient, configured: tuple[str, ...]) -> str:
         ) from e
 
 
+METRICS_REFRESH_S = 2.0  # the metrics' text rendered as events come, at most this long after them
 UI_BACKGROUND_S = 600.0  # the web view's whole-log answers (estimates, preemptions): at most every 10 min in a daemon
 
 

@@ -22,8 +22,10 @@ from collections.abc import Mapping
 from itertools import islice
 from typing import Any
 
+import msgspec
+
 from daemon.domain.model import Workload
-from daemon.domain.view import ClusterView, PendingWorkload
+from daemon.domain.view import ClusterView
 from daemon.kube.status_objects import owner_kind, rfc3339, workload_name
 
 GROUP = "visibility.kueue.x-k8s.io"
@@ -94,88 +96,101 @@ def options(params: Mapping[str, list[str]]) -> tuple[int, int]:
     return got["limit"] or DEFAULT_LIMIT, got["offset"]
 
 
-_REFS: dict[tuple[str, str, str, str, int], tuple[str, Obj]] = {}
-"""`workload_ref`'s answers, by what they are made of. A pending row's metadata is the same from one request to the
-next, and making it (a SHA-1, a formatted time) was 3/4 of a 10,000-row list's time (bench/bench_visibility.py).
-Dropped whole when it grows past `REFS_BOUND` (jobs long gone, or a backlog deeper than it: then it is made again):
-about 740 bytes an entry, so 37 MB at most. The dicts are shared: nothing may change them."""
+_REFS: dict[tuple[str, str, str, str, int], bytes] = {}
+"""`remember`'s answers, by what they are made of: each pending row's metadata as JSON text. It is the same from one
+request to the next, and making it (a SHA-1, a formatted time) was 3/4 of a 10,000-row list's time
+(bench/bench_visibility.py). Kept as bytes, not dicts: 10,000 kept dicts (and the 30,000 inside them) made the
+cyclic garbage collector walk the fold's heap during a list, and their JSON was encoded again at every request; bytes
+are neither tracked by the collector nor encoded again. Dropped whole when it grows past `REFS_BOUND` (jobs long
+gone, or a backlog deeper than it: then it is made again): about 500 bytes an entry, so 25 MB at most."""
 REFS_BOUND = 50_000
 
-
-def workload_ref(p: PendingWorkload) -> tuple[str, Obj]:
-    """The Workload's name as admitd writes it (`status_objects.workload_name`, Kueue's) and its pending item's
-    metadata: name, namespace, creationTimestamp (the Job's creation: the Workload is made from it at once) and
-    the owner reference to the Job. The same metadata object for the same workload (`_REFS`): read-only."""
-    return remember(p.workload)
+_encode = msgspec.json.Encoder(order="sorted").encode  # the server's encoder (`codec.encode_json`): same bytes
 
 
-def remember(wl: Workload) -> tuple[str, Obj]:
-    """`workload_ref` of a workload, made now and kept: `admitd run --visibility` calls it for each Job it observes
-    and for every pending one at start, so that no list has to make its rows' metadata (a cold 10,000-row list took
-    about 250 ms, a kept one 42)."""
-    key = (wl.kind, wl.namespace, wl.name, wl.uid, wl.created_at)
-    got = _REFS.get(key)
-    if got is not None:
-        return got
+def _metadata(wl: Workload) -> Obj:
     api_version, group = owner_kind(wl.kind)
     name = workload_name(wl.name, wl.uid, wl.kind, group)
-    got = (
-        name,
-        {
-            "name": name,
-            "namespace": wl.namespace,
-            "creationTimestamp": rfc3339(wl.created_at),
-            "ownerReferences": [{"apiVersion": api_version, "kind": wl.kind, "name": wl.name, "uid": wl.uid}],
-        },
-    )
-    if len(_REFS) >= REFS_BOUND:
-        _REFS.clear()
-    _REFS[key] = got
-    return got
-
-
-def _item(p: PendingWorkload, position_in_cq: int, position_in_lq: int) -> Obj:
     return {
-        "metadata": workload_ref(p)[1],
-        "priority": p.priority,
-        "localQueueName": p.local_queue.partition("/")[2],
-        "positionInClusterQueue": position_in_cq,
-        "positionInLocalQueue": position_in_lq,
+        "name": name,
+        "namespace": wl.namespace,
+        "creationTimestamp": rfc3339(wl.created_at),
+        "ownerReferences": [{"apiVersion": api_version, "kind": wl.kind, "name": wl.name, "uid": wl.uid}],
     }
 
 
-def summary(items: list[Obj]) -> Obj:
-    return {"kind": SUMMARY_KIND, "apiVersion": API_VERSION, "metadata": {}, "items": items}
+def remember(wl: Workload) -> bytes:
+    """A pending item's metadata as JSON (sorted keys, as the server encodes): the Workload's name as admitd writes
+    it (`status_objects.workload_name`, Kueue's), namespace, creationTimestamp (the Job's creation: the Workload is
+    made from it at once) and the owner reference to the Job. Made once and kept (`_REFS`): `admitd run
+    --visibility` calls it for each Job it observes and for every pending one at start, so that no list has to
+    make its rows' metadata."""
+    key = (wl.kind, wl.namespace, wl.name, wl.uid, wl.created_at)
+    got = _REFS.get(key)
+    if got is None:
+        got = _encode(_metadata(wl))
+        if len(_REFS) >= REFS_BOUND:
+            _REFS.clear()
+        _REFS[key] = got
+    return got
 
 
-def cluster_queue_pending(view: ClusterView, name: str, limit: int = DEFAULT_LIMIT, offset: int = 0) -> Obj:
-    """`clusterqueues/NAME/pendingworkloads`: rows offset..offset+limit of the ClusterQueue's pending order."""
+_ITEM = b'{"localQueueName":%b,"metadata":%b,"positionInClusterQueue":%d,"positionInLocalQueue":%d,"priority":%d}'
+_SUMMARY = (
+    b'{"apiVersion":' + _encode(API_VERSION) + b',"items":[',
+    b'],"kind":' + _encode(SUMMARY_KIND) + b',"metadata":{}}',
+)
+
+
+class _Names:
+    """Each LocalQueue's `localQueueName` as JSON, made once per request."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, bytes] = {}
+
+    def __call__(self, local_queue: str) -> bytes:
+        got = self._made.get(local_queue)
+        if got is None:
+            got = self._made[local_queue] = _encode(local_queue.partition("/")[2])
+        return got
+
+
+def _summary(items: list[bytes]) -> bytes:
+    return _SUMMARY[0] + b",".join(items) + _SUMMARY[1]
+
+
+def cluster_queue_pending_json(view: ClusterView, name: str, limit: int = DEFAULT_LIMIT, offset: int = 0) -> bytes:
+    """`clusterqueues/NAME/pendingworkloads` as the server sends it: rows offset..offset+limit of the ClusterQueue's
+    pending order, each assembled from its kept metadata (no dict is made per row)."""
     if name not in view.cluster_queues:
         raise not_found("clusterqueue", name)
     rows = view.pending_by_cq.get(name)
-    items: list[Obj] = []
+    items: list[bytes] = []
     if rows:
         per_lq: dict[str, int] = {}
+        lq_name = _Names()
         for index, p in enumerate(islice(rows, offset + limit)):
             lq = p.local_queue
             position_in_lq = per_lq.get(lq, 0)
             per_lq[lq] = position_in_lq + 1
             if index >= offset:
-                items.append(_item(p, index, position_in_lq))
-    return summary(items)
+                items.append(_ITEM % (lq_name(lq), remember(p.workload), index, position_in_lq, p.priority))
+    return _summary(items)
 
 
-def local_queue_pending(
+def local_queue_pending_json(
     view: ClusterView, namespace: str, name: str, limit: int = DEFAULT_LIMIT, offset: int = 0
-) -> Obj:
-    """`namespaces/NS/localqueues/NAME/pendingworkloads`: the LocalQueue's rows of its ClusterQueue's order, with
-    their positions in the ClusterQueue. A LocalQueue whose ClusterQueue does not exist has none (as Kueue's)."""
+) -> bytes:
+    """`namespaces/NS/localqueues/NAME/pendingworkloads` as the server sends it: the LocalQueue's rows of its
+    ClusterQueue's order, with their positions in the ClusterQueue. A LocalQueue whose ClusterQueue does not exist
+    has none (as Kueue's)."""
     key = f"{namespace}/{name}"
     lq = view.local_queues.get(key)
     if lq is None:
         raise not_found("localqueue", name)
-    items: list[Obj] = []
+    items: list[bytes] = []
     skipped = 0
+    encoded = _encode(name)
     for index, p in enumerate(view.pending_by_cq.get(lq.cluster_queue) or ()):
         if len(items) >= limit:
             break
@@ -184,8 +199,29 @@ def local_queue_pending(
         if skipped < offset:
             skipped += 1
         else:
-            items.append(_item(p, index, len(items) + offset))
-    return summary(items)
+            items.append(_ITEM % (encoded, remember(p.workload), index, len(items) + offset, p.priority))
+    return _summary(items)
+
+
+_decode = msgspec.json.Decoder().decode
+
+
+def cluster_queue_pending(view: ClusterView, name: str, limit: int = DEFAULT_LIMIT, offset: int = 0) -> Obj:
+    """`cluster_queue_pending_json`'s answer as objects."""
+    got: Obj = _decode(cluster_queue_pending_json(view, name, limit, offset))
+    return got
+
+
+def local_queue_pending(
+    view: ClusterView, namespace: str, name: str, limit: int = DEFAULT_LIMIT, offset: int = 0
+) -> Obj:
+    """`local_queue_pending_json`'s answer as objects."""
+    got: Obj = _decode(local_queue_pending_json(view, namespace, name, limit, offset))
+    return got
+
+
+def summary(items: list[Obj]) -> Obj:
+    return {"kind": SUMMARY_KIND, "apiVersion": API_VERSION, "metadata": {}, "items": items}
 
 
 # --- discovery: what the aggregator and kubectl read before they ask -------------------------------------------
@@ -250,10 +286,19 @@ def route(path: str) -> tuple[str, str | None, str] | None:
     return None
 
 
-def pending(view: ClusterView, resource: str, namespace: str | None, name: str, params: Mapping[str, list[str]]) -> Obj:
-    """The answer to a routed request (`route`): the summary, or a VisibilityError to render as a Status."""
+def pending_json(
+    view: ClusterView, resource: str, namespace: str | None, name: str, params: Mapping[str, list[str]]
+) -> bytes:
+    """The answer to a routed request (`route`) as the server sends it: the summary's JSON, or a VisibilityError to
+    render as a Status."""
     limit, offset = options(params)
     if resource == "clusterqueues":
-        return cluster_queue_pending(view, name, limit, offset)
+        return cluster_queue_pending_json(view, name, limit, offset)
     assert namespace is not None
-    return local_queue_pending(view, namespace, name, limit, offset)
+    return local_queue_pending_json(view, namespace, name, limit, offset)
+
+
+def pending(view: ClusterView, resource: str, namespace: str | None, name: str, params: Mapping[str, list[str]]) -> Obj:
+    """`pending_json`'s answer as objects."""
+    got: Obj = _decode(pending_json(view, resource, namespace, name, params))
+    return got

@@ -274,7 +274,8 @@ def add_routes(
                 raise vis.bad_request(f"{path} takes no query parameters")
             return _json(discovery[path]())
         params = {name: request.query.getall(name) for name in request.query}
-        return _json(vis.pending(view(), *routed, params))
+        body = vis.pending_json(view(), *routed, params)  # assembled from each row's kept JSON
+        return web.Response(body=body, status=200, content_type="application/json")
 
     async def handle(request: web.Request) -> web.Response:
         started, status = time.perf_counter(), 500

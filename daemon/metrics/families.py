@@ -23,7 +23,9 @@ PER_QUEUE: tuple[Family, ...] = (
     Family(
         "kueue_unadmitted_workloads",
         "gauge",
-        "Pending workloads per ClusterQueue, by the reason they wait (in Kueue since v0.19, not in v0.17)",
+        "Pending workloads per ClusterQueue, by the Admitted condition's reason (NoReservation) and, as the "
+        "underlying cause, the QuotaReserved condition's (WaitingForQuota, ExceedsMaxQuota, NoMatchingFlavor, "
+        "Misconfigured, Suspended, PendingEvaluation, ...; in Kueue since v0.19, not in v0.17)",
     ),
     Family("kueue_admitted_active_workloads", "gauge", "Admitted workloads that hold quota now"),
     Family("kueue_reserving_active_workloads", "gauge", "Workloads reserving quota now (admitd: the admitted ones)"),

@@ -5,9 +5,9 @@ figures are `views.queues` (usage, pending, admitted, activity) and `views.kueue
 Exposition is rendered here rather than by `prometheus_client.generate_latest`: that took 1.4 s for 52,000 samples
 on the development machine (1,000 ClusterQueues x 3 priority classes of histograms), against a 50 ms target. The
 text of each (metric, ClusterQueue) and (metric, LocalQueue) is kept and rendered again only when an event touched
-that queue, and `admitd run` does that rendering in a background thread as events come (`LogMetrics(follow_every=
-...)`), so that a scrape joins kept text (5 ms for 1,000 ClusterQueues, bench/RESULTS.md). One `Renderer` per
-`FoldedMetrics`: a render consumes the fold's dirty marks.
+that queue, and that rendering is done as events come (`admitd run`: on its event loop, `metrics.fed`; a log file's
+reader: in a thread, `LogMetrics(follow_every=...)`), so that a scrape joins kept text (5 ms for 1,000
+ClusterQueues, bench/RESULTS.md). One `Renderer` per `FoldedMetrics`: a render consumes the fold's dirty marks.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from daemon.domain.fairsharing import dominant_resource_share
 from daemon.domain.model import ClusterQueue, FlavorResource, ResourceQuota
 from daemon.domain.quota import Node, QuotaTree
+from daemon.domain.reasons import NO_RESERVATION
 from daemon.metrics.answers import answers_text
 from daemon.metrics.families import (
     COHORT_FAMILIES,
@@ -121,6 +122,15 @@ class Renderer:
     ) -> bytes:
         """The whole exposition: what `refresh` leaves, joined, with the global figures, `reader_info`'s and
         `extra` (the live instruments) at the end."""
+        out = self.parts(fm)
+        if reader_info is not None:
+            out.append("".join(reader_info()).encode())
+        out.append(extra)
+        return b"".join(out)
+
+    def parts(self, fm: FoldedMetrics) -> list[bytes]:
+        """`render`'s text before the reader's figures and the live instruments, as the kept pieces (not joined):
+        what must be read where `fm` is folded (`metrics.fed`: on the event loop; the join can be elsewhere)."""
         self.refresh(fm)
         out: list[bytes] = []
         for group_families in GROUPS.values():
@@ -132,10 +142,12 @@ class Renderer:
         if self.local_queue_metrics:
             for f in LOCAL_QUEUE:
                 out += self._lq_pieces[f.name]
-        if reader_info is not None:
-            out.append("".join(reader_info()).encode())
-        out.append(extra)
-        return b"".join(out)
+        return out
+
+    def reading(self, fm: FoldedMetrics) -> None:
+        """`fm` reads another state from now on, equal to the one it read (`views.follow.CatchingUp.hand_over`): the
+        queue objects kept for the labels are that state's."""
+        self._cq_objects = fm.state.cluster_queues
 
     def set_role(self, replica_role: str) -> None:
         """Kueue's `replica_role` label from the next render on (leader, follower, standalone): every label set
@@ -154,7 +166,7 @@ class Renderer:
     def refresh(self, fm: FoldedMetrics) -> None:
         """Render again what changed since the last call (the queues `fm` marked dirty, all after a configuration
         change): the work of a render minus the join, so that a process can do it as events arrive rather than
-        when it is scraped (`LogMetrics(follow_every=...)`)."""
+        when it is scraped (`FedMetrics.refresh`, `LogMetrics(follow_every=...)`)."""
         state = fm.state
         config = fm.config_changed or self._tree is None  # another renderer may have seen the change first
         if config:
@@ -249,8 +261,8 @@ class Renderer:
                 f'kueue_pending_workloads{{{base},status="inadmissible"}} {counts.inadmissible}\n'
             ).encode(),
             "kueue_unadmitted_workloads": "".join(
-                f'kueue_unadmitted_workloads{{{base},reason="{r}",underlying_cause=""}} {n}\n'
-                for r, n in counts.by_reason
+                f'kueue_unadmitted_workloads{{{base},reason="{NO_RESERVATION}",underlying_cause="{cause}"}} {n}\n'
+                for cause, n in ctx.fm.queues.unadmitted(name)
             ).encode(),
         }
 

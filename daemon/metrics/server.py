@@ -17,10 +17,15 @@ def scrape(render: Callable[[], bytes]) -> tuple[int, bytes, str]:
     (`MetricsNotReady`, scrape again), 500 saying why rendering failed."""
     try:
         return 200, render(), CONTENT_TYPE
-    except MetricsNotReady as e:
-        return 503, f"{e}\n".encode(), "text/plain; charset=utf-8"
     except Exception as e:  # a scrape must answer, and say why it failed
-        return 500, f"rendering metrics failed: {e}\n".encode(), "text/plain; charset=utf-8"
+        return failed(e)
+
+
+def failed(e: Exception) -> tuple[int, bytes, str]:
+    """The answer of a scrape whose rendering raised `e`: 503 for `MetricsNotReady`, else 500 saying why."""
+    if isinstance(e, MetricsNotReady):
+        return 503, f"{e}\n".encode(), "text/plain; charset=utf-8"
+    return 500, f"rendering metrics failed: {e}\n".encode(), "text/plain; charset=utf-8"
 
 
 def serve(address: tuple[str, int], render: Callable[[], bytes]) -> http.server.ThreadingHTTPServer:

@@ -57,6 +57,7 @@ class Recorder:
         # a projection reads the record as of the event, as it does when it follows the log (`views.follow`).
         self.projections: list[Projection] = []
         self.appended = 0
+        self.recorded_at = 0  # the recorded_at of the batch being appended (the store writes it with each event)
         self._unawaited: dict[int, tuple[asyncio.Future[list[int]], int]] = {}  # first seq -> (future, count)
         self._snapshotting = False
         self._last_snapshot_seq = state.seq
@@ -74,7 +75,8 @@ class Recorder:
             # other under load may never leave. New batches wait for the ones in flight (and the snapshot).
             await self.catch_up()
         first = self.store.expected_seq
-        future = self.store.submit(items, recorded_at=self.clock.now())
+        self.recorded_at = self.clock.now()  # what the projections fed with each event's time read (`views.follow`)
+        future = self.store.submit(items, recorded_at=self.recorded_at)
         apply, listeners, projections = self.state.apply, self.listeners, self.projections
         for offset, (event, _) in enumerate(items):
             for project in projections:

@@ -143,7 +143,35 @@ class KueueCounters:
         self.seq = seq
         self.events_by_type[event.TYPE] = self.events_by_type.get(event.TYPE, 0) + 1
         state = self.state
+        # The most frequent events first (pending reasons, observed jobs, suspensions: 3 in 4 of a busy log): a
+        # `match` tries its cases in order, and this runs for every event the recorder appends (bench/bench_fold.py).
         match event:
+            case ev.WorkloadPending(workload=key, cluster_queue=cq):
+                rec = state.workloads.get(key)
+                if rec is not None and rec.workload.queue_name is not None:
+                    self.lq_dirty.add(f"{rec.workload.namespace}/{rec.workload.queue_name}")
+                if cq is not None:
+                    self.dirty.add((cq, "pending"))
+            case ev.JobObserved(workload=wl):
+                # The queues it leaves (as folded so far) and the ones it joins (as the event says) may change.
+                rec = state.workloads.get(wl.key)
+                if rec is not None:
+                    old_wl = rec.workload
+                    old_lq = f"{old_wl.namespace}/{old_wl.queue_name}" if old_wl.queue_name is not None else None
+                    if old_lq is not None:
+                        self.lq_dirty.add(old_lq)
+                    if rec.admission is not None:
+                        self.dirty.add((rec.admission.cluster_queue, "pending"))
+                    elif old_lq is not None and (via := state.local_queues.get(old_lq)) is not None:
+                        self.dirty.add((via.cluster_queue, "pending"))
+                if wl.queue_name is not None:
+                    lq_key = f"{wl.namespace}/{wl.queue_name}"
+                    self.lq_dirty.add(lq_key)
+                    lq = state.local_queues.get(lq_key)
+                    if lq is not None:
+                        self.dirty.add((lq.cluster_queue, "pending"))
+            case ev.JobUnsuspended() | ev.JobSuspended() | ev.ChainBreakAccepted():
+                pass
             case ev.WorkloadAdmitted(workload=key, at=at, admission=adm):
                 rec = state.workloads.get(key)
                 if rec is not None and rec.phase is Phase.PENDING:
@@ -217,27 +245,9 @@ class KueueCounters:
                         self._touch(cq, "pending", "admitted", "finishes")
                 self._queued_at.pop(key, None)
                 self._preempt_reason.pop(key, None)
-            case ev.WorkloadPending(workload=key, cluster_queue=cq):
-                self._touch_lq(key)
-                if cq is not None:
-                    self._touch(cq, "pending")
             case ev.ActuationFailed(permanent=permanent):
                 k = "true" if permanent else "false"
                 self.actuation_failures[k] = self.actuation_failures.get(k, 0) + 1
-            case ev.JobObserved(workload=wl):
-                # The queues it leaves (as folded so far) and the ones it joins (as the event says) may change.
-                self._touch_lq(wl.key)
-                old = self._cq_of(wl.key)
-                if old is not None:
-                    self._touch(old, "pending")
-                if wl.queue_name is not None:
-                    lq_key = f"{wl.namespace}/{wl.queue_name}"
-                    self.lq_dirty.add(lq_key)
-                    lq = state.local_queues.get(lq_key)
-                    if lq is not None:
-                        self._touch(lq.cluster_queue, "pending")
-            case ev.JobUnsuspended() | ev.JobSuspended() | ev.ChainBreakAccepted():
-                pass
             case ev.PriorityClassObserved() | ev.PriorityClassDeleted() | ev.JobPodsNotCreated():
                 pass
             case _:

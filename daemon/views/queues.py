@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from daemon.domain import events as ev
+from daemon.domain import reasons
 from daemon.domain.model import ClusterQueue, FlavorResource, Milli, PendingReasonKind, StopPolicy
 from daemon.domain.quota import UNLIMITED, Node, QuotaTree
 from daemon.domain.state import Phase, State
@@ -226,6 +227,28 @@ class Queues:
                         why = kind.value if isinstance(kind, PendingReasonKind) else str(kind)
                         reasons[why] = reasons.get(why, 0) + len(run)
         return PendingCounts(active + inadmissible, active, inadmissible, tuple(sorted(reasons.items())))
+
+    def unadmitted(self, name: str) -> tuple[tuple[str, int], ...]:
+        """Kueue's `kueue_unadmitted_workloads` of the ClusterQueue (v0.19, pkg/cache/queue/unadmitted_workloads.go):
+        its pending workloads by `underlying_cause`, the reason of the `QuotaReserved=False` condition Kueue (and
+        admitd's status writer, `domain.reasons`) gives each one: `PendingEvaluation` before a cycle has evaluated
+        it, `WaitingForPreemptedWorkloads` while its victims go, else its last reason's; sorted by cause. Every one
+        has the `reason` `NoReservation` (the Admitted condition's; admitd has no admission checks)."""
+        view = self.state.view()
+        index = view.pending_index.get(name) if view.pending_index is not None else None
+        causes: dict[str, int] = {}
+        if index is None:
+            return ()
+        if index.sticky:
+            cause = reasons.quota_reserved_reason(_WAITING)
+            causes[cause] = len(index.sticky)
+        for by_reason in index.groups.values():
+            for coarse, run in by_reason.items():
+                kind = None if coarse is None else coarse[0]
+                assert kind is None or isinstance(kind, PendingReasonKind), kind
+                cause = reasons.quota_reserved_reason(kind)
+                causes[cause] = causes.get(cause, 0) + len(run)
+        return tuple(sorted(causes.items()))
 
     def resources(
         self,

@@ -34,6 +34,7 @@ from daemon.eventlog.codec import encode_json
 from daemon.obs.logging import get_logger
 from daemon.query.listing import pending_entries
 from daemon.query.moment import Clock, Moment, QueryError, clock_of, parse_time
+from daemon.views.series import QueueSeries
 from daemon.web import render
 from daemon.web.policy import TOKEN_COOKIE, Everyone, Policy, Viewer
 from daemon.web.series import Series
@@ -110,17 +111,26 @@ class WebView:
         root: str = "/ui",
         live: bool = True,
         background_every_s: float = BACKGROUND_EVERY_S,
+        series: QueueSeries | None = None,
+        series_lock: threading.Lock | None = None,
     ) -> None:
         """`background_every_s`: how often the whole-log answers (estimated starts, preemptions) are computed again
         while the log grows; each is a fold of the whole log in a worker thread (minutes on a log of a million
-        events, bench/RESULTS.md), so a daemon, whose admission loop shares the process, asks it seldom."""
+        events, bench/RESULTS.md), so a daemon, whose admission loop shares the process, asks it seldom.
+
+        `series`: the plots' series fed by someone else (`admitd run --ui`: by the recorder, `views.follow.CatchingUp`,
+        whose `lock` is `series_lock`; it sets `series_ready` at the hand-over), instead of one folded here."""
         self.db = db
         self.answers = answers
         self.policy: Policy = policy if policy is not None else Everyone()
         self.root = root.rstrip("/")
         self.live = live  # a log being written (the daemon's): the present is now
-        self.series = Series()
-        self._series_lock = threading.Lock()
+        self._own: Series | None = None  # the series folded here (`follow`)
+        if series is None:
+            self._own = series = Series()
+        self.series: QueueSeries = series
+        self._fed = self._own is None  # the daemon's: not folded here, at its live state once `series_ready`
+        self._series_lock = threading.Lock() if series_lock is None else series_lock
         self._reader: LogReader | None = None
         self._series_reader: LogReader | None = None
         self._follower: asyncio.Task[None] | None = None
@@ -151,7 +161,7 @@ class WebView:
         with self._series_lock:
             if self._series_reader is None:
                 self._series_reader = LogReader(self.db)
-            return self.series.follow(self._series_reader, limit=FOLLOW_CHUNK)
+            return self._own.follow(self._series_reader, limit=FOLLOW_CHUNK) if self._own is not None else 0
 
     async def follow(self) -> None:
         """Keep the plots' series up to the log's end (a task for the server's life)."""
@@ -240,9 +250,12 @@ class WebView:
                 return None
             if clock.last_seq != self.series.seq:
                 return None
-            seqs = self.series.seqs.seqs(reader, self.series.seq)
+            own = self._own
+            if own is None:
+                return None
+            seqs = own.seqs.seqs(reader, own.seq)
             try:
-                got = pending_entries(self.series.state, clock, name, seqs, limit=render.MAX_ROWS)
+                got = pending_entries(own.state, clock, name, seqs, limit=render.MAX_ROWS)
             except QueryError:
                 return None
             rows = got.get(name, [])
@@ -265,7 +278,10 @@ class WebView:
                 if self.live
                 else Moment(clock.last_seq, clock.last_ms)
             )
-            return render_answer(q, reader, clock, moment, self.series.state, moment.recorded_at, self.series.seqs)
+            own = self._own
+            if own is None:
+                return None
+            return render_answer(q, reader, clock, moment, own.state, moment.recorded_at, own.seqs)
 
     async def _viewer(self, request: web.Request) -> Viewer | web.StreamResponse:
         got = await self.policy.viewer(request)
@@ -387,7 +403,7 @@ class WebView:
         """Each ClusterQueue's pending workloads by reason at the log's end, from the series' fold (its pending
         index: no row is read), or None while the series is behind the log."""
         with self._series_lock:
-            if self.series.seq != head:
+            if not self.series_ready.is_set() if self._fed else self.series.seq != head:
                 return None
             q = self.series.queues
             return {cq: dict(q.pending_counts(cq).by_reason) for cq in self.series.state.cluster_queues}
@@ -512,7 +528,8 @@ class WebView:
         app.router.add_static(r + "/static", STATIC, append_version=False)
 
         async def start(_: web.Application) -> None:
-            self._follower = asyncio.get_running_loop().create_task(self.follow())
+            if not self._fed:
+                self._follower = asyncio.get_running_loop().create_task(self.follow())
 
         async def stop(_: web.Application) -> None:
             if self._follower is not None:

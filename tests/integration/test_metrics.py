@@ -23,6 +23,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.domain.model import Admission
+from daemon.domain.reasons import quota_reserved_reason
 from daemon.eventlog import LogReader, codec
 from daemon.metrics import FoldedMetrics, LogMetrics, Renderer, metric_names
 from daemon.query.moment import state_at
@@ -102,12 +103,21 @@ def check_against_state(got: Samples, reader: LogReader, seq: int) -> None:
         assert value(got, "kueue_pending_workloads", cluster_queue=name, status="active") + value(
             got, "kueue_pending_workloads", cluster_queue=name, status="inadmissible"
         ) == len(pending)
-        reasons: dict[str, int] = {}
+        causes: dict[str, int] = {}  # Kueue's QuotaReserved reason of each pending workload (`domain.reasons`)
         for p in pending:
-            if p.last_reason is not None:
-                reasons[p.last_reason.kind.value] = reasons.get(p.last_reason.kind.value, 0) + 1
-        for why, n in reasons.items():
-            assert value(got, "kueue_unadmitted_workloads", cluster_queue=name, reason=why, underlying_cause="") == n
+            cause = quota_reserved_reason(p.last_reason.kind if p.last_reason is not None else None)
+            causes[cause] = causes.get(cause, 0) + 1
+        for cause, n in causes.items():
+            assert (
+                value(
+                    got,
+                    "kueue_unadmitted_workloads",
+                    cluster_queue=name,
+                    reason="NoReservation",
+                    underlying_cause=cause,
+                )
+                == n
+            ), (name, cause)
         usage: dict[tuple[str, str], int] = {}
         for aw in admitted.values():
             for fr, v in aw.admission.usage().items():

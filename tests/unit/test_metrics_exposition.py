@@ -22,7 +22,7 @@ from daemon.metrics.families import GROUPS, PER_QUEUE
 from daemon.metrics.renderer import GROUP_TEXT, _Context
 from daemon.metrics.text import CONTENT_TYPE, esc, num, rename
 from daemon.views.kueue_counters import ADMISSION_WAIT_BUCKETS, WAIT_BUCKETS
-from tests.unit.builders import World, cohort, cq, flavor, job, lq, namespace
+from tests.unit.builders import World, cohort, cq, flavor, job, lq, namespace, taint
 from tests.unit.test_admission import cycle
 
 
@@ -67,7 +67,7 @@ def test_admissions_and_finishes_move_the_gauges_counters_and_kueues_wait_bucket
     assert value(got, "kueue_admitted_active_workloads", cluster_queue="a") == 1
     assert value(got, "kueue_cluster_queue_resource_usage", cluster_queue="a", flavor="h100") == 2
     assert value(got, "kueue_pending_workloads", cluster_queue="a", status="inadmissible") == 1
-    assert value(got, "kueue_unadmitted_workloads", cluster_queue="a", reason="WaitingForQuota") == 1
+    assert value(got, "kueue_unadmitted_workloads", cluster_queue="a", underlying_cause="WaitingForQuota") == 1
     assert value(got, "kueue_admitted_workloads_total", cluster_queue="a", priority_class="") == 1
     # Kueue v0.17's buckets: 1, 2.5, 5, ... 40960 s (16) for the admission wait, ... 10240 s (14) for the quota
     # reservation's; the wait from creation (0) to the cycle's NOW.
@@ -110,6 +110,44 @@ def test_a_clusterqueue_that_cannot_admit_is_pending_on_metrics_as_in_its_view(
     assert value(got, "kueue_admitted_active_workloads", cluster_queue="a") == 0
     counts = w.fm.queues.pending_counts("a")
     assert value(got, "kueue_pending_workloads", cluster_queue="a", status="inadmissible") == counts.inadmissible == 1
+
+
+def test_unadmitted_workloads_are_counted_by_kueues_underlying_cause_under_the_reason_no_reservation() -> None:
+    """Kueue v0.19's kueue_unadmitted_workloads{cluster_queue,reason,underlying_cause}: `reason` is the Admitted
+    condition's (NoReservation: no quota reserved), `underlying_cause` the QuotaReserved condition's granular reason,
+    as the status writer puts it on each Workload (`domain.reasons`)."""
+    w = base()
+    w.add(
+        flavor("spot", taints=[taint("spot")]),
+        lq("default", "s", "stopped"),
+        lq("default", "t", "tainted"),
+        cq("a").flavor("h100", gpu=8),
+        cq("tainted").flavor("spot", gpu=8),
+        cq("stopped").flavor("h100", gpu=8).stop(),
+        job("runs").gpus(2).at(0),
+        job("full").gpus(8).at(0),
+        job("also-full").gpus(7).at(0),
+        job("huge").gpus(16).at(0),
+        job("picky").queue("t").gpus(1).at(0),  # tolerates no taint of the only flavor
+        job("held").queue("s").gpus(1).at(0),
+    )
+    w.apply(cycle(w))
+    w.add(job("late").gpus(1).at(5))  # not evaluated by a cycle yet
+    got = samples(Renderer().render(w.fm).decode())
+    found = {
+        (dict(lab)["cluster_queue"], dict(lab)["reason"], dict(lab)["underlying_cause"]): v
+        for (n, lab), v in got.items()
+        if n == "kueue_unadmitted_workloads"
+    }
+    assert found == {
+        ("a", "NoReservation", "WaitingForQuota"): 2,
+        ("a", "NoReservation", "ExceedsMaxQuota"): 1,
+        ("tainted", "NoReservation", "NoMatchingFlavor"): 1,
+        ("a", "NoReservation", "PendingEvaluation"): 1,
+        ("stopped", "NoReservation", "Suspended"): 1,
+    }
+    for name in ("a", "stopped", "tainted"):  # every pending workload once, as kueue_pending_workloads counts them
+        assert sum(v for (q, _, _), v in found.items() if q == name) == w.fm.queues.pending_counts(name).total
 
 
 def test_each_group_renders_its_own_families_only() -> None:

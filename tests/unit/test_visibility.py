@@ -4,6 +4,7 @@ each against a result worked out by hand from Kueue's REST storage rules."""
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -13,6 +14,7 @@ import pytest
 from daemon.domain import events as ev
 from daemon.domain.model import ClusterQueue, LabelSelector, LocalQueue, PriorityClass
 from daemon.domain.state import State
+from daemon.eventlog.codec import encode_json
 from daemon.kube import visibility as vis
 from daemon.kube.status_objects import rfc3339
 from tests.samples import workload
@@ -164,7 +166,7 @@ def test_routes_and_discovery() -> None:
 
 
 def test_the_metadata_kept_between_requests_is_the_workloads_own() -> None:
-    """`workload_ref` keeps each row's metadata (vis._REFS): a second answer is the same, and a Job recreated under
+    """`remember` keeps each row's metadata (vis._REFS): a second answer is the same, and a Job recreated under
     its name (a new uid) gets its own Workload name, as Kueue's."""
     state = world()
     vis._REFS.clear()
@@ -192,3 +194,22 @@ def test_creation_timestamps_are_written_as_strftime_writes_them() -> None:
         *(rng.randrange(-(10**11), 4 * 10**12) for _ in range(20_000)),
     ]:
         assert rfc3339(ms) == datetime.fromtimestamp(ms // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), ms
+
+
+def test_the_served_bytes_are_the_canonical_json_of_the_answer_made_afresh_or_from_kept_rows() -> None:
+    """The server sends `pending_json` as is (each row assembled from its kept metadata's JSON): it must be what
+    encoding the answer's objects gives (`codec.encode_json`, sorted keys), whether the rows were kept or not."""
+    state = world()
+    cases = [
+        ("clusterqueues", None, "cq-a", {}),
+        ("clusterqueues", None, "cq-a", {"limit": ["2"], "offset": ["1"]}),
+        ("clusterqueues", None, "cq-empty", {}),
+        ("localqueues", "ns", "q1", {}),
+        ("localqueues", "ns", "q2", {"offset": ["1"]}),
+    ]
+    for resource, ns, name, params in cases:
+        vis._REFS.clear()
+        cold = vis.pending_json(state.view(), resource, ns, name, params)
+        warm = vis.pending_json(state.view(), resource, ns, name, params)
+        assert cold == warm == encode_json(json.loads(cold)), (resource, name, params)
+        assert json.loads(cold)["kind"] == "PendingWorkloadsSummary"

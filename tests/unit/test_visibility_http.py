@@ -281,7 +281,7 @@ def test_the_daemon_prepares_each_pending_rows_metadata_before_a_list_asks() -> 
     before = dict(vis._REFS)
     listed = vis.cluster_queue_pending(state.view(), "cq-a")
     assert before == vis._REFS  # nothing made by the list
-    assert [i["metadata"] for i in listed["items"]] == [before[k][1] for k in _order(before, listed)]
+    assert [i["metadata"] for i in listed["items"]] == [json.loads(before[k]) for k in _order(before, listed)]
     late = workload("late", ns="ns", queue="q1", created_at=9_000)
     vh.remember_observed(ev.JobObserved(workload=late), 99)
     assert len(vis._REFS) == 6
@@ -290,5 +290,5 @@ def test_the_daemon_prepares_each_pending_rows_metadata_before_a_list_asks() -> 
 
 
 def _order(refs: dict[Any, Any], listed: dict[str, Any]) -> list[Any]:
-    by_name = {v[0]: k for k, v in refs.items()}
+    by_name = {json.loads(v)["name"]: k for k, v in refs.items()}
     return [by_name[i["metadata"]["name"]] for i in listed["items"]]
