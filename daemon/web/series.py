@@ -4,7 +4,8 @@
 A `Series` folds the log once (its own `State` and `views.queues.Queues`, fed like `views.follow.Following`) and
 keeps, per ClusterQueue, one point per time bucket: the figures as of the last event before the bucket ends. When a
 queue has more than `limit` points the bucket width doubles and neighbours merge (the later one wins), so memory and
-the points a page sends stay bounded however long the log is, and a page never folds the log itself.
+the points a page sends stay bounded however long the log is, and a page never folds the log itself. It also keeps
+`Checkpoints` of its state, from which a page at a past moment is built (`daemon.query.moment.partial_state_at`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from daemon.domain.events import Event
 from daemon.domain.model import FlavorResource
 from daemon.domain.state import State
 from daemon.eventlog import LogReader, codec
+from daemon.query.moment import Checkpoints
 from daemon.views.queues import Queues
 
 CHUNK = 20_000
@@ -65,6 +67,7 @@ class Series:
         self.first_ms: int | None = None
         self.admissions: dict[str, deque[tuple[int, int, str]]] = {}  # cq -> (seq, recorded_at, job), oldest first
         self.seqs = LiveSeqs()  # each pending row's seqs, kept as the daemon's answers keep them
+        self.checkpoints = Checkpoints()  # the state every few thousand events: the pages at a past moment
 
     @property
     def seq(self) -> int:
@@ -105,6 +108,7 @@ class Series:
             kept.append((seq, recorded_at, event.workload))
         self.queues.apply(event, seq)
         self.state.apply(event, seq)
+        self.checkpoints.observe(event, seq, self.state)
         self.seqs.apply(event, seq)
         self.last_ms = recorded_at
 
