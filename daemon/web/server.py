@@ -271,20 +271,22 @@ class WebView:
             with LogReader(self.db) as reader:
                 clock = clock_of(reader)
                 seq = moment.seq
-                if q.command == "queues":
-                    got = partial_state_at(reader, seq, checkpoints=cps)
+                if q.command == "queues" or (q.command == "pending" and q.queue is not None):
+                    # A ClusterQueue's page asks for both: one state serves them (the queue's pending whole in it).
+                    cqs = () if q.queue is None else (q.queue,)
+                    got = partial_state_at(reader, seq, cluster_queues=cqs, checkpoints=cps)
                     body: dict[str, Any] = queues_json(got.state, clock, moment, got.pending_counts)
-                elif q.command == "pending":
                     if q.queue is not None:
-                        state = partial_state_at(reader, seq, cluster_queues=(q.queue,), checkpoints=cps).state
-                    else:
-                        state = state_at(reader, seq, checkpoints=cps)
-                    limit = render.MAX_ROWS if q.queue is not None else None
-                    try:
-                        rows = pending_entries(state, clock, q.queue, pending_seqs(reader, seq), limit=limit)
-                    except QueryError as e:
-                        raise BadRequest(404, "queue", str(e)) from None
-                    body = {"cluster_queues": rows}
+                        try:
+                            rows = pending_entries(
+                                got.state, clock, q.queue, pending_seqs(reader, seq), limit=render.MAX_ROWS
+                            )
+                        except QueryError as e:
+                            raise BadRequest(404, "queue", str(e)) from None
+                        body = {"cluster_queues": rows, "queues": body}
+                elif q.command == "pending":
+                    state = state_at(reader, seq, checkpoints=cps)
+                    body = {"cluster_queues": pending_entries(state, clock, None, pending_seqs(reader, seq))}
                 else:
                     assert q.job is not None
                     try:
@@ -405,11 +407,21 @@ class WebView:
             return self._refused("you may not list ClusterQueues, so the queues' figures are not shown", at)
         try:
             asked = self._moment(at)
-            queues = await self._ask("queues", at, moment=asked.past)
+            both = None
+            if asked.past is not None and asked.past.seq:
+                with contextlib.suppress(BadRequest):  # no such queue then: the queues alone say so below
+                    both = await self._ask("pending", at, moment=asked.past, queue=name)
+            queues = (
+                both["queues"]
+                if both is not None and "queues" in both
+                else await self._ask("queues", at, moment=asked.past)
+            )
             row = next((c for c in queues["cluster_queues"] if c["name"] == name), None)
             pending_rows: list[dict[str, Any]] = []
             if row is not None:
                 rows = self._first_pending(name) if at is None else None
+                if rows is None and both is not None:
+                    rows = both["cluster_queues"].get(name, [])
                 if rows is None:
                     pending = await self._ask("pending", at, moment=asked.past, queue=name)
                     rows = pending["cluster_queues"].get(name, [])
