@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,15 @@ async def _time(session: aiohttp.ClientSession, url: str, runs: int) -> dict[str
     }
 
 
-async def measure(db: Path, runs: int, checkpoints: bool) -> dict[str, Any]:
+def admitted_at(reader: LogReader, seq: int, cq: str) -> str:
+    """A job admitted in `cq` at `seq` (the first in key order), from the whole state there."""
+    from daemon.query.moment import state_at  # noqa: PLC0415
+
+    admitted = state_at(reader, seq).view().admitted_by_cq.get(cq, {})
+    return min(admitted) if admitted else "none/none"
+
+
+async def measure(db: Path, runs: int, checkpoints: bool, present: bool = True) -> dict[str, Any]:
     captured = [0.0, 0]
     capture = moment_mod.Checkpoints.capture
 
@@ -116,16 +125,19 @@ async def measure(db: Path, runs: int, checkpoints: bool) -> dict[str, Any]:
             for part in PAST:
                 ms = clock.first_ms + int((clock.last_ms - clock.first_ms) * part)
                 at = quote(clock.show(ms) or "", safe="")
+                with LogReader(db) as reader:
+                    then = admitted_at(reader, reader.seq_at(ms), deepest)
                 for name, path in {
                     "overview": f"/?at={at}",
                     "ClusterQueue, the deepest now": f"/clusterqueue/{deepest}?at={at}",
                     "job pending in the middle of the deepest queue now": f"/job/{job}?at={at}",
-                    "job admitted now": f"/job/{admitted}?at={at}",
+                    "job admitted then": f"/job/{then}?at={at}",
                 }.items():
-                    past[f"{name} (at {part:g} of the span)"] = {
-                        **await _time(session, base + path, runs),
-                        "path": path,
-                    }
+                    key = f"{name} (at {part:g} of the span)"
+                    past[key] = {**await _time(session, base + path, runs), "path": path}
+                    print(json.dumps({key: past[key]}), file=sys.stderr, flush=True)
+            if not present:
+                return _result(locals())
             # The whole-log answers a ClusterQueue page shows at the present (estimates): let them finish once.
             t2 = time.perf_counter()
             async with session.get(base + f"/clusterqueue/{deepest}") as r:
@@ -143,26 +155,31 @@ async def measure(db: Path, runs: int, checkpoints: bool) -> dict[str, Any]:
                 out[name] = {**await _time(session, base + path, runs), "path": path}
     finally:
         await runner.cleanup()
+    return _result(locals())
+
+
+def _result(v: dict[str, Any]) -> dict[str, Any]:
+    cps, state, pending, clock, view = v["cps"], v["state"], v["pending"], v["clock"], v["view"]
     return {
-        "log": str(db),
+        "log": str(v["db"]),
         "events": clock.last_seq,
-        "series_first_fold_s": round(fold_s, 1),
+        "series_first_fold_s": round(v["fold_s"], 1),
         "checkpoints": {
             "count": len(cps),
             "every_events": cps.every,
             "estimated_mib": round(cps.nbytes / 2**20, 1),
-            "captures": captured[1],
-            "capture_s": round(captured[0], 1),
+            "captures": v["captured"][1],
+            "capture_s": round(v["captured"][0], 1),
         },
-        "rss_mib": {"before_fold": rss_before, "after_fold": rss_after},
-        "preemptions_s": round(preemptions_s, 1),
-        "estimates_s": round(estimates_s, 1),
-        "deepest_pending": len(bucket),
+        "rss_mib": {"before_fold": v["rss_before"], "after_fold": v["rss_after"]},
+        "preemptions_s": round(v["preemptions_s"], 1),
+        "estimates_s": round(v["estimates_s"], 1) if "estimates_s" in v else None,
+        "deepest_pending": len(v["bucket"]),
         "pending_total": sum(len(b) for b in pending.values()),
         "admitted_total": len(state.view().admitted),
         "plot_points_kept_per_queue": max(len(p) for p in view.series.points.values()),
-        "pages_past": past,
-        "pages_present": out,
+        "pages_past": v["past"],
+        "pages_present": v["out"],
     }
 
 
@@ -173,13 +190,14 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=2.6, help="a --db that does not exist: BIG scaled by this")
     parser.add_argument("--until", type=float, default=0.5, help="... and simulated until this part of its arrivals")
     parser.add_argument("--no-checkpoints", action="store_true", help="the series keeps no checkpoints")
+    parser.add_argument("--past-only", action="store_true", help="time the pages at past moments only")
     args = parser.parse_args()
     configure_logging(level="warning")
     out: dict[str, Any] = {}
     if not args.db.exists():
         args.db.parent.mkdir(parents=True, exist_ok=True)
         out["build"] = build(args.db, scaled(BIG, args.scale), args.until)
-    out.update(asyncio.run(measure(args.db, args.runs, not args.no_checkpoints)))
+    out.update(asyncio.run(measure(args.db, args.runs, not args.no_checkpoints, not args.past_only)))
     print(json.dumps(out, indent=2))
 
 

@@ -401,9 +401,9 @@ def _pending_counts(index: _Index, chosen: set[int], state: State) -> dict[str, 
 
 # --- checkpoints: states kept in memory by a long-running fold ---------------------------------------------------
 
-CHECKPOINT_EVERY = 5_000
+CHECKPOINT_EVERY = 2_000
 """Events between two checkpoints at first (`Checkpoints`): a past moment's answer folds at most this many."""
-CHECKPOINT_BUDGET_BYTES = 256 * 2**20
+CHECKPOINT_BUDGET_BYTES = 1 * 2**30
 """What the checkpoints' own arrays may take (`Checkpoints.nbytes`) before every other one is dropped."""
 
 
@@ -488,6 +488,7 @@ class Checkpoints:
         self._last = -1
         self._config_seen = False  # a configuration event since the last checkpoint: take one at the next event
         self._config_dirty = True  # the configuration changed since the last checkpoint: do not share its own
+        self._added: set[str] = set()  # the jobs observed since the last checkpoint
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -514,6 +515,8 @@ class Checkpoints:
             self._last = seq
         elif isinstance(event, ev.JobFinished):
             finished.append((event.job, event.at))
+        if isinstance(event, ev.JobObserved):
+            self._added.add(event.workload.key)
         if isinstance(event, ev.ObjectRejected):
             self._config_dirty = True
         if _touched(event) is None:
@@ -529,14 +532,24 @@ class Checkpoints:
         if self._finished is None:
             self._finished = []
         workloads = state.workloads
-        keys = sorted(workloads)
-        where = {k: i for i, k in enumerate(keys)}
+        # The keys in order, from the last checkpoint's (those still there) and the jobs observed since: two sorted
+        # runs, which one sort merges; a whole sort of 250,000 keys each time cost several times more.
+        added = self._added
+        before = self._kept[-1].index.keys if self._kept else ()
+        keys = [k for k in before if k in workloads and k not in added]
+        keys += sorted(k for k in added if k in workloads)
+        keys.sort()
+        if len(keys) != len(workloads):  # a record the fold made without a job.observed of its own (a snapshot's)
+            keys = sorted(workloads)
+        self._added = set()
+        where = dict(zip(keys, range(len(keys)), strict=True))
         view = state.view()
         index = CheckpointIndex(
             keys=tuple(keys),
-            admitted=array("i", sorted(where[k] for k in view.admitted)),
+            admitted=array("i", sorted(map(where.__getitem__, view.admitted))),
             pending=tuple(
-                (cq, array("i", [where[p.key] for p in bucket])) for cq, bucket in sorted(view.pending_by_cq.items())
+                (cq, array("i", map(where.__getitem__, [p.key for p in bucket])))
+                for cq, bucket in sorted(view.pending_by_cq.items())
             ),
         )
         prev = self._kept[-1] if self._kept and not self._config_dirty else None
@@ -558,7 +571,7 @@ class Checkpoints:
                 else tuple(state.priority_classes[k] for k in sorted(state.priority_classes))
             ),
             rejected=prev.rejected if prev else tuple(sorted(state.rejected.items())),
-            workloads=tuple(workloads[k] for k in keys),
+            workloads=tuple(map(workloads.__getitem__, keys)),
             index=index,
             finished=self._finished,
             finished_upto=len(self._finished),
