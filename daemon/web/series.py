@@ -57,7 +57,8 @@ class Points:
 class Series:
     """The figures of every ClusterQueue over the log, kept as the log grows (`follow`)."""
 
-    def __init__(self, *, width_ms: int = 1, limit: int = 1024) -> None:
+    def __init__(self, *, width_ms: int = 1, limit: int = 1024, checkpoint_budget_bytes: int | None = None) -> None:
+        """`checkpoint_budget_bytes`: what its `Checkpoints` may take (default theirs, `CHECKPOINT_BUDGET_BYTES`)."""
         self.state = State()
         self.queues = Queues(self.state)
         self.width = width_ms
@@ -67,7 +68,9 @@ class Series:
         self.first_ms: int | None = None
         self.admissions: dict[str, deque[tuple[int, int, str]]] = {}  # cq -> (seq, recorded_at, job), oldest first
         self.seqs = LiveSeqs()  # each pending row's seqs, kept as the daemon's answers keep them
-        self.checkpoints = Checkpoints()  # the state every few thousand events: the pages at a past moment
+        self.checkpoints = (  # the state every few thousand events: the pages at a past moment
+            Checkpoints() if checkpoint_budget_bytes is None else Checkpoints(budget_bytes=checkpoint_budget_bytes)
+        )
 
     @property
     def seq(self) -> int:

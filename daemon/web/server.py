@@ -63,6 +63,9 @@ POINTS = 300  # the most points a plot is sent
 REASONS_FROM_ROWS = 2_000  # a past moment's overview counts reasons from the pending rows up to this many
 WAIT_S = 0.5  # how long a page waits for the first whole-log answer (estimates, preemptions) before it goes on
 BACKGROUND_EVERY_S = 30.0  # how often the estimates and the preemptions are computed again on a growing log
+DAEMON_CHECKPOINT_BUDGET_BYTES = (
+    128 * 2**20
+)  # the checkpoints' budget in `admitd run --ui` (`admitd ui`: --past-memory)
 
 
 def _now_ms() -> int:
@@ -132,16 +135,19 @@ class WebView:
         root: str = "/ui",
         live: bool = True,
         background_every_s: float = BACKGROUND_EVERY_S,
+        checkpoint_budget_bytes: int = DAEMON_CHECKPOINT_BUDGET_BYTES,
     ) -> None:
         """`background_every_s`: how often the whole-log answers (estimated starts, preemptions) are computed again
         while the log grows; each is a fold of the whole log in a worker thread (minutes on a log of a million
-        events, bench/RESULTS.md), so a daemon, whose admission loop shares the process, asks it seldom."""
+        events, bench/RESULTS.md), so a daemon, whose admission loop shares the process, asks it seldom.
+        `checkpoint_budget_bytes`: what the series' checkpoints (the pages at past moments) may take; the default is
+        a daemon's, whose pod has 1 GiB in all (config/manager); `admitd ui` gives them more."""
         self.db = db
         self.answers = answers
         self.policy: Policy = policy if policy is not None else Everyone()
         self.root = root.rstrip("/")
         self.live = live  # a log being written (the daemon's): the present is now
-        self.series = Series()
+        self.series = Series(checkpoint_budget_bytes=checkpoint_budget_bytes)
         self._series_lock = threading.Lock()
         self._reader: LogReader | None = None
         self._series_reader: LogReader | None = None

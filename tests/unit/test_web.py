@@ -375,3 +375,24 @@ def test_admitd_ui_on_a_missing_file_says_so(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2 and "no such file" in done.stderr and not (tmp_path / "none.db").exists()
+
+
+def test_the_past_memory_budget_reaches_the_checkpoints(db: Path) -> None:
+    """`admitd ui --past-memory MIB` bounds the series' checkpoints; a daemon's view has its own, smaller default."""
+    from daemon.web.server import DAEMON_CHECKPOINT_BUDGET_BYTES, WebView  # noqa: PLC0415
+
+    assert application(db, past_memory_mib=3)[VIEW].series.checkpoints.budget_bytes == 3 * 2**20
+    assert application(db)[VIEW].series.checkpoints.budget_bytes == 1024 * 2**20
+    from daemon.answers.answer import Answers  # noqa: PLC0415
+
+    assert WebView(db, Answers(db)).series.checkpoints.budget_bytes == DAEMON_CHECKPOINT_BUDGET_BYTES
+    bad = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "ui", "--db", str(db), "--past-memory", "0"],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert bad.returncode == 2
+    assert "--past-memory must be at least 1 (MiB), got 0" in bad.stderr
