@@ -527,7 +527,12 @@ class Checkpoints:
             self.capture(state)
 
     def capture(self, state: State) -> Checkpoint:
-        """A checkpoint of `state` now (`observe` calls it)."""
+        """A checkpoint of `state` now (`observe` calls it), with the cyclic collector paused: its containers of a
+        quarter of a million references would each set off a collection walking the fold's whole heap."""
+        with paused_gc():
+            return self._capture(state)
+
+    def _capture(self, state: State) -> Checkpoint:
         assert self._finished is not None or not state.finished
         if self._finished is None:
             self._finished = []
