@@ -90,7 +90,7 @@ def test_answers_from_checkpoints_equal_the_files_at_random_moments() -> None:
 
     check()
     assert taken["queues partial"] >= 0.4 * taken["queues"], taken
-    assert taken["from a checkpoint"] >= 0.6 * taken["queues"], taken
+    assert taken["from a checkpoint"] >= 0.4 * taken["queues"], taken  # the rest: before the first one
     assert taken["explain"] > 20, taken
     assert taken["thinned"] > 0, taken
 
