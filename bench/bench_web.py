@@ -1,14 +1,18 @@
-"""The web view (`daemon.web`, issue 27): each page's time on a ~1,000,000-event log, served as `admitd ui` serves
-it (target: under 200 ms a page).
+"""The web view (`daemon.web`, issue 27): each page's time on a 1,000,000-event log, served as `admitd ui` serves
+it (target: under 200 ms a page, at the present and at a past moment).
 
-Usage: python -m bench.bench_web [--runs 7] [--db bench/out/answers-1m.db]
-The log is bench_answers' (built and cached the same way when missing: bench_query's deep backlog at twice its jobs,
-simulated until half of its arrivals' span, so that it ends with its backlog waiting). The application is
-`daemon.web.cli.application` on loopback in this process, as `admitd ui --db` runs it; the series' first fold (the
-whole log, once, in a worker thread) is timed apart, then the whole-log answers (estimates, preemptions) are let
-finish once, as they do in the background of a running view. Each figure is the median of `--runs` requests of a
-page (the first of each is not counted), the whole HTTP round trip from a client on the same event loop. Prints one
-JSON object.
+Usage: python -m bench.bench_web [--runs 5] [--db bench/out/web-1m.db] [--scale 2.6] [--until 0.5]
+The log (built and cached, git-ignored, when missing): bench_query's deep backlog (`BIG`) scaled by `--scale` and
+simulated until `--until` of its arrivals' span, so that it ends with its backlog waiting (x2.6 until 0.5: about
+1,000,000 events; bench_answers' x2 gives 780,809). The application is `daemon.web.cli.application` on loopback in
+this process, as `admitd ui --db` runs it; the series' first fold (the whole log, once, in a worker thread, its
+checkpoints taken on the way) is timed apart, with what the checkpoints took (their captures' time, their count,
+interval and estimated bytes) and the process's resident memory then. The pages at past moments (a quarter, the
+middle and nine tenths of the log's span) are timed first, once the preemptions (the ClusterQueue page's table) are
+ready; then the whole-log estimates are let finish, as in the background of a running view, and the present's pages
+timed. Each figure is the median of `--runs` requests of a page (the first of each is not counted), the whole HTTP
+round trip from a client on the same event loop. `--no-checkpoints`: the series keeps none (pages at past moments
+from the file, as before; for the memory they cost). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,16 +34,66 @@ from bench.bench_answers import build, scaled
 from bench.bench_query import BIG
 from daemon.eventlog import LogReader
 from daemon.obs.logging import configure as configure_logging
+from daemon.query import moment as moment_mod
 from daemon.query.moment import clock_of
 from daemon.web.cli import VIEW, application
 
 ROOT = Path(__file__).resolve().parent.parent
+PAST = (0.25, 0.5, 0.9)  # the past moments: these parts of the log's span
 
 
-async def measure(db: Path, runs: int) -> dict[str, Any]:
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return -1.0
+
+
+async def _time(session: aiohttp.ClientSession, url: str, runs: int) -> dict[str, Any]:
+    times, size, status = [], 0, 0
+    for i in range(runs + 1):
+        started = time.perf_counter()
+        async with session.get(url) as r:
+            body = await r.read()
+            status = r.status
+        if i:
+            times.append(time.perf_counter() - started)
+        size = len(body)
+    return {
+        "median_ms": round(statistics.median(times) * 1000, 1),
+        "max_ms": round(max(times) * 1000, 1),
+        "bytes": size,
+        "status": status,
+    }
+
+
+def admitted_at(reader: LogReader, seq: int, cq: str) -> str:
+    """A job admitted in `cq` at `seq` (the first in key order), from the whole state there."""
+    from daemon.query.moment import state_at  # noqa: PLC0415
+
+    admitted = state_at(reader, seq).view().admitted_by_cq.get(cq, {})
+    return min(admitted) if admitted else "none/none"
+
+
+async def measure(db: Path, runs: int, checkpoints: bool, present: bool = True) -> dict[str, Any]:
+    captured = [0.0, 0]
+    capture = moment_mod.Checkpoints.capture
+
+    def timed_capture(self: moment_mod.Checkpoints, state: Any) -> moment_mod.Checkpoint:
+        t = time.perf_counter()
+        try:
+            return capture(self, state)
+        finally:
+            captured[0] += time.perf_counter() - t
+            captured[1] += 1
+
+    moment_mod.Checkpoints.capture = timed_capture  # type: ignore[method-assign]
+    if not checkpoints:
+        moment_mod.Checkpoints.observe = lambda *_: None  # type: ignore[method-assign]
     app = application(db)
     view = app[VIEW]
     runner = web.AppRunner(app, access_log=None)
+    rss_before = _rss_mib()
     t0 = time.perf_counter()
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -46,6 +101,8 @@ async def measure(db: Path, runs: int) -> dict[str, Any]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     await view.series_ready.wait()
     fold_s = time.perf_counter() - t0
+    rss_after = _rss_mib()
+    cps = view.series.checkpoints
     base = f"http://127.0.0.1:{port}/ui"
     state = view.series.state
     pending = state.view().pending_by_cq
@@ -55,73 +112,92 @@ async def measure(db: Path, runs: int) -> dict[str, Any]:
     admitted = next(iter(state.view().admitted))
     with LogReader(db) as reader:
         clock = clock_of(reader)
-    middle_ms = (clock.first_ms + clock.last_ms) // 2
-    at = quote(clock.show(middle_ms) or "", safe="")
-    paths = {
-        "overview (present)": "/",
-        "overview (a past moment, the log's middle)": f"/?at={at}",
-        "ClusterQueue, the deepest (present)": f"/clusterqueue/{deepest}",
-        "ClusterQueue, the deepest (past moment)": f"/clusterqueue/{deepest}?at={at}",
-        "job pending in the middle of the deepest queue (present)": f"/job/{job}",
-        "job, admitted (present)": f"/job/{admitted}",
-        "job pending (past moment)": f"/job/{job}?at={at}",
-        "event": f"/event/{clock.last_seq // 2}",
-        "head (the pages' poll)": "/api/head",
-    }
     out: dict[str, Any] = {}
+    past: dict[str, Any] = {}
     try:
         async with aiohttp.ClientSession() as session:
-            # The whole-log answers a ClusterQueue page shows (estimates, preemptions): let them finish once.
             t1 = time.perf_counter()
+            first = quote(clock.show(clock.first_ms) or "", safe="")
+            async with session.get(base + f"/clusterqueue/{deepest}?at={first}") as r:  # starts the preemptions
+                await r.read()
+            await view._preemptions.wait()
+            preemptions_s = time.perf_counter() - t1
+            for part in PAST:
+                ms = clock.first_ms + int((clock.last_ms - clock.first_ms) * part)
+                at = quote(clock.show(ms) or "", safe="")
+                with LogReader(db) as reader:
+                    then = admitted_at(reader, reader.seq_at(ms), deepest)
+                for name, path in {
+                    "overview": f"/?at={at}",
+                    "ClusterQueue, the deepest now": f"/clusterqueue/{deepest}?at={at}",
+                    "job pending in the middle of the deepest queue now": f"/job/{job}?at={at}",
+                    "job admitted then": f"/job/{then}?at={at}",
+                }.items():
+                    key = f"{name} (at {part:g} of the span)"
+                    past[key] = {**await _time(session, base + path, runs), "path": path}
+                    print(json.dumps({key: past[key]}), file=sys.stderr, flush=True)
+            if not present:
+                return _result(locals())
+            # The whole-log answers a ClusterQueue page shows at the present (estimates): let them finish once.
+            t2 = time.perf_counter()
             async with session.get(base + f"/clusterqueue/{deepest}") as r:
                 await r.read()
-            for bg in (view._eta, view._preemptions):
-                await bg.wait()
-            background_s = time.perf_counter() - t1
-            for name, path in paths.items():
-                times, size, status = [], 0, 0
-                for i in range(runs + 1):
-                    started = time.perf_counter()
-                    async with session.get(base + path) as r:
-                        body = await r.read()
-                        status = r.status
-                    if i:
-                        times.append(time.perf_counter() - started)
-                    size = len(body)
-                out[name] = {
-                    "median_ms": round(statistics.median(times) * 1000, 1),
-                    "max_ms": round(max(times) * 1000, 1),
-                    "bytes": size,
-                    "status": status,
-                    "path": path,
-                }
+            await view._eta.wait()
+            estimates_s = time.perf_counter() - t2
+            for name, path in {
+                "overview (present)": "/",
+                "ClusterQueue, the deepest (present)": f"/clusterqueue/{deepest}",
+                "job pending in the middle of the deepest queue (present)": f"/job/{job}",
+                "job, admitted (present)": f"/job/{admitted}",
+                "event": f"/event/{clock.last_seq // 2}",
+                "head (the pages' poll)": "/api/head",
+            }.items():
+                out[name] = {**await _time(session, base + path, runs), "path": path}
     finally:
         await runner.cleanup()
+    return _result(locals())
+
+
+def _result(v: dict[str, Any]) -> dict[str, Any]:
+    cps, state, pending, clock, view = v["cps"], v["state"], v["pending"], v["clock"], v["view"]
     return {
-        "log": str(db),
+        "log": str(v["db"]),
         "events": clock.last_seq,
-        "series_first_fold_s": round(fold_s, 1),
-        "background_answers_s": round(background_s, 1),
-        "deepest_pending": len(bucket),
+        "series_first_fold_s": round(v["fold_s"], 1),
+        "checkpoints": {
+            "count": len(cps),
+            "every_events": cps.every,
+            "estimated_mib": round(cps.nbytes / 2**20, 1),
+            "captures": v["captured"][1],
+            "capture_s": round(v["captured"][0], 1),
+        },
+        "rss_mib": {"before_fold": v["rss_before"], "after_fold": v["rss_after"]},
+        "preemptions_s": round(v["preemptions_s"], 1),
+        "estimates_s": round(v["estimates_s"], 1) if "estimates_s" in v else None,
+        "deepest_pending": len(v["bucket"]),
         "pending_total": sum(len(b) for b in pending.values()),
+        "admitted_total": len(state.view().admitted),
         "plot_points_kept_per_queue": max(len(p) for p in view.series.points.values()),
-        "pages": out,
+        "pages_past": v["past"],
+        "pages_present": v["out"],
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--db", type=Path, default=ROOT / "bench" / "out" / "answers-1m.db")
-    parser.add_argument("--scale", type=float, default=2.0, help="a --db that does not exist: BIG scaled by this")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--db", type=Path, default=ROOT / "bench" / "out" / "web-1m.db")
+    parser.add_argument("--scale", type=float, default=2.6, help="a --db that does not exist: BIG scaled by this")
     parser.add_argument("--until", type=float, default=0.5, help="... and simulated until this part of its arrivals")
+    parser.add_argument("--no-checkpoints", action="store_true", help="the series keeps no checkpoints")
+    parser.add_argument("--past-only", action="store_true", help="time the pages at past moments only")
     args = parser.parse_args()
     configure_logging(level="warning")
     out: dict[str, Any] = {}
     if not args.db.exists():
         args.db.parent.mkdir(parents=True, exist_ok=True)
         out["build"] = build(args.db, scaled(BIG, args.scale), args.until)
-    out.update(asyncio.run(measure(args.db, args.runs)))
+    out.update(asyncio.run(measure(args.db, args.runs, not args.no_checkpoints, not args.past_only)))
     print(json.dumps(out, indent=2))
 
 

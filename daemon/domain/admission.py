@@ -151,6 +151,9 @@ class EngineConfig:
     visibility_on_demand: bool = False
     """Kueue's VisibilityOnDemand feature gate: `admitd run` serves Kueue's visibility API (as `--visibility`).
     Off by default here (Kueue's default is on): an aggregated API needs an APIService. Read by `admitd run` only."""
+    web_ui: bool = False
+    """admitd's own `webUI.enable` (not a Kueue setting): `admitd run` serves the read-only web view at /ui/ (as
+    `--ui`). Off by default. Read by `admitd run` only."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -130,7 +130,8 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         action="store_true",
         help="serve the read-only web view at /ui/ beside the answers (health port; the HTTPS port with "
         "--metrics-auth); each viewer's bearer token is checked by the API server: queue figures to those who may "
-        "list clusterqueues, a namespace's jobs to those who may get its workloads (off by default)",
+        "list clusterqueues, a namespace's jobs to those who may get its workloads; also webUI.enable in --config. "
+        "Off by default",
     )
     p.add_argument(
         "--local-queue-metrics",
@@ -221,7 +222,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         health_port=args.health_port,
         metrics_auth=args.metrics_auth,
         local_queue_metrics=args.local_queue_metrics,
-        ui=args.ui,
+        ui=args.ui or engine.web_ui,
         leader_elect=args.leader_elect,
         leader_election_lease=args.leader_election_lease,
         identity=args.identity,

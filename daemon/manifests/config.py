@@ -2,9 +2,9 @@
 
 Only what admitd implements is read (`fairSharing` with its `preemptionStrategies`, `waitForPodsReady`,
 `manageJobsWithoutQueueName`, `managedJobsNamespaceSelector`, `featureGates.PartialAdmission` and
-`featureGates.VisibilityOnDemand`); every other Kueue setting (or feature gate) is reported as ignored, never
-silently dropped. v1beta1 switches fair sharing on with `fairSharing.enable: true`; in v1beta2 a `fairSharing`
-section switches it on by being there, as in Kueue.
+`featureGates.VisibilityOnDemand`), and admitd's own `webUI` (`enable`: the web view of `admitd run --ui`); every
+other Kueue setting (or feature gate) is reported as ignored, never silently dropped. v1beta1 switches fair sharing
+on with `fairSharing.enable: true`; in v1beta2 a `fairSharing` section switches it on by being there, as in Kueue.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def parse_config(doc: object, source: str = "<config>") -> tuple[EngineConfig, t
     warnings = [
         f"{source}: {name} is a Kueue setting admitd does not implement; ignored"
         for name in sorted(str(k) for k in doc)
-        if name not in ("apiVersion", "kind", "fairSharing", "waitForPodsReady", *_JOB_SETTINGS)
+        if name not in ("apiVersion", "kind", "fairSharing", "waitForPodsReady", "webUI", *_JOB_SETTINGS)
     ]
     section = doc.get("fairSharing")
     fair = False
@@ -89,8 +89,25 @@ def parse_config(doc: object, source: str = "<config>") -> tuple[EngineConfig, t
         jobs=_job_management(doc, source),
         partial_admission=_gate(doc.get("featureGates"), "PartialAdmission", source, warnings),
         visibility_on_demand=_gate(doc.get("featureGates"), "VisibilityOnDemand", source, []),
+        web_ui=_web_ui(doc.get("webUI"), source, warnings),
     )
     return config, tuple(warnings)
+
+
+def _web_ui(section: object, source: str, warnings: list[str]) -> bool:
+    """admitd's own `webUI: {enable: BOOL}` (default false): the read-only web view `admitd run --ui` serves. Not a
+    Kueue setting (KueueViz is deployed on its own); named in Kueue's style (`fairSharing.enable`)."""
+    if section is None:
+        return False
+    if not isinstance(section, Mapping):
+        raise _error("webUI", f"must be a mapping such as {{enable: true}}, got {section!r}", source)
+    enable = section.get("enable", False)
+    if not isinstance(enable, bool):
+        raise _error("webUI.enable", f"must be true or false, got {enable!r}", source)
+    for name in sorted(str(k) for k in section):
+        if name != "enable":
+            warnings.append(f"{source}: webUI.{name} is not a setting of admitd's web view; ignored")
+    return enable
 
 
 _JOB_SETTINGS = ("manageJobsWithoutQueueName", "managedJobsNamespaceSelector", "featureGates")

@@ -8,20 +8,22 @@ near 0); a daemon's log has milliseconds since the epoch. Virtual logs are shown
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 import msgspec
 
 from daemon.domain import events as ev
 from daemon.domain.durations import format_seconds
-from daemon.domain.state import STATE_VERSION, SnapshotIndex, State
+from daemon.domain.model import ClusterQueue, Cohort, LocalQueue, Millis, Namespace, PriorityClass, ResourceFlavor
+from daemon.domain.state import STATE_VERSION, State, StateSnapshot, WorkloadRecord
 from daemon.eventlog import LogReader, codec
 from daemon.eventlog.replay import (
     SnapshotUndecodable,
-    UnreadSnapshot,
     decode_snapshot,
     decode_unread,
     paused_gc,
@@ -152,11 +154,17 @@ def _recorded_at(reader: LogReader, seq: int, clock: Clock) -> int:
     return clock.last_ms
 
 
-def state_at(reader: LogReader, seq: int) -> State:
-    """The fold's state after event `seq`: the nearest valid snapshot at or before it, then the tail up to it.
+def state_at(reader: LogReader, seq: int, *, checkpoints: Checkpoints | None = None) -> State:
+    """The fold's state after event `seq`: the nearest valid snapshot at or before it (or the nearest of
+    `checkpoints`, kept in memory by a fold of this log), then the tail up to it.
 
     Built with the cyclic collector paused and frozen afterwards (`paused_gc`): a query command builds one state
-    and exits, and a state of 100,000 workloads would otherwise be walked by the collector again and again."""
+    and exits, and a state of 100,000 workloads would otherwise be walked by the collector again and again. From
+    `checkpoints` (a long-running process) paused only."""
+    kept = checkpoints.at_or_before(seq) if checkpoints is not None else None
+    if kept is not None:
+        with paused_gc():
+            return _fold_tail(reader, seq, kept.select(range(len(kept.workloads))), kept.seq)
     return _whole_state(reader, seq, reader.snapshot_at_or_before(STATE_VERSION, seq))
 
 
@@ -250,7 +258,13 @@ class PartialState:
 
 
 def partial_state_at(
-    reader: LogReader, seq: int, *, keys: Iterable[str] = (), local_queues: Iterable[str] = ()
+    reader: LogReader,
+    seq: int,
+    *,
+    keys: Iterable[str] = (),
+    local_queues: Iterable[str] = (),
+    cluster_queues: Iterable[str] = (),
+    checkpoints: Checkpoints | None = None,
 ) -> PartialState:
     """The state after event `seq` with only the workloads an answer about the queues or about one job reads, built
     from the nearest snapshot F at or before `seq` and the tail (F, seq] by the fold itself (`State.from_snapshot`,
@@ -258,16 +272,28 @@ def partial_state_at(
 
     Loaded from the snapshot: every workload admitted at F (so the quota usage is exact), every workload an event
     of the tail touches (see `_touched`), the workloads `keys`, and every workload pending at F in the ClusterQueues
-    the `local_queues` (`namespace/name`) point at. Any other workload is not touched by the tail and, without a
-    configuration event there, stays where it was at F, so each ClusterQueue's pending count is its count at F (in
-    the snapshot's `SnapshotIndex`), less the loaded ones pending there at F, plus the loaded ones pending there now.
+    the `local_queues` (`namespace/name`) point at and in `cluster_queues`. Any other workload is not touched by the
+    tail and, without a configuration event there, stays where it was at F, so each ClusterQueue's pending count is
+    its count at F (in the snapshot's `SnapshotIndex`), less the loaded ones pending there at F, plus the loaded ones
+    pending there now.
+
+    `checkpoints`: states kept in memory by a fold of the same log (`Checkpoints`, the web view's); the nearest one
+    at or before `seq` is F when it is nearer than the file's, and its records are not decoded at all.
 
     The whole state instead when: no snapshot at or before `seq`, a snapshot without an index (written before it
     existed), one that does not decode or whose index does not match it, or a tail with a configuration event
     (queues, cohorts, flavors, namespaces, priority classes) or an event type not audited here. The snapshot's JSON,
     once inflated, is not inflated again for it.
 
-    A query command builds one state and exits: built with the collector paused and frozen (`paused_gc`)."""
+    A query command builds one state and exits: built with the collector paused and frozen (`paused_gc`); with
+    `checkpoints` (a long-running process) paused only."""
+    kept = checkpoints.at_or_before(seq) if checkpoints is not None else None
+    if kept is not None:
+        with paused_gc():
+            built = _partial(reader, seq, kept, keys, local_queues, cluster_queues)
+            if built is None:
+                built = PartialState(_fold_tail(reader, seq, kept.select(range(len(kept.workloads))), kept.seq))
+        return built
     found = reader.snapshot_at_or_before(STATE_VERSION, seq)
     if found is None:
         return PartialState(_whole_state(reader, seq, None))
@@ -277,19 +303,57 @@ def partial_state_at(
     except SnapshotUndecodable:
         return PartialState(_whole_state(reader, seq, found))
     with paused_gc(freeze=True):
-        built = _partial(reader, seq, since, raw, keys, local_queues)
+        try:
+            unread = decode_unread(raw)
+        except (msgspec.MsgspecError, SnapshotUndecodable, ValueError, TypeError, KeyError):
+            built = None
+        else:
+            built = _partial(reader, seq, unread, keys, local_queues, cluster_queues) if unread.seq == since else None
     return built if built is not None else PartialState(_whole_state(reader, seq, (since, raw)))
 
 
+def _fold_tail(reader: LogReader, seq: int, state: State, since: int) -> State:
+    apply = state.apply
+    for s, event in _tail(reader, since, seq):
+        apply(event, s)
+    state.seq = seq
+    return state
+
+
+class _Index(Protocol):
+    @property
+    def keys(self) -> Sequence[str]: ...
+    @property
+    def admitted(self) -> Iterable[int]: ...
+    @property
+    def pending(self) -> Iterable[tuple[str, Sequence[int]]]: ...
+
+
+class _Source(Protocol):
+    """A state at a seq whose workload records can be picked (`UnreadSnapshot`, `Checkpoint`)."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def local_queues(self) -> Sequence[LocalQueue]: ...
+    @property
+    def workloads(self) -> Sized: ...
+    @property
+    def index(self) -> _Index | None: ...
+    def select(self, positions: Iterable[int]) -> State: ...
+
+
 def _partial(
-    reader: LogReader, seq: int, since: int, raw: bytes, keys: Iterable[str], local_queues: Iterable[str]
+    reader: LogReader,
+    seq: int,
+    source: _Source,
+    keys: Iterable[str],
+    local_queues: Iterable[str],
+    cluster_queues: Iterable[str],
 ) -> PartialState | None:
-    try:
-        unread = decode_unread(raw)
-    except (msgspec.MsgspecError, SnapshotUndecodable, ValueError, TypeError, KeyError):
-        return None
-    index = unread.index
-    if index is None or unread.seq != since or len(index.keys) != len(unread.workloads):
+    since = source.seq
+    index = source.index
+    if index is None or len(index.keys) != len(source.workloads):
         return None
     tail: list[tuple[int, ev.Event]] = []
     touched: set[str] = set()
@@ -300,23 +364,23 @@ def _partial(
         if key:
             touched.add(key)
         tail.append((s, event))
-    routes = {lq.key: lq.cluster_queue for lq in unread.local_queues}
-    whole = frozenset(cq for lq in local_queues if (cq := routes.get(lq)) is not None)
+    routes = {lq.key: lq.cluster_queue for lq in source.local_queues}
+    whole = frozenset(cq for lq in local_queues if (cq := routes.get(lq)) is not None) | frozenset(cluster_queues)
     pending_at_f = dict(index.pending)
     chosen = set(index.admitted)
     chosen.update(_positions(index, touched))
     chosen.update(_positions(index, keys))
     for cq in whole:
         chosen.update(pending_at_f.get(cq, ()))
-    state = unread.select(chosen)
+    state = source.select(chosen)
     apply = state.apply
     for s, event in tail:
         apply(event, s)
     state.seq = seq
-    return PartialState(state, _pending_counts(unread, chosen, state), whole)
+    return PartialState(state, _pending_counts(index, chosen, state), whole)
 
 
-def _positions(index: SnapshotIndex, keys: Iterable[str]) -> list[int]:
+def _positions(index: _Index, keys: Iterable[str]) -> list[int]:
     """Where `keys` are in the snapshot's (sorted) workloads; keys it does not hold are skipped."""
     out = []
     all_keys = index.keys
@@ -327,10 +391,201 @@ def _positions(index: SnapshotIndex, keys: Iterable[str]) -> list[int]:
     return out
 
 
-def _pending_counts(unread: UnreadSnapshot, chosen: set[int], state: State) -> dict[str, int]:
-    assert unread.index is not None
+def _pending_counts(index: _Index, chosen: set[int], state: State) -> dict[str, int]:
     now = state.view().pending_by_cq
-    counts = {cq: len(members) - len(chosen.intersection(members)) for cq, members in unread.index.pending}
+    counts = {cq: len(members) - len(chosen.intersection(members)) for cq, members in index.pending}
     for cq, bucket in now.items():
         counts[cq] = counts.get(cq, 0) + len(bucket)
     return counts
+
+
+# --- checkpoints: states kept in memory by a long-running fold ---------------------------------------------------
+
+CHECKPOINT_EVERY = 2_000
+"""Events between two checkpoints at first (`Checkpoints`): a past moment's answer folds at most this many."""
+CHECKPOINT_BUDGET_BYTES = 1 * 2**30
+"""What the checkpoints' own arrays may take (`Checkpoints.nbytes`) before every other one is dropped."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointIndex:
+    """Where things are in a checkpoint's `workloads` (as `SnapshotIndex` for a stored snapshot): the keys (sorted,
+    aligned with the records), the positions of the admitted ones, and per ClusterQueue those pending in it."""
+
+    keys: tuple[str, ...]
+    admitted: array[int]
+    pending: tuple[tuple[str, array[int]], ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Checkpoint:
+    """The fold's state after event `seq`, by reference: its workload records (immutable, shared with the fold and
+    with the other checkpoints while they do not change), its configuration, and how many of the fold's finished
+    jobs (`Checkpoints`' list, in the order they finished) it had seen. What `partial_state_at` picks records from,
+    as from a stored snapshot, with nothing to decode. Its generations, outbox and tampering records are not kept:
+    no answer reads them (`partial_state_at`'s audit)."""
+
+    seq: int
+    flavors: tuple[ResourceFlavor, ...]
+    cluster_queues: tuple[ClusterQueue, ...]
+    cohorts: tuple[Cohort, ...]
+    local_queues: tuple[LocalQueue, ...]
+    namespaces: tuple[Namespace, ...]
+    priority_classes: tuple[PriorityClass, ...]
+    rejected: tuple[tuple[str, tuple[str, ...]], ...]
+    workloads: tuple[WorkloadRecord, ...]
+    index: CheckpointIndex
+    finished: list[tuple[str, Millis]]
+    finished_upto: int
+
+    @property
+    def nbytes(self) -> int:
+        """About what this checkpoint adds to the process (the records themselves are shared, so not counted):
+        one reference per key and record, 4 bytes per position."""
+        positions = len(self.index.admitted) + sum(len(p) for _, p in self.index.pending)
+        return 16 * len(self.workloads) + 4 * positions + 512
+
+    def select(self, positions: Iterable[int]) -> State:
+        """The state after `seq` with only the workloads at `positions`, built by `State.from_snapshot` as a stored
+        snapshot's records are (`UnreadSnapshot.select`)."""
+        records = self.workloads
+        return State.from_snapshot(
+            StateSnapshot(
+                seq=self.seq,
+                flavors=self.flavors,
+                cluster_queues=self.cluster_queues,
+                cohorts=self.cohorts,
+                local_queues=self.local_queues,
+                namespaces=self.namespaces,
+                priority_classes=self.priority_classes,
+                workloads=tuple(records[i] for i in sorted(set(positions))),
+                finished=tuple(self.finished[: self.finished_upto]),
+                generations=(),
+                config_generation=0,
+                counter=0,
+                rejected=self.rejected,
+            )
+        )
+
+
+class Checkpoints:
+    """States of one log at regular seqs, kept in memory by a process that folds the log once and keeps following
+    it (the web view's `Series`), so that an answer at a past moment starts from a state at most `every` events
+    before it without decoding anything (`partial_state_at(checkpoints=)`).
+
+    `observe` is called after each event the fold applies. A checkpoint is taken `every` events, and right after a
+    run of configuration events (so that a tail rarely holds one, which would need the whole state). Memory: each
+    checkpoint holds a reference per live workload and a position per admitted or pending one (`nbytes`), plus the
+    records it shares no longer with the fold (those changed since). When their sum passes `budget_bytes`, every
+    other checkpoint is dropped and `every` doubles: memory stays bounded, and a past moment's answer folds longer
+    tails as the log grows (a stored snapshot remains the floor: `partial_state_at` uses the nearer one)."""
+
+    def __init__(self, *, every: int = CHECKPOINT_EVERY, budget_bytes: int = CHECKPOINT_BUDGET_BYTES) -> None:
+        self.every = every
+        self.budget_bytes = budget_bytes
+        self._kept: list[Checkpoint] = []
+        self._finished: list[tuple[str, Millis]] | None = None
+        self._last = -1
+        self._config_seen = False  # a configuration event since the last checkpoint: take one at the next event
+        self._config_dirty = True  # the configuration changed since the last checkpoint: do not share its own
+        self._added: set[str] = set()  # the jobs observed since the last checkpoint
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in self._kept)
+
+    @property
+    def seqs(self) -> list[int]:
+        return [c.seq for c in self._kept]
+
+    def at_or_before(self, seq: int) -> Checkpoint | None:
+        kept = self._kept  # replaced whole when thinned: read once (a reader may run in another thread)
+        i = bisect_right(kept, seq, key=lambda c: c.seq)
+        return kept[i - 1] if i else None
+
+    def observe(self, event: ev.Event, seq: int, state: State) -> None:
+        """After `state.apply(event, seq)` by the fold these are kept for."""
+        finished = self._finished
+        if finished is None:
+            # The first event observed: the fold may have started from a snapshot; its finished jobs come first.
+            finished = self._finished = list(state.finished.items())
+            self._last = seq
+        elif isinstance(event, ev.JobFinished):
+            finished.append((event.job, event.at))
+        if isinstance(event, ev.JobObserved):
+            self._added.add(event.workload.key)
+        if isinstance(event, ev.ObjectRejected):
+            self._config_dirty = True
+        if _touched(event) is None:
+            self._config_seen = self._config_dirty = True
+            return
+        if self._config_seen or seq - self._last >= self.every:
+            self._config_seen = False
+            self.capture(state)
+
+    def capture(self, state: State) -> Checkpoint:
+        """A checkpoint of `state` now (`observe` calls it), with the cyclic collector paused: its containers of a
+        quarter of a million references would each set off a collection walking the fold's whole heap."""
+        with paused_gc():
+            return self._capture(state)
+
+    def _capture(self, state: State) -> Checkpoint:
+        assert self._finished is not None or not state.finished
+        if self._finished is None:
+            self._finished = []
+        workloads = state.workloads
+        # The keys in order, from the last checkpoint's (those still there) and the jobs observed since: two sorted
+        # runs, which one sort merges; a whole sort of 250,000 keys each time cost several times more.
+        added = self._added
+        before = self._kept[-1].index.keys if self._kept else ()
+        keys = [k for k in before if k in workloads and k not in added]
+        keys += sorted(k for k in added if k in workloads)
+        keys.sort()
+        if len(keys) != len(workloads):  # a record the fold made without a job.observed of its own (a snapshot's)
+            keys = sorted(workloads)
+        self._added = set()
+        where = dict(zip(keys, range(len(keys)), strict=True))
+        view = state.view()
+        index = CheckpointIndex(
+            keys=tuple(keys),
+            admitted=array("i", sorted(map(where.__getitem__, view.admitted))),
+            pending=tuple(
+                (cq, array("i", map(where.__getitem__, [p.key for p in bucket])))
+                for cq, bucket in sorted(view.pending_by_cq.items())
+            ),
+        )
+        prev = self._kept[-1] if self._kept and not self._config_dirty else None
+        self._config_dirty = False
+        kept = Checkpoint(
+            seq=state.seq,
+            flavors=prev.flavors if prev else tuple(state.flavors[k] for k in sorted(state.flavors)),
+            cluster_queues=(
+                prev.cluster_queues if prev else tuple(state.cluster_queues[k] for k in sorted(state.cluster_queues))
+            ),
+            cohorts=prev.cohorts if prev else tuple(state.cohorts[k] for k in sorted(state.cohorts)),
+            local_queues=prev.local_queues
+            if prev
+            else tuple(state.local_queues[k] for k in sorted(state.local_queues)),
+            namespaces=prev.namespaces if prev else tuple(state.namespaces[k] for k in sorted(state.namespaces)),
+            priority_classes=(
+                prev.priority_classes
+                if prev
+                else tuple(state.priority_classes[k] for k in sorted(state.priority_classes))
+            ),
+            rejected=prev.rejected if prev else tuple(sorted(state.rejected.items())),
+            workloads=tuple(map(workloads.__getitem__, keys)),
+            index=index,
+            finished=self._finished,
+            finished_upto=len(self._finished),
+        )
+        self._last = state.seq
+        kept_now = [*self._kept, kept]
+        while len(kept_now) > 1 and sum(c.nbytes for c in kept_now) > self.budget_bytes:
+            end = len(kept_now) - 1
+            kept_now = [c for i, c in enumerate(kept_now) if (end - i) % 2 == 0]
+            self.every *= 2
+        self._kept = kept_now
+        return kept

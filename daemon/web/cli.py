@@ -21,6 +21,7 @@ log = get_logger("admitd.web")
 
 ROOT = "/ui"
 VIEW = web.AppKey("view", WebView)  # the application's WebView (tests wait for its series)
+PAST_MEMORY_MIB = 1024  # the checkpoints' budget by default (the pages at past moments; a daemon's is smaller)
 
 
 def add_ui_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
@@ -28,14 +29,40 @@ def add_ui_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     p.add_argument("--db", type=Path, default=db_default, help=db_help)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8090, help="port to listen on (default 8090)")
+    p.add_argument(
+        "--past-memory",
+        type=_mib,
+        default=PAST_MEMORY_MIB,
+        metavar="MIB",
+        help="memory the states kept for pages at past moments may take, in MiB (default "
+        f"{PAST_MEMORY_MIB}); less keeps them further apart, so a past page folds more of the log",
+    )
     p.set_defaults(func=_cmd_ui)
 
 
-def application(db: Path, policy: Policy | None = None, *, root: str = ROOT) -> web.Application:
+def _mib(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--past-memory takes a whole number of MiB, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--past-memory must be at least 1 (MiB), got {value}")
+    return value
+
+
+def application(
+    db: Path, policy: Policy | None = None, *, root: str = ROOT, past_memory_mib: int = PAST_MEMORY_MIB
+) -> web.Application:
     """The web view of `db` alone (the `admitd ui` server; tests serve it with their own `policy`)."""
     LogReader(db).close()  # a missing or foreign file is a clear error now, not at the first page
     answers = Answers(db)
-    view = WebView(db, answers, policy if policy is not None else Everyone(), root=root)
+    view = WebView(
+        db,
+        answers,
+        policy if policy is not None else Everyone(),
+        root=root,
+        checkpoint_budget_bytes=past_memory_mib * 2**20,
+    )
     app = web.Application()
     app[VIEW] = view
     view.add_routes(app)
@@ -53,8 +80,8 @@ def application(db: Path, policy: Policy | None = None, *, root: str = ROOT) -> 
     return app
 
 
-async def serve(db: Path, host: str, port: int) -> None:
-    runner = web.AppRunner(application(db), access_log=None)
+async def serve(db: Path, host: str, port: int, past_memory_mib: int = PAST_MEMORY_MIB) -> None:
+    runner = web.AppRunner(application(db, past_memory_mib=past_memory_mib), access_log=None)
     await runner.setup()
     try:
         try:
@@ -73,7 +100,7 @@ class CannotListen(Exception):
 
 def _cmd_ui(args: argparse.Namespace) -> int:
     try:
-        asyncio.run(serve(args.db, args.host, args.port))
+        asyncio.run(serve(args.db, args.host, args.port, args.past_memory))
     except CannotListen as e:
         print(e, file=sys.stderr)
         return 2

@@ -1,6 +1,7 @@
 """The plots' series of a log file (`admitd ui`): `views.series.QueueSeries` with a `State`, a `views.queues.Queues`
 and the pending rows' seqs of its own, folded from the log like `views.follow.Following`. `admitd run --ui` feeds a
-`QueueSeries` live instead (`views.follow.CatchingUp`), with the daemon's own state.
+`QueueSeries` live instead (`views.follow.CatchingUp`), with the daemon's own state. A `Series` also keeps
+`Checkpoints` of its state, from which a page at a past moment is built (`daemon.query.moment.partial_state_at`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from daemon.answers.answer import LiveSeqs
 from daemon.domain.events import Event
 from daemon.domain.state import State
 from daemon.eventlog import LogReader, codec
+from daemon.query.moment import Checkpoints
 from daemon.views.queues import Queues
 from daemon.views.series import ADMISSIONS_KEPT, Points, QueueSeries
 
@@ -20,16 +22,21 @@ __all__ = ["ADMISSIONS_KEPT", "CHUNK", "Points", "Series"]
 class Series(QueueSeries):
     """The figures of every ClusterQueue over the log, kept as the log grows (`follow`)."""
 
-    def __init__(self, *, width_ms: int = 1, limit: int = 1024) -> None:
+    def __init__(self, *, width_ms: int = 1, limit: int = 1024, checkpoint_budget_bytes: int | None = None) -> None:
+        """`checkpoint_budget_bytes`: what its `Checkpoints` may take (default theirs, `CHECKPOINT_BUDGET_BYTES`)."""
         state = State()
         super().__init__(state, Queues(state), width_ms=width_ms, limit=limit)
         self.seqs = LiveSeqs()  # each pending row's seqs, kept as the daemon's answers keep them
+        self.checkpoints = (  # the state every few thousand events: the pages at a past moment
+            Checkpoints() if checkpoint_budget_bytes is None else Checkpoints(budget_bytes=checkpoint_budget_bytes)
+        )
 
     def apply(self, event: Event, seq: int, recorded_at: int) -> None:
         """Fold one event recorded at `recorded_at`: the points first (as of before it), then the state."""
         super().apply(event, seq, recorded_at)
         self.queues.apply(event, seq)
         self.state.apply(event, seq)
+        self.checkpoints.observe(event, seq, self.state)
         self.seqs.apply(event, seq)
 
     def follow(self, reader: LogReader, limit: int | None = None) -> int:

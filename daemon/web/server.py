@@ -11,7 +11,10 @@
 Each page takes `?at=TIME` (as `admitd queues --at`): the page as of that moment. The figures come from the
 answers (`daemon.answers.Answers`: the daemon's live fold at the present, the file for the past); the plots from a
 `Series` folded once in a worker thread and followed as the log grows; the slow whole-log answers (estimated
-starts, preemptions) are computed in the background once per new head and shown when ready.
+starts, preemptions) are computed in the background once per new head and shown when ready. At a past moment the
+series has folded past, a page's answers start from the series' nearest in-memory checkpoint instead of the file's
+snapshot (`_past`: the same functions, the same JSON, a few thousand events folded instead of a snapshot decoded
+and up to 20,000).
 """
 
 from __future__ import annotations
@@ -29,11 +32,24 @@ from aiohttp import web
 
 from daemon.answers.answer import Answers, BadRequest, Query, Rendered, parse, present_moment
 from daemon.answers.answer import render as render_answer
+from daemon.domain import events as ev
+from daemon.domain.state import Phase, State
 from daemon.eventlog import EventLogError, LogReader
 from daemon.eventlog.codec import encode_json
 from daemon.obs.logging import get_logger
-from daemon.query.listing import pending_entries
-from daemon.query.moment import Clock, Moment, QueryError, clock_of, parse_time
+from daemon.query import explain as explain_mod
+from daemon.query.history import job_events
+from daemon.query.listing import pending_entries, pending_seqs, queues_json
+from daemon.query.moment import (
+    Checkpoints,
+    Clock,
+    Moment,
+    QueryError,
+    clock_of,
+    parse_time,
+    partial_state_at,
+    state_at,
+)
 from daemon.views.series import QueueSeries
 from daemon.web import render
 from daemon.web.policy import TOKEN_COOKIE, Everyone, Policy, Viewer
@@ -48,6 +64,9 @@ POINTS = 300  # the most points a plot is sent
 REASONS_FROM_ROWS = 2_000  # a past moment's overview counts reasons from the pending rows up to this many
 WAIT_S = 0.5  # how long a page waits for the first whole-log answer (estimates, preemptions) before it goes on
 BACKGROUND_EVERY_S = 30.0  # how often the estimates and the preemptions are computed again on a growing log
+DAEMON_CHECKPOINT_BUDGET_BYTES = (
+    128 * 2**20
+)  # the checkpoints' budget in `admitd run --ui` (`admitd ui`: --past-memory)
 
 
 def _now_ms() -> int:
@@ -98,6 +117,12 @@ class _Asked:
     moment: render.Moment
     clock: Clock
 
+    @property
+    def past(self) -> Moment | None:
+        """The moment as the answers resolve `at` (None: the present)."""
+        m = self.moment
+        return None if m.at is None else Moment(m.seq, m.ms)
+
 
 class WebView:
     """The pages of one log: `add_routes` mounts them under `root`."""
@@ -113,13 +138,18 @@ class WebView:
         background_every_s: float = BACKGROUND_EVERY_S,
         series: QueueSeries | None = None,
         series_lock: threading.Lock | None = None,
+        checkpoint_budget_bytes: int = DAEMON_CHECKPOINT_BUDGET_BYTES,
     ) -> None:
         """`background_every_s`: how often the whole-log answers (estimated starts, preemptions) are computed again
         while the log grows; each is a fold of the whole log in a worker thread (minutes on a log of a million
         events, bench/RESULTS.md), so a daemon, whose admission loop shares the process, asks it seldom.
 
         `series`: the plots' series fed by someone else (`admitd run --ui`: by the recorder, `views.follow.CatchingUp`,
-        whose `lock` is `series_lock`; it sets `series_ready` at the hand-over), instead of one folded here."""
+        whose `lock` is `series_lock`; it sets `series_ready` at the hand-over), instead of one folded here. A fed
+        series keeps no checkpoints: its pages at a past moment are the file's answers.
+
+        `checkpoint_budget_bytes`: what the own series' checkpoints (the pages at past moments) may take; the default
+        is a daemon's, whose pod has 1 GiB in all (config/manager); `admitd ui` gives them more."""
         self.db = db
         self.answers = answers
         self.policy: Policy = policy if policy is not None else Everyone()
@@ -127,7 +157,7 @@ class WebView:
         self.live = live  # a log being written (the daemon's): the present is now
         self._own: Series | None = None  # the series folded here (`follow`)
         if series is None:
-            self._own = series = Series()
+            self._own = series = Series(checkpoint_budget_bytes=checkpoint_budget_bytes)
         self.series: QueueSeries = series
         self._fed = self._own is None  # the daemon's: not folded here, at its live state once `series_ready`
         self._series_lock = threading.Lock() if series_lock is None else series_lock
@@ -138,6 +168,7 @@ class WebView:
         self._eta = _Background(self._compute_eta, background_every_s)
         self._etas: tuple[dict[str, Any], dict[str, dict[str, Any]]] | None = None
         self._preemptions = _Background(self._compute_preemptions, background_every_s)
+        self._past_workers = asyncio.Semaphore(2)  # past moments built at once (each a fold in a worker thread)
 
     # --- the log ---
 
@@ -225,16 +256,70 @@ class WebView:
         m = render.Moment(at, seq, clock.show(ms), clock.first_ms, span_end, clock.virtual, clock.last_seq, ms)
         return _Asked(m, clock)
 
-    async def _ask(self, command: str, at: str | None, job: str | None = None, **params: str) -> dict[str, Any]:
+    async def _ask(
+        self, command: str, at: str | None, job: str | None = None, moment: Moment | None = None, **params: str
+    ) -> dict[str, Any]:
+        """The answer `command` gives at `at`; at a past `moment` the series has folded past, from its checkpoints
+        (`_past`, rows of a `pending` answer then only the first `render.MAX_ROWS` of the queue)."""
         given = {k: [v] for k, v in params.items()}
         if at is not None and at.strip() != "now":
             given["at"] = [at]
         q = parse(command, given, job)
+        if not q.present and moment is not None and command in ("queues", "pending", "explain"):
+            cps = self._checkpoints_for(moment.seq)
+            if cps is not None:
+                async with self._past_workers:
+                    return await asyncio.to_thread(self._past, q, moment, cps)
         got = self._from_series(q) if self.answers.state is None and q.present else None
         if got is None:
             got = await self.answers.answer(q)
         body: dict[str, Any] = json.loads(got.body)
         return body
+
+    def _checkpoints_for(self, seq: int) -> Checkpoints | None:
+        """The series' checkpoints when it has folded past `seq` (a tail from the last one would be long)."""
+        own = self._own  # a series fed by the daemon keeps none
+        if own is None:
+            return None
+        with self._series_lock:
+            return own.checkpoints if own.seq >= seq and len(own.checkpoints) else None
+
+    def _past(self, q: Query, moment: Moment, cps: Checkpoints) -> dict[str, Any]:
+        """`q` at a past `moment` from the series' checkpoints (in a worker thread): the functions the answers call,
+        on a state built from the nearest checkpoint (`partial_state_at(checkpoints=)`), so the same JSON (tests
+        compare them; `pending` only the first `render.MAX_ROWS` rows of the queue)."""
+        try:
+            with LogReader(self.db) as reader:
+                clock = clock_of(reader)
+                seq = moment.seq
+                if q.command == "queues" or (q.command == "pending" and q.queue is not None):
+                    # A ClusterQueue's page asks for both: one state serves them (the queue's pending whole in it).
+                    cqs = () if q.queue is None else (q.queue,)
+                    got = partial_state_at(reader, seq, cluster_queues=cqs, checkpoints=cps)
+                    body: dict[str, Any] = queues_json(got.state, clock, moment, got.pending_counts)
+                    if q.queue is not None:
+                        try:
+                            rows = pending_entries(
+                                got.state, clock, q.queue, pending_seqs(reader, seq), limit=render.MAX_ROWS
+                            )
+                        except QueryError as e:
+                            raise BadRequest(404, "queue", str(e)) from None
+                        body = {"cluster_queues": rows, "queues": body}
+                elif q.command == "pending":
+                    state = state_at(reader, seq, checkpoints=cps)
+                    body = {"cluster_queues": pending_entries(state, clock, None, pending_seqs(reader, seq))}
+                else:
+                    assert q.job is not None
+                    try:
+                        state = _explain_state(reader, q.job, seq, cps)
+                        x = explain_mod.explain(reader, clock, q.job, moment, state=state)
+                    except QueryError as e:
+                        raise BadRequest(404, "job", str(e)) from None
+                    body = explain_mod.to_json(x, clock)
+                same: dict[str, Any] = json.loads(encode_json(body))
+                return same
+        except EventLogError as e:
+            raise BadRequest(503, None, f"the log cannot be read: {e}") from None
 
     def _first_pending(self, name: str) -> list[dict[str, Any]] | None:
         """The first `render.MAX_ROWS` pending rows of `name` at the present from the series' fold (the rows after
@@ -328,10 +413,11 @@ class WebView:
             return self._refused("you may not list ClusterQueues, so the queues' figures are not shown", at)
         try:
             asked = self._moment(at)
-            queues = await self._ask("queues", at)
+            past = asked.past
+            queues = await self._ask("queues", at, moment=past)
             reasons = self._live_reasons(asked.moment.head_seq) if asked.moment.at is None else None
             if reasons is None and sum(int(c["pending"]) for c in queues["cluster_queues"]) <= REASONS_FROM_ROWS:
-                reasons = render.by_reason(await self._ask("pending", at))
+                reasons = render.by_reason(await self._ask("pending", at, moment=past))
         except BadRequest as err:
             return self._error(err, at)
         links = self.links(at)
@@ -348,13 +434,23 @@ class WebView:
             return self._refused("you may not list ClusterQueues, so the queues' figures are not shown", at)
         try:
             asked = self._moment(at)
-            queues = await self._ask("queues", at)
+            both = None
+            if asked.past is not None and asked.past.seq:
+                with contextlib.suppress(BadRequest):  # no such queue then: the queues alone say so below
+                    both = await self._ask("pending", at, moment=asked.past, queue=name)
+            queues = (
+                both["queues"]
+                if both is not None and "queues" in both
+                else await self._ask("queues", at, moment=asked.past)
+            )
             row = next((c for c in queues["cluster_queues"] if c["name"] == name), None)
             pending_rows: list[dict[str, Any]] = []
             if row is not None:
                 rows = self._first_pending(name) if at is None else None
+                if rows is None and both is not None:
+                    rows = both["cluster_queues"].get(name, [])
                 if rows is None:
-                    pending = await self._ask("pending", at, queue=name)
+                    pending = await self._ask("pending", at, moment=asked.past, queue=name)
                     rows = pending["cluster_queues"].get(name, [])
                 pending_rows = rows
         except BadRequest as err:
@@ -436,7 +532,7 @@ class WebView:
         explain = history = None
         error = None
         try:
-            explain = await self._ask("explain", at, key)
+            explain = await self._ask("explain", at, key, moment=asked.past)
             history = await self._ask("history", None, key)
             if at is not None:
                 history = {**history, "events": [h for h in history["events"] if int(h["seq"]) <= asked.moment.seq]}
@@ -542,3 +638,24 @@ class WebView:
 
         app.on_startup.append(start)
         app.on_cleanup.append(stop)
+
+
+def _explain_state(reader: LogReader, key: str, seq: int, cps: Checkpoints) -> State:
+    """The state `explain` reads at `seq` (as `explain._state_for` builds it from the file), from `cps`: the job, every
+    admitted workload and every workload pending in the ClusterQueues its LocalQueues point at; the whole state when
+    its queue's pending list was not loaded."""
+    rows = job_events(reader, key, seq)
+    if not rows:
+        return State(pending_indexes=False)  # explain says the job was not seen yet, before it reads a state
+    local_queues = {f"{e.workload.namespace}/{e.workload.queue_name}" for _, e in rows if isinstance(e, ev.JobObserved)}
+    partial = partial_state_at(reader, seq, keys=(key,), local_queues=local_queues, checkpoints=cps)
+    state = partial.state
+    if partial.partial:
+        rec = state.workloads.get(key)
+        if rec is None or rec.phase is not Phase.PENDING:
+            return state
+        lq = state.local_queues.get(f"{rec.workload.namespace}/{rec.workload.queue_name}")
+        if lq is None or lq.cluster_queue not in state.cluster_queues or lq.cluster_queue in partial.whole_queues:
+            return state
+        return state_at(reader, seq, checkpoints=cps)
+    return state

@@ -136,3 +136,66 @@ def test_a_multi_document_file_is_one_line_naming_the_file(tmp_path: Path) -> No
         load_config(path)
     assert "\n" not in str(info.value)
     assert str(info.value).startswith(f"{path}:2: ")  # the second document starts at its "---"
+
+
+@pytest.mark.parametrize(
+    ("section", "on"),
+    [(None, False), ({"enable": True}, True), ({"enable": False}, False), ({}, False)],
+    ids=["no-section-is-off", "enable-true-is-on", "enable-false-is-off", "empty-section-is-off"],
+)
+def test_the_web_view_is_switched_by_webui_enable(section: dict[str, object] | None, on: bool) -> None:
+    doc: dict[str, object] = {"apiVersion": V1B1, "kind": "Configuration"}
+    if section is not None:
+        doc["webUI"] = section
+    config, warnings = parse_config(doc, "admitd.yaml")
+    assert config.web_ui is on
+    assert warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "message"),
+    [("yes", "webUI", "must be a mapping"), ({"enable": "yes"}, "webUI.enable", "must be true or false")],
+    ids=["section-not-a-mapping", "enable-not-a-bool"],
+)
+def test_a_bad_webui_section_names_the_field(section: object, field: str, message: str) -> None:
+    with pytest.raises(ManifestError) as info:
+        parse_config({"apiVersion": V1B2, "kind": "Configuration", "webUI": section}, "admitd.yaml")
+    assert info.value.field == field
+    assert message in str(info.value)
+
+
+def test_an_unknown_webui_setting_is_named_not_dropped() -> None:
+    config, warnings = parse_config(
+        {"apiVersion": V1B1, "kind": "Configuration", "webUI": {"enable": True, "port": 9}}, "admitd.yaml"
+    )
+    assert config.web_ui is True
+    assert warnings == ("admitd.yaml: webUI.port is not a setting of admitd's web view; ignored",)
+
+
+def test_admitd_run_serves_the_web_view_when_the_flag_or_the_key_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`admitd run --ui` and `webUI.enable: true` in its --config agree: either turns the view on."""
+    import argparse  # noqa: PLC0415
+
+    from daemon.kube import cli as kube_cli  # noqa: PLC0415
+    from daemon.kube import run as kube_run  # noqa: PLC0415
+
+    seen: list[bool] = []
+
+    async def fake_run(options: object) -> int:
+        seen.append(bool(getattr(options, "ui")))  # noqa: B009
+        return 0
+
+    monkeypatch.setattr(kube_run, "run_daemon", fake_run)
+    on = tmp_path / "on.yaml"
+    on.write_text(f"apiVersion: {V1B1}\nkind: Configuration\nwebUI:\n  enable: true\n")
+    off = tmp_path / "off.yaml"
+    off.write_text(f"apiVersion: {V1B1}\nkind: Configuration\n")
+    for config, flag in ((off, False), (off, True), (on, False), (on, True)):
+        parser = argparse.ArgumentParser()
+        sub = parser.add_subparsers()
+        kube_cli.add_run_parser(sub, db_default=tmp_path / "a.db", db_help="")
+        args = parser.parse_args(["run", "--config", str(config), *(["--ui"] if flag else [])])
+        assert args.func(args) == 0
+    assert seen == [False, True, True, True]

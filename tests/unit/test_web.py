@@ -269,6 +269,60 @@ async def test_answers_from_the_series_fold_equal_the_files(db: Path) -> None:
         await c.close()
 
 
+async def test_answers_at_past_moments_from_the_checkpoints_equal_the_files(db: Path) -> None:
+    """A page at a past moment asks the series' checkpoints (`WebView._past`); at every seq of the log each answer
+    must be the file's (`pending`: its rows, of one queue the first `render.MAX_ROWS`)."""
+    import dataclasses  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    from daemon.answers.answer import BadRequest, answer_from_file, parse  # noqa: PLC0415
+    from daemon.query.moment import clock_of, resolve  # noqa: PLC0415
+
+    app = application(db)
+    c: TestClient[object, object] = TestClient(TestServer(app))
+    await c.start_server()
+    try:
+        view = app[VIEW]
+        await view.series_ready.wait()
+        assert len(view.series.checkpoints) > 0
+        reader = view.reader()
+        clock = clock_of(reader)
+        outcomes: set[str] = set()
+        for seq in range(clock.first_seq, clock.last_seq + 1):
+            m = resolve(reader, clock, at=None, seq=seq, now_ms=0)
+            for command, job, params in [
+                ("queues", None, {}),
+                ("pending", None, {}),
+                ("pending", None, {"queue": ["team-a"]}),
+                ("explain", "team-a/a-huge", {}),
+                ("explain", "team-c/c-held", {}),
+            ]:
+                q = dataclasses.replace(parse(command, params, job), seq=seq)
+                cps = view._checkpoints_for(seq)
+                assert cps is not None
+                try:
+                    mine = view._past(q, m, cps)
+                except BadRequest as err:
+                    mine = {"error": [err.status, err.message]}
+                try:
+                    theirs = json.loads(answer_from_file(db, q, 0, live=False).body)
+                except BadRequest as err:
+                    theirs = {"error": [err.status, err.message]}
+                if command == "pending" and "error" not in theirs:
+                    rows = theirs["cluster_queues"]
+                    theirs = {"cluster_queues": {k: v[: render.MAX_ROWS] for k, v in rows.items()}}
+                    if "queue" in params:  # with the queues' answer from the same state (the page asks both)
+                        theirs["queues"] = json.loads(
+                            answer_from_file(db, dataclasses.replace(parse("queues", {}), seq=seq), 0, live=False).body
+                        )
+                assert mine == theirs, (seq, command, job, params)
+                outcomes.add(mine.get("status", "error" if "error" in mine else command))
+        assert {"queues", "pending", "error"} <= outcomes, outcomes  # explain before the job was seen: its 404
+        assert outcomes & {"pending", "admitted", "finished"}, outcomes  # and after
+    finally:
+        await c.close()
+
+
 async def test_a_queues_first_rows_from_the_series_are_the_answers_first_rows(db: Path) -> None:
     app = application(db)
     c: TestClient[object, object] = TestClient(TestServer(app))
@@ -321,3 +375,24 @@ def test_admitd_ui_on_a_missing_file_says_so(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 2 and "no such file" in done.stderr and not (tmp_path / "none.db").exists()
+
+
+def test_the_past_memory_budget_reaches_the_checkpoints(db: Path) -> None:
+    """`admitd ui --past-memory MIB` bounds the series' checkpoints; a daemon's view has its own, smaller default."""
+    from daemon.web.server import DAEMON_CHECKPOINT_BUDGET_BYTES, WebView  # noqa: PLC0415
+
+    assert application(db, past_memory_mib=3)[VIEW].series.checkpoints.budget_bytes == 3 * 2**20
+    assert application(db)[VIEW].series.checkpoints.budget_bytes == 1024 * 2**20
+    from daemon.answers.answer import Answers  # noqa: PLC0415
+
+    assert WebView(db, Answers(db)).series.checkpoints.budget_bytes == DAEMON_CHECKPOINT_BUDGET_BYTES
+    bad = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "ui", "--db", str(db), "--past-memory", "0"],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert bad.returncode == 2
+    assert "--past-memory must be at least 1 (MiB), got 0" in bad.stderr
