@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from daemon.domain.admission import _blocked_above  # the switch's rule is the engine's own
+from daemon.domain.admission.ledger import blocked_above  # the switch's rule is the engine's own
 from daemon.domain.flavors import Assignment, FlavorAssigner, Mode
 from daemon.domain.model import (
     Admission,
@@ -66,7 +66,7 @@ class Switches:
     """Kueue's reserveCapacityForUnreclaimablePreempt holds resourcesToReserve for every preemptor without
     candidates. admitd holds nothing when what keeps it out is a Cohort's borrowingLimit (it would fit if the
     Cohorts above its ClusterQueue had none): the hold would only keep the tree's other queues off idle capacity
-    for as long as the limit stays (`daemon.domain.admission._blocked_above`)."""
+    for as long as the limit stays (`daemon.domain.admission.ledger.blocked_above`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +335,7 @@ class KueueModel:
             # reserveCapacityForUnreclaimablePreempt: unless the ClusterQueue can always reclaim, it holds
             # resourcesToReserve in this cycle's snapshot.
             e.requeue_reason = NO_CANDIDATES
-            blocked = self.switches.no_hold_when_a_cohort_limit_blocks and _blocked_above(node, a)
+            blocked = self.switches.no_hold_when_a_cohort_limit_blocks and blocked_above(node, a)
             if self.cluster_queues[e.cq].preemption.reclaim_within_cohort is not PreemptionPolicy.ANY and not blocked:
                 reserve = _resources_to_reserve(node, a)
                 snap.add_usage(node, reserve)

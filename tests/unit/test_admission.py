@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.domain import admission
 from daemon.domain.admission import decide
+from daemon.domain.admission.evaluate import Evaluator
 from daemon.domain.events import Borrowed, Event, WorkloadAdmitted, WorkloadPending, WorkloadPreempted
 from daemon.domain.model import PendingReasonKind as K
 from daemon.domain.model import Shortage, Toleration
@@ -184,14 +184,14 @@ def test_waiting_borrowers_are_not_assessed_again_at_every_pass(monkeypatch: pyt
     admits (assessing each waiting borrower at every pass was 4,000 assessments here, 30-60x the cycle's time in
     `bench_engine borrowers`)."""
     assessed = 0
-    real = admission._Cycle._assess
+    real = Evaluator.assess
 
     def counting(self: Any, q: Any, pw: Any) -> Any:
         nonlocal assessed
         assessed += 1
         return real(self, q, pw)
 
-    monkeypatch.setattr(admission._Cycle, "_assess", counting)
+    monkeypatch.setattr(Evaluator, "assess", counting)
     items: list[Any] = [cq("a").cohort("c").flavor("h100", gpu=400)]
     for b in range(20):
         items += [lq("default", f"qb{b}", f"b{b}"), cq(f"b{b}").cohort("c").flavor("h100", gpu=0)]
