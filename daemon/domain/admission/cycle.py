@@ -12,8 +12,9 @@ instant would run, in numbered phases:
       every processed entry;
    c. each entry is processed against the snapshot (`process`), each admission's usage counted at once;
    d. the pass ends (`Cycle.end_pass`): a preemptor without candidates' hold lives in its pass only, as Kueue's
-      resourcesToReserve lives in its cycle's snapshot (a StrictFIFO one keeps it: it is its queue's head in every
-      cycle).
+      resourcesToReserve lives in its cycle's snapshot; a StrictFIFO one is its queue's head in the next pass too
+      (Kueue requeues it at once), and holds again at its place in that pass's order, as long as another queue
+      of its tree may still act.
    Passes repeat until one offers nothing, so one call admits what Kueue's cycles at that instant would, in
    Kueue's order (GOING BEYOND KUEUE: Kueue runs a cycle every 100 ms at most; these run at once). A pass that
    preempts is the call's last: Kueue's next cycle takes a fresh snapshot in which the victims leave, so the call
@@ -91,9 +92,17 @@ class Cycle:
             open_queues = [q for q in open_queues if not q.done]
             ledger.begin_pass()
             live: dict[str, int] = {}
+            acting: dict[str, int] = {}  # per tree, its open queues other than StrictFIFO holders
             for q in open_queues:
                 live[q.node.tree] = live.get(q.node.tree, 0) + 1
+                if not q.holder:
+                    acting[q.node.tree] = acting.get(q.node.tree, 0) + 1
+            for q in open_queues:
+                if q.holder and not acting.get(q.node.tree):
+                    # Its hold keeps nobody out any more: no other queue of its tree offers anything in this call.
+                    q.done = True
             nominator.live = live
+            before = self._progress(open_queues)
             # 3a. nominate: every queue offers its head (`Manager.Heads`); a head that cannot be admitted is
             # stepped over, and its queue offers the next one in the next pass.
             for q in open_queues:
@@ -119,20 +128,33 @@ class Cycle:
                 break
             # 3d.
             self.end_pass()
+            if self._progress(open_queues) == before:
+                # Nothing moved but holds that came and went (a StrictFIFO head's, which the entries after it could
+                # not get past): the next pass would be this one again. Kueue's cycles reach their fixed point here.
+                break
         # 4. memory
         self.router.remember(queues)
         return self.out.events
 
+    def _progress(self, queues: list[Queue]) -> tuple[object, ...]:
+        """What a pass can change: the decisions, the trees' states, where each queue's walk stands."""
+        ledger = self.ledger
+        trees = tuple(ledger.version(tree) for tree in sorted(ledger.snap.touched))
+        walks = tuple(
+            (q.pos, q.done, q.runs.start if q.runs else None, q.runs.inclusive if q.runs else None) for q in queues
+        )
+        return (len(self.out.events), len(ledger.snap.removed), trees, walks)
+
     def end_pass(self) -> None:
         """Kueue's reservation for a preemptor without candidates lives in its cycle's snapshot only: the next
-        pass starts without it. A StrictFIFO head stays its queue's head (requeued at once), so it reserves again in
-        every cycle: its hold stays. A tree whose only changes in the pass were such holds is back in the state the
-        pass started in (`Ledger.end_pass`), so what was found in that state applies again."""
+        pass starts without it (a StrictFIFO head, its queue's head again, reserves again there). A tree whose
+        only changes in the pass were such holds is back in the state the pass started in (`Ledger.end_pass`), so
+        what was found in that state applies again."""
         undone: dict[str, int] = {}
         holding = self.processor.holding
         for q in holding:
             hold = q.hold
-            if hold is None or q.strict:
+            if hold is None:
                 continue
             undone[q.node.tree] = undone.get(q.node.tree, 0) + self.ledger.drop(hold)
             q.hold = None

@@ -53,6 +53,7 @@ class Nominator:
 
     def next_entry(self, q: Queue) -> Entry | None:
         """The queue's entry in this pass, or None. Its own hold is lifted meanwhile (it keeps other queues off)."""
+        q.holder = False  # until its head holds again in this pass (`Processor`)
         self.ledger.lift(q.hold)
         try:
             return self._walk(q)

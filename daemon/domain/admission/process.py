@@ -80,12 +80,21 @@ class Processor:
             return
         if r.kind is Kind.NO_TARGETS:
             assert r.reason is not None
-            self.no_fit(q, pw, r.reason)
+            if not q.rest_blocked:
+                self.no_fit(q, pw, r.reason)
             q.reserved = True
             if q.cq.preemption.reclaim_within_cohort is not PreemptionPolicy.ANY:
                 q.hold = ledger.reserve(q.node, to_reserve(q.node, a), a)
                 self.holding.append(q)
                 ledger.lift(q.hold)  # `process` lays it again
+                if q.strict:
+                    # Kueue requeues a StrictFIFO head at once: it is its queue's head in the next cycle too, where
+                    # it holds again at its place in that cycle's order. The rest of its queue waits meanwhile.
+                    if not q.rest_blocked:
+                        self._block_rest(q, pw)
+                        q.rest_blocked = True
+                    q.holder = True
+                    return
             self._after_head_failed(q, pw)
             return
         victims = r.targets if r.kind is Kind.PREEMPT else [Target(aw, "", "") for aw in r.waits_on]
@@ -119,13 +128,17 @@ class Processor:
 
     def block(self, q: Queue, head: PendingWorkload) -> None:
         """StrictFIFO: the head stays; everything behind it waits (except those that are no candidates at all)."""
+        if not q.rest_blocked:
+            self._block_rest(q, head)
+        q.pos = len(q.seq)
+        q.done = True
+
+    def _block_rest(self, q: Queue, head: PendingWorkload) -> None:
         blocked = reasons.blocked_by_head(head, q.name)
         assert q.runs is None
         for pw in q.seq[q.pos + 1 :]:
             pre = self.router.precheck(q, pw)
             q.emitted |= self.out.pending(pw, q.name, pre if pre is not None else blocked)
-        q.pos = len(q.seq)
-        q.done = True
 
     def _after_head_failed(self, q: Queue, pw: PendingWorkload) -> None:
         if q.strict:

@@ -107,6 +107,8 @@ class Queue:
     headline_written: bool = False  # its first unfitting workload's reason is written (see `Nominator.no_fit`)
     reserved: bool = False  # its first NO_TARGETS workload was found (and holds, or had nothing to hold)
     hold: Hold | None = None  # what that workload reserves against other queues
+    holder: bool = False  # StrictFIFO: its head holds for its pass and is offered again in the next (`Cycle.run`)
+    rest_blocked: bool = False  # StrictFIFO: the rest's `BlockedByHead` (and the head's reason) written this call
     emitted: bool = False  # any event about this queue's pending workloads this cycle
     acted: bool = False  # offered an entry this cycle
     volatile: bool = False  # some outcome depended on the instant (see `Outcome.volatile`): not memoised
