@@ -160,6 +160,9 @@ class Cycle:
             q.hold = None
             q.reserved = False
         self.processor.holding = [q for q in holding if q.hold is not None]
+        for hold in self.processor.pass_holds:
+            undone[hold.node.tree] = undone.get(hold.node.tree, 0) + self.ledger.drop(hold)
+        self.processor.pass_holds = []
         self.ledger.end_pass(undone)
 
     def _process_fairly(self, entries: list[Entry]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from daemon.domain.admission import reasons
 from daemon.domain.admission.decisions import Decisions
 from daemon.domain.admission.evaluate import Evaluator
-from daemon.domain.admission.ledger import Ledger, to_reserve
+from daemon.domain.admission.ledger import Hold, Ledger, to_reserve
 from daemon.domain.admission.outcome import Kind
 from daemon.domain.admission.routing import Router
 from daemon.domain.admission.walk import Entry, Queue
@@ -26,7 +26,18 @@ from daemon.domain.view import AdmittedWorkload, ClusterView, PendingWorkload, c
 
 
 class Processor:
-    __slots__ = ("config", "evaluator", "holding", "ledger", "out", "pods_blocked", "preempted", "router")
+    __slots__ = (
+        "config",
+        "evaluator",
+        "holding",
+        "ledger",
+        "out",
+        "pass_holds",
+        "pods_blocked",
+        "preempted",
+        "router",
+        "waited",
+    )
 
     def __init__(
         self,
@@ -44,6 +55,8 @@ class Processor:
         self.evaluator = evaluator
         self.preempted = False  # this pass preempted: the cycle ends with it (see `Cycle.run`)
         self.holding: list[Queue] = []  # queues whose preemptor without candidates holds quota (`Cycle.end_pass`)
+        self.pass_holds: list[Hold] = []  # rooms held for this pass by entries waiting for this cycle's victims
+        self.waited: set[str] = set()  # those entries, whose reason is written once per call
         # waitForPodsReady.blockAdmission: while an admitted workload is not ready, nothing is admitted (preemptions
         # go on). After this cycle's first admission, that workload is the one not ready.
         self.pods_blocked = blocking(view, config.wait_for_pods_ready)
@@ -73,8 +86,19 @@ class Processor:
                 if alt.mode is Mode.FIT:
                     self._admit(q, pw, alt)
                     return
-                ledger.reserve(q.node, a.usage)
-                self.wait(q, pw, ledger.own_victims.get(pw.key, []), "workloads preempted in this cycle")
+                if q.strict:
+                    ledger.reserve(q.node, a.usage)
+                    self.wait(q, pw, ledger.own_victims.get(pw.key, []), "workloads preempted in this cycle")
+                    return
+                # Its room is held for its pass (the model's `no_overcommit_while_victims_leave`: Kueue's cycle
+                # would have admitted it); it is offered again in the next pass, as Kueue requeues a skipped entry.
+                self.pass_holds.append(ledger.reserve(q.node, a.usage))
+                if pw.key not in self.waited:
+                    self.waited.add(pw.key)
+                    reason = reasons.waiting_for_preempted(
+                        [v.key for v in ledger.own_victims.get(pw.key, [])], "workloads preempted in this cycle"
+                    )
+                    q.emitted |= self.out.pending(pw, q.name, reason)
                 return
             self._admit(q, pw, a)
             return
