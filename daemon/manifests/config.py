@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from daemon.domain.admission import EngineConfig
+from daemon.domain.config import EngineConfig
 from daemon.domain.fairpreemption import DEFAULT_STRATEGIES, VALID_STRATEGY_SETS
 from daemon.domain.management import namespace_labels
 from daemon.domain.model import JobManagement, selects

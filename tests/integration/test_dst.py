@@ -249,6 +249,16 @@ def test_an_unsuspension_sent_by_a_process_that_died_is_no_eviction_either() -> 
     assert r.ok, [str(v) for v in r.violations]
 
 
+def test_a_seed_whose_waiter_for_leaving_victims_held_its_room_for_the_whole_call_holds_every_invariant() -> None:
+    """Issue-shape seed 10 (`all`) found it: after a take-over, three heads waited for the same already-evicting
+    workload; the one whose entry overlapped was assessed again a pass later, when a workload that fits only once
+    the victims are gone had reserved its room for the rest of the call, so it found no candidates. A fresh cycle
+    (without that reservation, which names no victims and so is not kept) preempted one: the engine's output was
+    not a fixed point (`cycle-fixed-point`). Such a room is now held for its pass, as Kueue's cycle holds it."""
+    r = run_case(Case(10, ISSUE, ALL))
+    assert r.ok, [str(v) for v in r.violations]
+
+
 def test_an_unsuspension_of_a_dead_process_landing_after_the_next_ones_suspension_is_waited_out() -> None:
     """Issue-shape seeds 263, 281, 297, 301, 305 and 1989 (of the first 2,000) found it: a workload admitted, its
     unsuspension sent, then preempted before the patch landed, and the process crashed. The outbox held only the

@@ -64,8 +64,8 @@ SPACES = {
     "best-effort": Space(strict_fifo=False),
 }
 CI_SPACE = SPACES["no-cohorts"]
-"""The part of the space where the engine and the model are equal (the unit test's); bench/RESULTS.md has the
-rest."""
+"""The part of the space the unit test also runs with fair sharing on (without Cohorts Kueue's fair sharing decides
+as its classic cycle); the classic test runs the whole space (`SPACES["full"]`)."""
 
 
 @st.composite

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from daemon.domain.admission import _blocked_above  # the switch's rule is the engine's own
+from daemon.domain.admission.ledger import blocked_above  # the switch's rule is the engine's own
 from daemon.domain.flavors import Assignment, FlavorAssigner, Mode
 from daemon.domain.model import (
     Admission,
@@ -62,11 +62,21 @@ class Switches:
     added for preemptors and reservations left out, as none of it runs yet); otherwise it waits for them (holding
     the room it needs) and is admitted in the cycle after they leave."""
 
+    inadmissible_back_at_each_call: bool = True
+    """Kueue keeps a workload found inadmissible in its ClusterQueue's inadmissible set until quota is released in
+    its Cohort tree (or a queue changes). admitd's engine has no such set across its calls: each call (at every
+    instant something happens, and again after a call that decided something or preempted) offers every queue's
+    workloads from its head, so a workload Kueue would leave aside until a release is a head again, assessed
+    (cheaply: the inadmissible memo) and stepped over in the call's first pass, while the queue's next workload
+    waits for the second. Within a call, a workload stepped over stays stepped over, as in Kueue's set. The outcome
+    is an order within an instant: a queue's newer workload may be admitted one pass later than Kueue would, after
+    another queue's borrower (one pass earlier it would have been admitted before it)."""
+
     no_hold_when_a_cohort_limit_blocks: bool = True
     """Kueue's reserveCapacityForUnreclaimablePreempt holds resourcesToReserve for every preemptor without
     candidates. admitd holds nothing when what keeps it out is a Cohort's borrowingLimit (it would fit if the
     Cohorts above its ClusterQueue had none): the hold would only keep the tree's other queues off idle capacity
-    for as long as the limit stays (`daemon.domain.admission._blocked_above`)."""
+    for as long as the limit stays (`daemon.domain.admission.ledger.blocked_above`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,13 +217,29 @@ class KueueModel:
                 if key in self.pending:
                     self.queues[self.cq_of[key]].active.add(key)
             self.held = set()
+        call = self._call_starts()
         for _ in range(10_000):
             before = self._state()
             made = len(self.decisions)
-            self._schedule(now)
+            preempted = self._schedule(now)
+            if self.switches.inadmissible_back_at_each_call and preempted:
+                call = self._call_starts()  # the engine's call ends with a pass that preempts; the next one follows
+                continue
             if len(self.decisions) == made and self._state() == before:
+                if self.switches.inadmissible_back_at_each_call and len(self.decisions) > call:
+                    call = self._call_starts()  # a call that decided something is followed by another
+                    continue
                 return self.decisions[start:]
         raise AssertionError(f"the model found no fixed point at {now} ms")
+
+    def _call_starts(self) -> int:
+        """`Switches.inadmissible_back_at_each_call`: every inadmissible workload is back in its heap, as each of the
+        engine's calls walks every queue from its head. Returns where the call's decisions start."""
+        if self.switches.inadmissible_back_at_each_call:
+            for q in self.queues.values():
+                q.active |= q.inadmissible
+                q.inadmissible = set()
+        return len(self.decisions)
 
     def wants_next_instant(self) -> bool:
         return bool(self.held)
@@ -224,7 +250,8 @@ class KueueModel:
 
     # --- one cycle: Scheduler.schedule ---------------------------------------------------------------------------
 
-    def _schedule(self, now: Millis) -> None:
+    def _schedule(self, now: Millis) -> bool:
+        """One cycle; whether it preempted."""
         self.cycles += 1
         # 1. Manager.Heads: one Pop per ClusterQueue with a non-empty heap.
         heads: list[tuple[str, PendingWorkload]] = []
@@ -235,7 +262,7 @@ class KueueModel:
                 q.pop_cycle += 1  # ClusterQueue.Pop
                 heads.append((name, self.pending[key]))
         if not heads:
-            return
+            return False
         # 2. cache.Snapshot: a fresh one every cycle.
         tree = QuotaTree.build(self.cluster_queues, self.cohorts, self.flavors)
         by_cq: dict[str, dict[str, AdmittedWorkload]] = {}
@@ -260,6 +287,7 @@ class KueueModel:
         # The victims' pods stop at once: the workload controller sees their quota released.
         for key, _ in victims:
             self._evict(key, now)
+        return bool(victims)
 
     def _heap_order_in(self, q: _CQueue) -> Callable[[str], tuple[int, int, int, str]]:
         """baseCompareFunc: the sticky preemptor first (BestEffortFIFO), higher priority, earlier queue order
@@ -335,7 +363,7 @@ class KueueModel:
             # reserveCapacityForUnreclaimablePreempt: unless the ClusterQueue can always reclaim, it holds
             # resourcesToReserve in this cycle's snapshot.
             e.requeue_reason = NO_CANDIDATES
-            blocked = self.switches.no_hold_when_a_cohort_limit_blocks and _blocked_above(node, a)
+            blocked = self.switches.no_hold_when_a_cohort_limit_blocks and blocked_above(node, a)
             if self.cluster_queues[e.cq].preemption.reclaim_within_cohort is not PreemptionPolicy.ANY and not blocked:
                 reserve = _resources_to_reserve(node, a)
                 snap.add_usage(node, reserve)

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.domain import admission
 from daemon.domain.admission import decide
+from daemon.domain.admission.evaluate import Evaluator
 from daemon.domain.events import Borrowed, Event, WorkloadAdmitted, WorkloadPending, WorkloadPreempted
 from daemon.domain.model import PendingReasonKind as K
 from daemon.domain.model import Shortage, Toleration
@@ -184,14 +184,14 @@ def test_waiting_borrowers_are_not_assessed_again_at_every_pass(monkeypatch: pyt
     admits (assessing each waiting borrower at every pass was 4,000 assessments here, 30-60x the cycle's time in
     `bench_engine borrowers`)."""
     assessed = 0
-    real = admission._Cycle._assess
+    real = Evaluator.assess
 
     def counting(self: Any, q: Any, pw: Any) -> Any:
         nonlocal assessed
         assessed += 1
         return real(self, q, pw)
 
-    monkeypatch.setattr(admission._Cycle, "_assess", counting)
+    monkeypatch.setattr(Evaluator, "assess", counting)
     items: list[Any] = [cq("a").cohort("c").flavor("h100", gpu=400)]
     for b in range(20):
         items += [lq("default", f"qb{b}", f"b{b}"), cq(f"b{b}").cohort("c").flavor("h100", gpu=0)]
@@ -538,3 +538,24 @@ def test_deep_queue_walked_by_runs_writes_exactly_what_visiting_each_workload_wr
     assert events == decide(w.view(indexed=False), NOW)
     assert list(pending(events)) == ["default/j0", "default/new", "default/j70"]
     assert pending(events)["default/j70"].reason.kind is K.WAITING_FOR_QUOTA
+
+
+def test_a_strict_fifo_head_without_candidates_holds_for_its_pass_at_its_place_in_the_order() -> None:
+    """b's StrictFIFO head b2 needs 2 GPUs where the Cohort has 1 left and finds nobody to preempt: it holds Kueue's
+    resourcesToReserve in its pass. Kueue requeues it at once, so in each later cycle it holds again at its place in
+    that cycle's order, after a's equal-priority, earlier-named a1, which borrows the last GPU first. Held from its
+    first pass to the call's end (as before issue 23's third part), the hold kept a1 out."""
+    w = base(
+        cq("a").cohort("c").flavor("h100", gpu=2),
+        cq("b").cohort("c").strict_fifo().flavor("h100", gpu=2),
+        job("a0").gpus(2).at(0),
+        job("a1").gpus(1).at(0),
+        job("a8").gpus(1).priority(1).at(0),
+        job("a9").gpus(1).priority(1).at(0),
+        job("b1").queue("qb").gpus(1).at(0),
+        job("b2").queue("qb").gpus(2).at(0),
+    )
+    events = cycle(w)
+    assert set(admitted(events)) == {"default/a8", "default/a9", "default/b1", "default/a1"}
+    assert pending(events)["default/b2"].reason.kind is K.WAITING_FOR_QUOTA
+    assert pending(events)["default/a0"].reason.kind is K.WAITING_FOR_QUOTA

@@ -1,11 +1,12 @@
-"""`AdmissionEngine.decide` skips a cycle when nothing waits and nothing drains (`_nothing_to_decide`); the skip must
+"""`AdmissionEngine.decide` skips a cycle when nothing waits and nothing drains (`nothing_to_decide`); the skip must
 never hide a decision: the engine decides exactly as a fresh `decide` in every such state, drains included."""
 
 from __future__ import annotations
 
 import pytest
 
-from daemon.domain.admission import AdmissionEngine, _nothing_to_decide, decide
+from daemon.domain.admission import AdmissionEngine, decide
+from daemon.domain.admission.engine import nothing_to_decide
 from daemon.domain.events import WorkloadAdmitted, WorkloadPreempted
 from tests.unit.builders import World, cq, flavor, job, lq, namespace, running, world
 
@@ -28,7 +29,7 @@ def _admitted_world(*extra: object) -> World:
 def test_nothing_waiting_and_nothing_draining_is_skipped_and_decides_nothing() -> None:
     w = _admitted_world()
     view = w.view()
-    assert _nothing_to_decide(view)
+    assert nothing_to_decide(view)
     assert AdmissionEngine().decide(view, NOW) == decide(view, NOW) == []
 
 
@@ -45,7 +46,7 @@ def test_a_drain_with_nothing_waiting_is_decided(stopped: object, drained: set[s
     assert engine.decide(w.view(), NOW) == []
     w.add(stopped)  # a stop policy set on a queue later: nothing waits, but its workloads must be drained
     view = w.view()
-    assert not _nothing_to_decide(view)
+    assert not nothing_to_decide(view)
     events = engine.decide(view, NOW)
     assert events == decide(view, NOW)
     assert {e.workload for e in events if isinstance(e, WorkloadPreempted)} == drained
@@ -67,5 +68,5 @@ def test_a_waiting_workload_after_skipped_cycles_is_admitted_as_by_a_fresh_decid
 def test_unrouted_workloads_are_not_skipped() -> None:
     w = _admitted_world(job("lost").queue("missing").gpus(1))
     view = w.view()
-    assert not _nothing_to_decide(view)
+    assert not nothing_to_decide(view)
     assert AdmissionEngine().decide(view, NOW) == decide(view, NOW) != []

@@ -14,8 +14,8 @@ from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 
-from daemon.domain import admission
 from daemon.domain.admission import ALL_OPTIMISATIONS, NO_OPTIMISATIONS, AdmissionEngine, EngineConfig, Optimisations
+from daemon.domain.admission.cycle import Cycle
 from daemon.domain.model import PendingReason
 from tests.reference.differential import SPACES, Scenario, Space, run_engine, scenarios, trees
 from tests.reference.kueue_model import Decision
@@ -87,15 +87,15 @@ def test_a_deep_queue_whose_head_has_no_candidates_is_walked_in_a_few_passes() -
     w.run(running(job("running").queue("q").gpus(2), "full", "f"))
     for i in range(300):
         w.submit(job(f"w{i}").queue("q").gpus(1).at(1 + i))
-    original = admission._Cycle._end_pass
+    original = Cycle.end_pass
     passes: list[bool] = []
 
-    def counted(self: admission._Cycle) -> None:
-        passes.append(self.opt.lone_holds)
+    def counted(self: Cycle) -> None:
+        passes.append(self.nominator.opt.lone_holds)
         original(self)
 
     events: dict[bool, list[object]] = {}
-    with patch.object(admission._Cycle, "_end_pass", counted):
+    with patch.object(Cycle, "end_pass", counted):
         for lone in (True, False):
             events[lone] = list(AdmissionEngine(EngineConfig(), Optimisations(lone_holds=lone)).decide(w.view(), 1_000))
     assert events[True] == events[False]
