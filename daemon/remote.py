@@ -127,6 +127,11 @@ def run_remote(args: argparse.Namespace) -> int:
         status, kind, body, where = asyncio.run(_via_kube(args, path, params))
     else:
         status, kind, body, where = _direct(args, path, params)
+    return _printed(status, kind, body, where)
+
+
+def _printed(status: int | None, kind: str, body: bytes, where: str) -> int:
+    """The answer on stdout (exit 0), or why there is none on stderr (refused, or the server unreachable)."""
     if status is None:
         return _fail(body.decode(errors="replace"), EXIT_UNREACHABLE)
     if status == 200:
@@ -165,14 +170,7 @@ def post_file(args: argparse.Namespace, command: str, file: Path, *, json_out: b
         return _fail(f"{file}: {e.strerror or e}", EXIT_REFUSED)
     params = {"name": file.name} | ({} if json_out else {"format": "text"})
     status, kind, body, where = _direct(args, f"{PREFIX}/{command}", params, data=data)
-    if status is None:
-        return _fail(body.decode(errors="replace"), EXIT_UNREACHABLE)
-    if status == 200:
-        out = sys.stdout.buffer
-        out.write(body if body.endswith(b"\n") else body + b"\n")
-        out.flush()
-        return 0
-    return _fail(f"{where}: {status} {_message(kind, body)}", EXIT_REFUSED if status < 500 else EXIT_UNREACHABLE)
+    return _printed(status, kind, body, where)
 
 
 def _direct(
