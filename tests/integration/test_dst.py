@@ -259,6 +259,15 @@ def test_a_seed_whose_waiter_for_leaving_victims_held_its_room_for_the_whole_cal
     assert r.ok, [str(v) for v in r.violations]
 
 
+def test_a_seed_whose_preemptor_needed_more_than_its_kept_victims_holds_every_invariant() -> None:
+    """Issue-shape seed 2420 (`all`) found it: waiting preemptors whose victims (already leaving) were no longer
+    enough were assessed with those victims gone and waited for one more, but named only the new one; the next
+    call handed the old ones to no one, so another queue's waiter took them and a third preempted
+    (`cycle-fixed-point`). Such a preemptor now names every victim it waits for."""
+    r = run_case(Case(2420, ISSUE, ALL))
+    assert r.ok, [str(v) for v in r.violations]
+
+
 def test_an_unsuspension_of_a_dead_process_landing_after_the_next_ones_suspension_is_waited_out() -> None:
     """Issue-shape seeds 263, 281, 297, 301, 305 and 1989 (of the first 2,000) found it: a workload admitted, its
     unsuspension sent, then preempted before the patch landed, and the process crashed. The outbox held only the
