@@ -259,6 +259,27 @@ def test_a_seed_whose_waiter_for_leaving_victims_held_its_room_for_the_whole_cal
     assert r.ok, [str(v) for v in r.violations]
 
 
+def test_a_seed_whose_preemptor_needed_more_than_its_kept_victims_holds_every_invariant() -> None:
+    """Issue-shape seed 2420 (`all`) found it: waiting preemptors whose victims (already leaving) were no longer
+    enough were assessed with those victims gone and waited for one more, but named only the new one; the next
+    call handed the old ones to no one, so another queue's waiter took them and a third preempted
+    (`cycle-fixed-point`). Such a preemptor now names every victim it waits for."""
+    r = run_case(Case(2420, ISSUE, ALL))
+    assert r.ok, [str(v) for v in r.violations]
+
+
+def test_a_seed_whose_preemptor_is_starved_by_a_room_held_for_each_pass_still_fails_only_the_fixed_point() -> None:
+    """Issue-shape seed 3295 (`all`), not fixed yet: at 20819 ms a call admits cq-17/medium-96 in its first pass;
+    in every pass after, cq-27/small-65 (it fits only once this cycle's victims are gone) holds its room for its
+    pass and is processed first (lower borrowing), so cq-17/medium-135's preemption of cq-17/small-142 no longer
+    fits after it, pass after pass, until the call stops without progress. A fresh call on that output offers
+    medium-135 in its first pass, when cq-27 steps over its head cq-27/large-34 and small-65 comes only in the
+    second, and preempts (`cycle-fixed-point`). The room held for a pass is Kueue's admission in that cycle, but it
+    is not in the fold, so a call's outcome depends on which pass each entry falls in. This test says when it
+    stops failing (then it must hold every invariant, as the seed-2420 test above)."""
+    assert _invariants(Case(3295, ISSUE, ALL)) == {"cycle-fixed-point"}
+
+
 def test_an_unsuspension_of_a_dead_process_landing_after_the_next_ones_suspension_is_waited_out() -> None:
     """Issue-shape seeds 263, 281, 297, 301, 305 and 1989 (of the first 2,000) found it: a workload admitted, its
     unsuspension sent, then preempted before the patch landed, and the process crashed. The outbox held only the

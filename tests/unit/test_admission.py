@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from daemon.domain.admission import decide
 from daemon.domain.admission.evaluate import Evaluator
+from daemon.domain.admission.reasons import waiting_for_preempted
 from daemon.domain.events import Borrowed, Event, WorkloadAdmitted, WorkloadPending, WorkloadPreempted
 from daemon.domain.model import PendingReasonKind as K
 from daemon.domain.model import Shortage, Toleration
@@ -559,3 +560,32 @@ def test_a_strict_fifo_head_without_candidates_holds_for_its_pass_at_its_place_i
     assert set(admitted(events)) == {"default/a8", "default/a9", "default/b1", "default/a1"}
     assert pending(events)["default/b2"].reason.kind is K.WAITING_FOR_QUOTA
     assert pending(events)["default/a0"].reason.kind is K.WAITING_FOR_QUOTA
+
+
+def test_a_waiting_preemptor_whose_kept_victims_are_not_enough_names_them_with_the_new_ones() -> None:
+    """A preemptor that claimed one leaving victim in an earlier call and now needs a second: the call assesses it
+    with its own victim already gone (`Cycle.keep_claims`), so it waits for both and names both. It named only the
+    new one, so the next call handed the old one to nobody, claimed the new one, found it not enough and took the
+    old one as its new one: each call wrote a new reason, and with another queue's waiter beside it the free victim
+    went to that waiter and a preemption followed (dst seed 2420, cycle-fixed-point)."""
+    w = base(
+        cq("a").flavor("h100", gpu=2).preempt(within="LowerPriority"),
+        running(job("v1").gpus(1), "a", "h100", evicting=True),
+        running(job("v2").gpus(1), "a", "h100", evicting=True),
+        job("p").gpus(2).priority(100),
+    )
+    w.apply(
+        [
+            WorkloadPending(
+                workload="default/p",
+                at=NOW - 1,
+                cluster_queue="a",
+                reason=waiting_for_preempted(["default/v1"], ""),
+            )
+        ]
+    )
+    events = cycle(w)
+    assert not admitted(events) and not preempted(events)
+    assert pending(events)["default/p"].reason.victims == ("default/v1", "default/v2")
+    w.apply(events)
+    assert cycle(w) == []

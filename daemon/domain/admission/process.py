@@ -135,7 +135,10 @@ class Processor:
                 self.out.preempted(t.victim, ledger.snap.usage_of(t.victim), pw.key, q.name, t.reason, t.policy)
                 self.preempted = True
         ledger.reserve(q.node, a.usage)
-        self.wait(q, pw, [t.victim for t in victims], "")
+        # A preemptor whose kept victims were not enough (`Cycle.keep_claims`) was assessed with them gone: it
+        # waits for them too, and names them, or the next call hands them to others and it takes new ones.
+        own = [v for v in ledger.own_victims.get(pw.key, []) if all(t.victim.key != v.key for t in victims)]
+        self.wait(q, pw, [*own, *(t.victim for t in victims)], "")
 
     def wait(self, q: Queue, pw: PendingWorkload, victims: list[AdmittedWorkload], what: str) -> None:
         """The workload waits for its victims (or for `what`): Kueue's sticky preemptor, its queue's head again."""
