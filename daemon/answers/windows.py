@@ -25,10 +25,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon.domain import events as ev
-from daemon.domain.eta import Class
 from daemon.domain.state import Phase, State
 from daemon.eventlog import EventLogError, LogReader
 from daemon.eventlog.codec import encode_json
@@ -40,6 +39,9 @@ from daemon.views.follow import Following
 from daemon.views.ledger import Preemption, Preemptions
 from daemon.views.runtimes import Runtimes
 from daemon.views.usage import DAY_MS, HOUR_MS, MINUTE_MS, UsageWindows
+
+if TYPE_CHECKING:  # a read command imports this module: the engine (daemon.domain.eta's) must not load with it
+    from daemon.domain.eta import Class
 
 log = get_logger("admitd.answers")
 

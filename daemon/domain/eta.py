@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from daemon.domain import events as ev
-from daemon.domain.admission import AdmissionEngine, EngineConfig
+from daemon.domain.config import EngineConfig
 from daemon.domain.model import Admission, Millis, PendingReason, PendingReasonKind, Workload
 from daemon.domain.state import Phase, State
 
@@ -71,6 +71,8 @@ def estimate(
 ) -> dict[str, Millis | None]:
     """The estimated start time of every workload pending in `state` at `now`; None: not within the forward run."""
     world = State.from_snapshot(state.to_snapshot())
+    from daemon.domain.admission import AdmissionEngine  # noqa: PLC0415 (the runtimes' shapes are read without it)
+
     engine = AdmissionEngine(config or EngineConfig())
     waiting = {k for k, r in world.workloads.items() if r.phase is Phase.PENDING}
     started: dict[str, Millis | None] = dict.fromkeys(waiting)
@@ -163,6 +165,8 @@ def dry_run(
     world = State.from_snapshot(state.to_snapshot())
     world.apply(ev.JobObserved(workload=workload))
     key = workload.key
+    from daemon.domain.admission import AdmissionEngine  # noqa: PLC0415 (the runtimes' shapes are read without it)
+
     engine = AdmissionEngine(config or EngineConfig())
     admitted: Admission | None = None
     victims: list[str] = []
