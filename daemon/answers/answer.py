@@ -379,6 +379,18 @@ class Answers:
     async def _from_live(self, q: Query) -> Rendered | None:
         state = self.state
         assert state is not None
+        reader = await self._settled(lambda: state.seq)
+        if reader is None:
+            return None
+        clock = _clock(reader)  # nothing folded that the file does not hold: answer now, before any await
+        moment = present_moment(clock, state.seq, self.now_ms())
+        self.live_answers += 1
+        return render(q, reader, clock, moment, state, moment.recorded_at, self.live_seqs)
+
+    async def _settled(self, folded: Callable[[], int | None]) -> LogReader | None:
+        """The loop's reader once the file's last event is the one `folded()` names (what a live fold or projection
+        has taken); the caller answers before any further await. None: no file yet, an empty log, `folded()` None,
+        or the two not met within SETTLE_ROUNDS (then the file answers)."""
         try:
             reader = self._loop_reader()
         except EventLogError:
@@ -390,54 +402,40 @@ class Answers:
                 bounds = reader.bounds()
             except EventLogError as e:
                 raise BadRequest(503, None, f"the log cannot be read: {e}") from None
-            if bounds is None:
+            seq = folded()
+            if bounds is None or seq is None:
                 return None
-            if bounds[2] == state.seq:  # nothing folded that the file does not hold: answer now, before any await
-                clock = _clock(reader)
-                moment = present_moment(clock, state.seq, self.now_ms())
-                self.live_answers += 1
-                return render(q, reader, clock, moment, state, moment.recorded_at, self.live_seqs)
+            if bounds[2] == seq:
+                return reader
         return None
 
     async def _from_windows(self, q: Query, windows: Windows) -> Rendered | None:
         """`preemptions` or `usage` from the live projections, once the file holds every event they took (so that
         the window's end is the file's last event, as the CLI's is); None: from the file."""
-        try:
-            reader = self._loop_reader()
-        except EventLogError:
+        reader = await self._settled(lambda: windows.seq if windows.ready else None)
+        if reader is None:
             return None
-        for _ in range(SETTLE_ROUNDS):
-            if self.settle is not None:
-                await self.settle()
-            try:
-                bounds = reader.bounds()
-            except EventLogError as e:
-                raise BadRequest(503, None, f"the log cannot be read: {e}") from None
-            if bounds is None or not windows.ready:
+        clock = _clock(reader)
+        try:
+            start = ledger_mod.since_ms(q.since, clock, self.now_ms())
+        except QueryError as e:
+            raise BadRequest(400, "since", str(e)) from None
+        if q.command == "preemptions" and not q.text:
+            encoded = windows.preemptions_json(clock, start, q.queue)
+            if encoded is None:
                 return None
-            if bounds[2] == windows.seq:
-                clock = _clock(reader)
-                try:
-                    start = ledger_mod.since_ms(q.since, clock, self.now_ms())
-                except QueryError as e:
-                    raise BadRequest(400, "since", str(e)) from None
-                if q.command == "preemptions" and not q.text:
-                    encoded = windows.preemptions_json(clock, start, q.queue)
-                    if encoded is None:
-                        return None
-                    self.live_answers += 1
-                    return Rendered(encoded, "application/json")
-                if q.command == "preemptions":
-                    body = windows.preemptions(clock, start, q.queue)
-                    text = ledger_mod.preemptions_text
-                else:
-                    body = windows.usage_body(clock, start, q.by or "clusterqueue")
-                    text = usage_mod.usage_text
-                if body is None:
-                    return None  # the window starts before what the projections hold
-                self.live_answers += 1
-                return _text(text(body)) if q.text else _json(body)
-        return None
+            self.live_answers += 1
+            return Rendered(encoded, "application/json")
+        if q.command == "preemptions":
+            body = windows.preemptions(clock, start, q.queue)
+            text = ledger_mod.preemptions_text
+        else:
+            body = windows.usage_body(clock, start, q.by or "clusterqueue")
+            text = usage_mod.usage_text
+        if body is None:
+            return None  # the window starts before what the projections hold
+        self.live_answers += 1
+        return _text(text(body)) if q.text else _json(body)
 
     async def simulate(self, name: str, body: bytes, text: bool) -> Rendered:
         """`POST /answers/v1/simulate?name=JOB.yaml`: the dry run of the jobs in `body` on the live state, the
