@@ -1,13 +1,16 @@
 """replay -> admit: run an admission cycle on the folded state when it changed; append the decisions.
 
-A cycle runs only when something outside it changed the fold (an observation, an eviction). It is not run again on
-its own decisions: the engine's cycle already runs passes until nothing more fits, and "a cycle applied to its own
-output admits nothing more" is a tested property of the engine, so a second cycle would only cost time (it did, one
-empty cycle per admitting instant, until the 10,000-job benchmark showed it). The one exception is the engine's own
-request (`AdmissionEngine.deferred`): a cycle that preempts ends there (Kueue's next cycle is the one that sees the
-victims), and with fair sharing a preemptor in a tree where the cycle admitted workloads it could preempt is left
-for the next cycle; that cycle must then run even if nothing is observed. Decisions reach the
-actuate stage only after `Recorder.append` returned, which in the daemon means they are durable.
+A cycle runs when something outside it changed the fold (an observation, an eviction), and again after a cycle
+that admitted or preempted, until one admits and preempts nothing: Kueue's cycles follow each other at once, each on
+a fresh snapshot. The engine's call already runs passes until nothing more fits, but a fresh call is not always a
+continuation of the last one: it offers every queue from its head again (`Switches.inadmissible_back_at_each_call`),
+so a workload Kueue would keep in its inadmissible set takes its queue's first pass, and the entries after it meet
+each other in a different pass (dst seed 3295: a preemptor held off pass after pass by another queue's waiter met
+it no more, and preempted). The follow-up call is cheap where nothing changed (the engine's memo), and it makes
+"a cycle on the stage's output decides nothing" true by construction. With fair sharing a preemptor in a tree
+where the cycle admitted workloads it could preempt is left for the next cycle the same way
+(`AdmissionEngine.deferred`). Decisions reach the actuate stage only after `Recorder.append` returned, which in
+the daemon means they are durable.
 """
 
 from __future__ import annotations
@@ -143,8 +146,8 @@ class Admit:
         self.cycles += 1
         if not decisions:
             return
-        if self.engine.deferred:
-            self._dirty = True  # a preemptor waits for this cycle's admissions to be in the fold: a cycle follows
+        if self.engine.deferred or any(isinstance(d, ev.WorkloadAdmitted | ev.WorkloadPreempted) for d in decisions):
+            self._dirty = True  # a cycle follows on a fold that holds these decisions (see the module's docstring)
         self._guard_loops(now, decisions)
         self.decisions += len(decisions)
         seqs = await self.recorder.append([(d, self.cause) for d in decisions])

@@ -268,16 +268,28 @@ def test_a_seed_whose_preemptor_needed_more_than_its_kept_victims_holds_every_in
     assert r.ok, [str(v) for v in r.violations]
 
 
-def test_a_seed_whose_preemptor_is_starved_by_a_room_held_for_each_pass_still_fails_only_the_fixed_point() -> None:
-    """Issue-shape seed 3295 (`all`), not fixed yet: at 20819 ms a call admits cq-17/medium-96 in its first pass;
-    in every pass after, cq-27/small-65 (it fits only once this cycle's victims are gone) holds its room for its
-    pass and is processed first (lower borrowing), so cq-17/medium-135's preemption of cq-17/small-142 no longer
-    fits after it, pass after pass, until the call stops without progress. A fresh call on that output offers
-    medium-135 in its first pass, when cq-27 steps over its head cq-27/large-34 and small-65 comes only in the
-    second, and preempts (`cycle-fixed-point`). The room held for a pass is Kueue's admission in that cycle, but it
-    is not in the fold, so a call's outcome depends on which pass each entry falls in. This test says when it
-    stops failing (then it must hold every invariant, as the seed-2420 test above)."""
-    assert _invariants(Case(3295, ISSUE, ALL)) == {"cycle-fixed-point"}
+def test_a_seed_whose_sticky_preemptor_waits_for_others_victims_holds_every_invariant() -> None:
+    """Issue-shape seed 7437 (`all`) found it: after a take-over, cq-27's two sticky preemptors were medium-95
+    (priority 100, its victim gone) and small-56 (priority 50, its victim admitted again). medium-95 fitted only
+    once another preemptor's victims were gone, so it held its room pass after pass with the reason "waiting for
+    workloads preempted in this cycle", which names no victims and so made it no longer sticky. The next call then
+    offered small-56 first and admitted it, and medium-95 preempted in turn (`cycle-fixed-point`). Such a waiter
+    now stays sticky (`reasons.still_sticky`), and the next call walks its queue as the last one did."""
+    r = run_case(Case(7437, ISSUE, ALL))
+    assert r.ok, [str(v) for v in r.violations]
+
+
+def test_a_seed_whose_preemptor_is_starved_by_a_room_held_for_each_pass_holds_every_invariant() -> None:
+    """Issue-shape seed 3295 (`all`) found it: at 20819 ms a call admits cq-17/medium-96 in its first pass; in
+    every pass after, cq-27/small-65 (it fits only once this cycle's victims are gone) holds its room for its pass
+    and is processed first (lower borrowing), so cq-17/medium-135's preemption of cq-17/small-142 no longer fits
+    after it, pass after pass, until the call stops without progress. A fresh call on that output offers
+    medium-135 in its first pass, while cq-27 steps over its head cq-27/large-34 again (the engine keeps no
+    inadmissible set across calls) and small-65 comes only in the second, and preempts: the admit stage, which ran
+    no cycle on its own decisions, left a state a cycle would still act on (`cycle-fixed-point`). The stage now runs
+    cycles until one admits and preempts nothing, as Kueue's cycles follow each other."""
+    r = run_case(Case(3295, ISSUE, ALL))
+    assert r.ok, [str(v) for v in r.violations]
 
 
 def test_an_unsuspension_of_a_dead_process_landing_after_the_next_ones_suspension_is_waited_out() -> None:

@@ -68,7 +68,9 @@ class Switches:
     instant something happens, and again after a call that decided something or preempted) offers every queue's
     workloads from its head, so a workload Kueue would leave aside until a release is a head again, assessed
     (cheaply: the inadmissible memo) and stepped over in the call's first pass, while the queue's next workload
-    waits for the second. Within a call, a workload stepped over stays stepped over, as in Kueue's set. The outcome
+    waits for the second. The same holds for a workload held back at its instant (`hold_evicted_until_next_instant`):
+    each call holds it again where its walk reaches it. Within a call, a workload stepped over stays stepped over,
+    as in Kueue's set. The outcome
     is an order within an instant: a queue's newer workload may be admitted one pass later than Kueue would, after
     another queue's borrower (one pass earlier it would have been admitted before it)."""
 
@@ -239,6 +241,12 @@ class KueueModel:
             for q in self.queues.values():
                 q.active |= q.inadmissible
                 q.inadmissible = set()
+            # So are the workloads held back at this instant (`hold_evicted_until_next_instant`): each call meets
+            # them again where its walk reaches them, and holds them again there, for that pass.
+            for key in sorted(self.held):
+                if key in self.pending:
+                    self.queues[self.cq_of[key]].active.add(key)
+            self.held = set()
         return len(self.decisions)
 
     def wants_next_instant(self) -> bool:

@@ -24,6 +24,7 @@ from tests.reference.differential import (
     scenarios,
     trees,
 )
+from tests.unit.builders import JobBuilder, cohort, cq, flavor, job, lq, namespace
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -47,3 +48,58 @@ def test_with_cohorts_three_levels_deep_the_engine_decides_as_the_model(sc: Scen
     preemption policy, 1-3 flavors, StrictFIFO and BestEffortFIFO (bench/RESULTS.md: 1,000 of 1,000 equal)."""
     difference = first_difference(run_engine(sc), run_model(sc), trees(sc))
     assert difference is None, f"{sc.describe()}\n{difference}"
+
+
+def _two_queue_tree(
+    *, strict_cq0: bool, cq0_gpus: int, cq2_flavors: tuple[tuple[str, int], ...], reclaim: str
+) -> list[object]:
+    """The tree both regressions below were found in: Cohort co00 with a child co10 that lends 4 GPUs of f1, and
+    ClusterQueues cq0 and cq2 under co00 (cq1 alone, empty)."""
+    c0 = cq("cq0").cohort("co00").preempt("Never", "Never", "Never").flavor("f0", gpu=cq0_gpus)
+    if strict_cq0:
+        c0 = c0.strict_fifo()
+    c2 = cq("cq2").cohort("co00").preempt("Never", reclaim, "Never")
+    for f, gpus in cq2_flavors:
+        c2 = c2.flavor(f, gpu=gpus)
+    return [
+        flavor("f0"),
+        flavor("f1"),
+        namespace("default"),
+        cohort("co00"),
+        cohort("co10").parent("co00").flavor("f0", gpu=0).flavor("f1", gpu=4),
+        c0,
+        lq("default", "q0", "cq0"),
+        cq("cq1").flavor("f0", gpu=0),
+        lq("default", "q1", "cq1"),
+        c2,
+        lq("default", "q2", "cq2"),
+    ]
+
+
+def _jobs(*specs: tuple[str, int, int]) -> list[tuple[int, JobBuilder, int | None]]:
+    return [(0, job(f"j{i}").queue(q).priority(p).at(0).gpus(g), None) for i, (q, p, g) in enumerate(specs)]
+
+
+def test_a_workload_held_back_at_its_eviction_instant_is_held_again_by_each_call_of_that_instant() -> None:
+    """Found by the three-level test: j1 and j9 (cq0) are preempted at 0 ms by two calls in turn; the engine's next
+    call holds each again where its walk meets it (one pass each), so cq0's j3 comes a pass after cq2's j8. The
+    model kept a workload it held out of its heap for the rest of the instant, and admitted j3 first. A call walks
+    every queue from its head (`Switches.inadmissible_back_at_each_call`): the model now does the same with them."""
+    items = _two_queue_tree(strict_cq0=False, cq0_gpus=2, cq2_flavors=(("f1", 2), ("f0", 6)), reclaim="Any")
+    specs = [("q2", 0, 2), ("q0", 0, 3), ("q2", 1, 3), ("q0", 0, 1), ("q0", 0, 1)]
+    specs += [("q2", 0, 3), ("q2", 1, 3), ("q2", 0, 1), ("q2", 0, 1), ("q0", 1, 3)]
+    sc = Scenario(items, _jobs(*specs))
+    assert first_difference(run_engine(sc), run_model(sc), trees(sc)) is None
+
+
+def test_a_strict_fifo_head_held_back_at_its_eviction_instant_is_assessed_again_in_the_next_pass() -> None:
+    """Found by the three-level test: cq0 (StrictFIFO) has its head j1 preempted at 0 ms. In the next call the engine
+    held j1 back and closed cq0 for the call; Kueue requeues a StrictFIFO head at once, so the model assessed it again
+    in the next cycle, where j6's admission left it without candidates and its hold kept cq2's j7 out. The engine now
+    offers such a head again in each pass, as it does a StrictFIFO head that holds."""
+    items = _two_queue_tree(strict_cq0=True, cq0_gpus=5, cq2_flavors=(("f1", 0), ("f0", 6)), reclaim="LowerPriority")
+    items.insert(5, cohort("co11").parent("co00"))
+    specs = [("q2", 0, 1), ("q0", 0, 3), ("q2", 1, 3), ("q0", 0, 1), ("q0", 0, 1)]
+    specs += [("q2", 1, 2), ("q2", 1, 4), ("q2", 0, 1), ("q0", 0, 1), ("q0", 1, 3)]
+    sc = Scenario(items, _jobs(*specs))
+    assert first_difference(run_engine(sc), run_model(sc), trees(sc)) is None

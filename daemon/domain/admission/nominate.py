@@ -93,7 +93,9 @@ class Nominator:
                 # assesses it again); one that cannot be admitted anyway gets its reason as any other.
                 q.acted = q.volatile = self.held_back = True
                 if q.strict:
-                    processor.block(q, pw)
+                    # A StrictFIFO head stays its queue's head (Kueue requeues it at once): the rest waits behind
+                    # it, and it is assessed again in the next pass, where what this pass admitted may change it.
+                    processor.block_behind(q, pw)
                     return None
                 q.advance(pw)
                 return None  # its queue offers its next workload in the next pass

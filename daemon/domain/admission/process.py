@@ -22,7 +22,7 @@ from daemon.domain.model import Admission, PendingReason, PodSetAssignment, Pree
 from daemon.domain.podsready import WAITING, blocking
 from daemon.domain.preemption import Target
 from daemon.domain.quota import fits
-from daemon.domain.view import AdmittedWorkload, ClusterView, PendingWorkload, coarse
+from daemon.domain.view import AdmittedWorkload, ClusterView, PendingWorkload, coarse, is_sticky
 
 
 class Processor:
@@ -95,9 +95,13 @@ class Processor:
                 self.pass_holds.append(ledger.reserve(q.node, a.usage))
                 if pw.key not in self.waited:
                     self.waited.add(pw.key)
-                    reason = reasons.waiting_for_preempted(
-                        [v.key for v in ledger.own_victims.get(pw.key, [])], "workloads preempted in this cycle"
-                    )
+                    kept = [v.key for v in ledger.own_victims.get(pw.key, [])]
+                    if kept or not is_sticky(pw):
+                        reason = reasons.waiting_for_preempted(kept, "workloads preempted in this cycle")
+                    else:
+                        # A sticky preemptor whose own victims are gone stays its queue's sticky member while it
+                        # waits for the room others' victims free: the next call walks its queue as this one did.
+                        reason = reasons.still_sticky(pw.last_reason, "workloads preempted in this cycle")
                     q.emitted |= self.out.pending(pw, q.name, reason)
                 return
             self._admit(q, pw, a)
@@ -159,6 +163,14 @@ class Processor:
             self._block_rest(q, head)
         q.pos = len(q.seq)
         q.done = True
+
+    def block_behind(self, q: Queue, head: PendingWorkload) -> None:
+        """StrictFIFO: the head stays and is offered again in the next pass (as a holder is, `Cycle.run`); the
+        rest waits behind it meanwhile."""
+        if not q.rest_blocked:
+            self._block_rest(q, head)
+            q.rest_blocked = True
+        q.holder = True
 
     def _block_rest(self, q: Queue, head: PendingWorkload) -> None:
         blocked = reasons.blocked_by_head(head, q.name)

@@ -78,6 +78,18 @@ def waiting_for_preempted(victims: Sequence[str], what: str) -> PendingReason:
     )
 
 
+def still_sticky(last: PendingReason | None, what: str) -> PendingReason:
+    """A sticky preemptor (`is_sticky`) whose victims are gone and that now waits for `what`: it keeps the victims
+    its last reason named (none is still leaving, so no call claims them for it), and with them its place first in
+    its BestEffortFIFO queue."""
+    assert last is not None and last.victims
+    return PendingReason(
+        kind=PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS,
+        message=f"waiting for {what} (its own victims are gone: {', '.join(last.victims)})",
+        victims=last.victims,
+    )
+
+
 def waiting_for_quota(node: Node, a: Assignment) -> PendingReason:
     """Preemption is needed and nobody can be preempted: what is missing, per resource."""
     shortages = tuple(
