@@ -58,6 +58,7 @@ def shape_run(shape: Shape, *, fair: bool = False, deep: bool = False) -> dict[s
         "unfinished": unfinished,
         "wall_seconds_total": round(wall, 2),
         "wall_seconds_engine": round(result.engine_seconds, 2),
+        "cpu_seconds_engine": round(result.engine_cpu_seconds, 3),
         "cycles": result.cycles,
         "decisions": result.decisions,
         "events_logged": result.events,

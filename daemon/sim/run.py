@@ -61,6 +61,7 @@ class SimResult:
     decisions: int = 0
     events: int = 0
     engine_seconds: float = 0.0
+    engine_cpu_seconds: float = 0.0
     wall_seconds: float = 0.0
     state: State | None = None
 
@@ -309,6 +310,7 @@ async def run_simulation(
             decisions=admit.decisions,
             events=recorder.appended,
             engine_seconds=admit.engine_seconds,
+            engine_cpu_seconds=admit.engine_cpu_seconds,
             wall_seconds=time.perf_counter() - wall0,
             state=state,
         )

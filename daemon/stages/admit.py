@@ -71,6 +71,7 @@ class Admit:
         self.cycles = 0
         self.decisions = 0
         self.engine_seconds = 0.0
+        self.engine_cpu_seconds = 0.0  # the same calls' CPU time, of this thread only (benchmarks on a busy machine)
         self._instant: int | None = None
         self._preempted_at_instant: dict[str, str | None] = {}  # victim -> preemptor, at `_instant`
         # waitForPodsReady: the next timeout or end of backoff, cached per fold seq (has_work asks often).
@@ -139,10 +140,11 @@ class Admit:
             await self._pods_ready_step(now)
         if self.state.deactivating:
             await self._deactivation_step(now)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         decisions = self.engine.decide(self.state.view(), now)
         engine_s = time.perf_counter() - t0
         self.engine_seconds += engine_s
+        self.engine_cpu_seconds += time.thread_time() - c0
         self.cycles += 1
         if not decisions:
             return

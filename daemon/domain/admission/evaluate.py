@@ -115,9 +115,18 @@ class Evaluator:
         )
 
         targets_fn = self._fair_targets if self.config.fair_sharing else classical_targets
+        # The oracle's victim search for one flavor and quantity: a workload of one resource that needs preemption
+        # asks the same question again below, in the same snapshot (the oracle puts back what it took out).
+        asked: dict[tuple[FlavorResource, int], tuple[list[Target], bool]] = {}
+
+        def recording(single: Preemptor, s: Snapshot) -> list[Target]:
+            found = targets_fn(single, s)
+            ((fr, quantity),) = single.usage.items()
+            asked[(fr, quantity)] = (found, single.skipped_readmitted)
+            return found
 
         def oracle(fr: FlavorResource, quantity: int) -> tuple[PMode, int]:
-            return oracle_mode(preemptor, snap, fr, quantity, targets_fn)
+            return oracle_mode(preemptor, snap, fr, quantity, recording)
 
         q.assigner.oracle = oracle
         a = q.assigner.assign(wl)
@@ -140,7 +149,13 @@ class Evaluator:
             return preemptor, Outcome(Kind.NO_FIT, reason=reasons.no_fit(a))
         preemptor.usage = a.usage
         preemptor.frs = a.frs_need_preemption
-        targets = targets_fn(preemptor, snap)
+        single = next(iter(a.usage.items())) if len(a.usage) == 1 else None
+        known = asked.get(single) if single is not None and a.frs_need_preemption == {single[0]} else None
+        if known is not None:
+            targets = list(known[0])
+            preemptor.skipped_readmitted |= known[1]
+        else:
+            targets = targets_fn(preemptor, snap)
         if not targets:
             return preemptor, Outcome(Kind.NO_TARGETS, assignment=a, reason=reasons.waiting_for_quota(q.node, a))
         if all(t.victim.evicting for t in targets):
