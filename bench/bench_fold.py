@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from daemon.answers.windows import Windows
 from daemon.domain.events import Event
 from daemon.domain.state import State
 from daemon.eventlog import LogReader, codec, replay
@@ -118,9 +119,16 @@ def events_of(db: Path, n: int) -> list[tuple[int, int, Event]]:
         return out
 
 
-def fold(events: list[tuple[int, int, Event]], views: bool, refresh_every: int = 0, ui: bool = True) -> float:
-    """CPU seconds of the Recorder's loop over `events`: the feed (with `views`), the status writer's `Queues`, the
-    state; the metrics' text rendered every `refresh_every` events (0: never)."""
+def fold(
+    events: list[tuple[int, int, Event]],
+    views: bool,
+    refresh_every: int = 0,
+    ui: bool = True,
+    windows: bool = True,
+) -> float:
+    """CPU seconds of the Recorder's loop over `events`: the feed (with `views`: the metrics' counters, with `ui` the
+    plots' series, with `windows` the answers' preemptions and usage windows, as `admitd run` feeds them), the status
+    writer's `Queues`, the state; the metrics' text rendered every `refresh_every` events (0: never)."""
     gc.collect()
     state = State()
     queues = Queues(state)
@@ -134,6 +142,8 @@ def fold(events: list[tuple[int, int, Event]], views: bool, refresh_every: int =
         feed.add(fed)
         if ui:
             feed.add(QueueSeries(feed.state, feed.queues))
+        if windows:
+            feed.add_late(Windows(now=lambda: events[0][1]))  # a new log: they begin with it, at its first time
         feed.catch_up()  # an empty log: nothing to fold
         feed.hand_over()
         projections.append(feed.apply)
@@ -173,12 +183,14 @@ def cpu(db: Path, runs: int, n: int, refresh_every: int) -> dict[str, Any]:
     fold(events[:2000], False)
     off: list[float] = []
     metrics_only: list[float] = []
+    no_windows: list[float] = []
     on: list[float] = []
     rendered: list[float] = []
     second: list[float] = []
     for _ in range(runs):  # alternating, so that a drift of the machine's speed hits every side alike
         off.append(fold(events, False))
         metrics_only.append(fold(events, True, ui=False))
+        no_windows.append(fold(events, True, windows=False))
         on.append(fold(events, True))
         rendered.append(fold(events, True, refresh_every))
         second.append(second_fold(events, refresh_every, ui=True))
@@ -202,6 +214,7 @@ def cpu(db: Path, runs: int, n: int, refresh_every: int) -> dict[str, Any]:
         "cpu_s_median": {
             "recorder_off": round(med(off), 3),
             "recorder_on_metrics_only": round(med(metrics_only), 3),
+            "recorder_on_without_windows": round(med(no_windows), 3),
             "recorder_on": round(med(on), 3),
             "recorder_on_with_renders": round(med(rendered), 3),
             "main_second_and_third_fold": round(med(second), 3),
@@ -209,12 +222,14 @@ def cpu(db: Path, runs: int, n: int, refresh_every: int) -> dict[str, Any]:
         "per_event_us": {
             "recorder_off": us(off),
             "recorder_on_metrics_only": us(metrics_only),
+            "recorder_on_without_windows": us(no_windows),
             "recorder_on": us(on),
             "recorder_on_with_renders": us(rendered),
             "main_second_and_third_fold": us(second),
             "main_process_total": us(before_total),
         },
         "ratio_on_metrics_only_off": ratio(metrics_only, off),
+        "ratio_on_without_windows_off": ratio(no_windows, off),
         "ratio_on_off": ratio(on, off),
         "ratio_on_with_renders_off": ratio(rendered, off),
         "ratio_process_after_before": ratio(rendered, before_total),

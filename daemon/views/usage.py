@@ -20,10 +20,12 @@ import bisect
 from array import array
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from typing import ClassVar
 
 from daemon.domain import events as ev
 from daemon.domain.model import Admission, FlavorResource, Millis
 from daemon.domain.state import Phase, State
+from daemon.views.dispatch import Spec, Table, bind
 
 Acc = dict[str, int]  # resource -> milli-units x ms
 
@@ -52,7 +54,6 @@ class Usage:
 
     def __init__(self, state: State, start: Millis) -> None:
         self.state = state
-        self.seq = state.seq
         self.start = start
         self.holding: dict[str, _Holding] = {}
         self.used: dict[str, dict[str, Acc]] = {"clusterqueue": {}, "localqueue": {}, "namespace": {}}
@@ -68,31 +69,90 @@ class Usage:
         for key, rec in state.workloads.items():
             if rec.phase is Phase.ADMITTED and rec.admission is not None:
                 self._hold(key, rec.admission, start)
+        self._table = bind(self, self.ON)
 
     # --- events ------------------------------------------------------------------------------------------------
 
+    @property
+    def seq(self) -> int:
+        """The last event applied: the state's, folded after each (`views.dispatch`)."""
+        return self.state.seq
+
     def apply(self, event: ev.Event, seq: int) -> None:
-        self.seq = seq
-        match event:
-            case ev.WorkloadAdmitted(workload=key, at=at, admission=admission):
-                self._advance(at)
-                self._release(key, at)
-                self._hold(key, admission, at)
-            case (
-                ev.WorkloadEvicted(workload=key, at=at) | ev.JobFinished(job=key, at=at) | ev.JobDeleted(job=key, at=at)
-            ):
-                self._advance(at)
-                self._release(key, at)
-            case ev.ClusterQueueObserved() | ev.ClusterQueueDeleted() | ev.CohortObserved() | ev.CohortDeleted():
-                # Quotas or the trees may change: settle every tree with the figures of before (the state takes
-                # the new version after this), and read quotas and members afresh from then on.
-                self._settle_all(self.now)
-                self._trees = None
-                self._nominals.clear()
-            case _:
-                when: object = getattr(event, "at", None)
-                if isinstance(when, int):
-                    self._advance(when)
+        h = self._table[type(event)]
+        if h is not None:
+            h(event, seq)
+
+    def handlers(self) -> Table:
+        return dict(self._table)
+
+    def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
+        at, key = event.at, event.workload
+        self._advance(at)
+        self._release(key, at)
+        self._hold(key, event.admission, at)
+
+    def _released(self, event: ev.WorkloadEvicted, seq: int) -> None:
+        self._advance(event.at)
+        self._release(event.workload, event.at)
+
+    def _gone(self, event: ev.JobFinished | ev.JobDeleted, seq: int) -> None:
+        self._advance(event.at)
+        self._release(event.job, event.at)
+
+    def _config(self, event: ev.Event, seq: int) -> None:
+        # Quotas or the trees may change: settle every tree with the figures of before (the state takes the new
+        # version after this), and read quotas and members afresh from then on.
+        self._settle_all(self.now)
+        self._trees = None
+        self._nominals.clear()
+
+    def timed(self, event: ev.JobReady, seq: int) -> None:
+        """Any other event with a time: the clock moves (`_config` settles the trees to it)."""
+        self.now = max(self.now, event.at)
+
+    ON: ClassVar[Spec] = {
+        ev.WorkloadAdmitted: _admitted,
+        ev.WorkloadEvicted: _released,
+        ev.JobFinished: _gone,
+        ev.JobDeleted: _gone,
+        ev.ClusterQueueObserved: _config,
+        ev.ClusterQueueDeleted: _config,
+        ev.CohortObserved: _config,
+        ev.CohortDeleted: _config,
+        **dict.fromkeys(
+            (
+                ev.JobReady,
+                ev.JobPodsNotCreated,
+                ev.JobTampered,
+                ev.WorkloadPreempted,
+                ev.WorkloadPending,
+                ev.WorkloadAdopted,
+                ev.WorkloadTimedOut,
+                ev.WorkloadRequeued,
+                ev.WorkloadActiveChanged,
+                ev.JobUnsuspended,
+                ev.JobSuspended,
+                ev.ActuationFailed,
+                ev.ChainBreakAccepted,
+            ),
+            timed,
+        ),
+        **dict.fromkeys(
+            (
+                ev.ResourceFlavorObserved,
+                ev.ResourceFlavorDeleted,
+                ev.LocalQueueObserved,
+                ev.LocalQueueDeleted,
+                ev.PriorityClassObserved,
+                ev.PriorityClassDeleted,
+                ev.NamespaceObserved,
+                ev.ObjectRejected,
+                ev.ObjectWarned,
+                ev.JobObserved,
+            )
+        ),
+    }
 
     def _advance(self, at: Millis) -> None:
         self.now = max(self.now, at)
@@ -341,10 +401,16 @@ class UsageWindows:
     def apply(self, event: ev.Event, seq: int) -> None:
         at: object = getattr(event, "at", None)
         if isinstance(at, int) and at >= self._next:
-            self._checkpoint(at)
+            self.checkpoint(at)
         self.usage.apply(event, seq)
 
-    def _checkpoint(self, at: Millis) -> None:
+    @property
+    def due(self) -> Millis:
+        """The time at or after which the next event first takes the figures (`checkpoint`, before it applies)."""
+        return self._next
+
+    def checkpoint(self, at: Millis) -> None:
+        """The figures at every kept moment up to `at` (an event at `at` comes), before the event is applied."""
         b = max(self._next, (at - self.retention_ms) // self.bucket_ms * self.bucket_ms)  # a gap: none older
         while b <= at:
             self._recent.append((b, self._pack(flatten(self.usage.totals(b)))))
