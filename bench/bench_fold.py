@@ -16,6 +16,9 @@ Usage:
       metrics' text rendered every --refresh-every events as `admitd run` does every 2 s (on+render); and, for the
       process's whole CPU, the second fold that the views replace (`FoldedMetrics` with its renders, and the web
       series' own fold). Medians, per event, ratios pair by pair.
+  python -m bench.bench_fold start --db LOG --layout before|after
+      the start-up's folds after the replay: the views' catch-up and the answers' windows, as two folds (main) or
+      one (now); CPU and wall seconds, rows of the log decoded.
   python -m bench.bench_fold recorder --db LOG --views on|off [--events N]
       one side of `cpu` alone (decoding included), for timing two whole processes against each other.
 
@@ -34,6 +37,7 @@ import statistics
 import time
 import tracemalloc
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +46,7 @@ from daemon.domain.events import Event
 from daemon.domain.state import State
 from daemon.eventlog import LogReader, codec, replay
 from daemon.metrics import FedMetrics, FoldedMetrics, LogMetrics, Renderer
+from daemon.query.moment import clock_of
 from daemon.views.follow import CatchingUp
 from daemon.views.queues import Queues
 from daemon.views.series import QueueSeries
@@ -108,6 +113,49 @@ def memory(db: Path, layout: str, ui: bool, trace: bool) -> dict[str, Any]:
     return out
 
 
+def start(db: Path, layout: str) -> dict[str, Any]:
+    """`admitd run`'s start-up folds after its replay, in one process: the views' catch-up (the metrics' counters
+    from the log's first event) and the answers' windows (the log's last 8 days, here all of it: a simulated log is
+    shorter), `before` as two folds (the catch-up, then `Windows.build` reading the file again, as main's
+    `Windows.start` did in its own thread), `after` as one (`CatchingUp.add_late`). CPU and wall seconds of those
+    folds (the replay apart), and the rows of the log each decoded."""
+    with LogReader(db) as reader:
+        state = replay(reader)
+    queues = Queues.of(state)
+    gc.collect()
+    c0, t0 = time.process_time(), time.perf_counter()
+    feed = CatchingUp(db, state, queues, lambda: 0)
+    assert feed.state is not None and feed.queues is not None
+    fed = FedMetrics(db, feed.state, feed.queues, lambda: "leader")
+    feed.add(fed)
+    windows = Windows()
+    rows = 0
+    if layout == "after":
+        feed.add_late(windows)
+    feed.catch_up()
+    with feed.lock:
+        fed.refresh()
+        windows.warm_kept()
+    feed.hand_over()
+    rows += feed.rows_read
+    if layout == "before":
+        with LogReader(db) as reader:
+            following = windows.build(reader, state.seq, now_ms=time.time_ns() // 1_000_000)
+            assert windows.whole  # a log shorter than 8 days: main's build folded it all, from an empty state
+            rows += state.seq
+            windows.warm(clock_of(reader))
+        windows.take_over(following, state)
+    assert windows.ready and windows.seq == state.seq
+    return {
+        "layout": layout,
+        "events": state.seq,
+        "cpu_s": round(time.process_time() - c0, 2),
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "rows_decoded": rows,
+        "preemptions_kept": len(windows.ledger.entries) if windows.ledger is not None else 0,
+    }
+
+
 def events_of(db: Path, n: int) -> list[tuple[int, int, Event]]:
     with LogReader(db) as reader:
         out = []
@@ -132,11 +180,11 @@ def fold(
     gc.collect()
     state = State()
     queues = Queues(state)
-    now = [0]
+    now = _Recorded()
     projections: list[Callable[[Event, int], None]] = []
     fed = None
     if views:
-        feed = CatchingUp(Path("unused.db"), state, queues, lambda: now[0])
+        feed = CatchingUp(Path("unused.db"), state, queues, partial(getattr, now, "recorded_at"))  # as admitd run
         assert feed.state is not None and feed.queues is not None
         fed = FedMetrics(Path("unused.db"), feed.state, feed.queues, lambda: "leader")
         feed.add(fed)
@@ -151,13 +199,19 @@ def fold(
     apply = state.apply
     c0 = time.process_time()
     for i, (seq, at, event) in enumerate(events, 1):
-        now[0] = at
+        now.recorded_at = at
         for project in projections:
             project(event, seq)
         apply(event, seq)
         if fed is not None and refresh_every and i % refresh_every == 0:
             fed.refresh()
     return time.process_time() - c0
+
+
+class _Recorded:
+    """The recorder's `recorded_at` (of the batch being appended)."""
+
+    recorded_at = 0
 
 
 def second_fold(events: list[tuple[int, int, Event]], refresh_every: int, ui: bool) -> float:
@@ -249,6 +303,9 @@ def main() -> None:
     c.add_argument("--runs", type=int, default=5)
     c.add_argument("--events", type=int, default=120_000)
     c.add_argument("--refresh-every", type=int, default=2_000)
+    s = sub.add_parser("start")
+    s.add_argument("--db", type=Path, required=True)
+    s.add_argument("--layout", choices=["before", "after"], required=True)
     r = sub.add_parser("recorder")
     r.add_argument("--db", type=Path, required=True)
     r.add_argument("--views", choices=["on", "off"], required=True)
@@ -257,6 +314,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.mode == "memory":
         out = memory(args.db, args.layout, args.ui, args.trace)
+    elif args.mode == "start":
+        out = start(args.db, args.layout)
     elif args.mode == "cpu":
         out = cpu(args.db, args.runs, args.events, args.refresh_every)
     else:

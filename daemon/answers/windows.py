@@ -131,6 +131,18 @@ class Windows:
         if at >= self._prune_at:
             self._prune(at)
 
+    def _clock_only(self, event: Any, seq: int) -> None:
+        """`_timed` for an event no projection takes part in (a pending reason, a suspension): the clocks only."""
+        at: int = event.at
+        usage = self.usage
+        assert usage is not None
+        if at >= usage.due:
+            usage.checkpoint(at)
+        core = usage.usage
+        core.now = max(core.now, at)
+        if at >= self._prune_at:
+            self._prune(at)
+
     def _prune(self, at: int) -> None:
         ledger, usage = self.ledger, self.usage
         assert ledger is not None and usage is not None
@@ -165,7 +177,11 @@ class Windows:
         self._subs = join(parts)
         with_at = events_with_at()
         timed_h: Handler = self._timed
-        self._table = {t: timed_h if t in with_at else (subs[0] if subs else None) for t, subs in self._subs.items()}
+        clock_h: Handler = self._clock_only
+        self._table = {
+            t: (timed_h if subs else clock_h) if t in with_at else (subs[0] if subs else None)
+            for t, subs in self._subs.items()
+        }
         assert all(len(subs) <= 1 for t, subs in self._subs.items() if t not in with_at), "one handler at most"
 
     # --- the start-up's part: in the daemon's one catch-up fold (`views.follow.CatchingUp.add_late`) -------------
@@ -199,7 +215,7 @@ class Windows:
     def attach(self, state: State, queues: object = None) -> None:
         """Read `state` (the daemon's, equal to the one read so far) from now on, and answer."""
         assert self.ledger is not None and self.usage is not None and self.runtimes is not None
-        self.ledger.state = state
+        self.ledger.attach(state)
         self.usage.state = state
         self.runtimes.state = state
         self._buffer = None

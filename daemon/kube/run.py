@@ -252,7 +252,7 @@ class Daemon:
             # folded from the log once, in a worker thread, then fed by the recorder on the daemon's own state and
             # queue figures: one fold in the process (views.follow.CatchingUp). Fed before the status writer's
             # queues, so that the series reads the usage as of each event.
-            feed = CatchingUp(opts.db, state, status.queues, lambda: recorder.recorded_at)
+            feed = CatchingUp(opts.db, state, status.queues, partial(getattr, recorder, "recorded_at"))  # no frame
             assert feed.state is not None and feed.queues is not None
             fed = metrics.FedMetrics(
                 opts.db,

@@ -71,7 +71,9 @@ class FedMetrics:
 
     def attach(self, state: State, queues: Queues) -> None:
         fm = self.fm
-        fm.state = fm.counters.state = fm.ledger.state = state
+        fm.state = state
+        fm.counters.attach(state)
+        fm.ledger.attach(state)
         fm.queues = queues
         fm.projections = (queues, fm.counters, fm.ledger)  # nothing may keep the catch-up's own state alive
         self.renderer.reading(fm)

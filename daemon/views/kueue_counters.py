@@ -95,6 +95,9 @@ class KueueCounters:
         self.lq_dirty: set[str] = set()  # LocalQueues ("ns/name") whose figures may have changed since then
         self.config_changed = True
         self._pending_marks: dict[str, tuple[str, str]] = {}  # cq -> (cq, "pending"), made once
+        self._marks: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, str], ...]] = {}  # `_touch`'s, made once
+        self._cohorts: dict[str, list[str]] = {}  # `_cohorts_above`, for configuration generation `_cohorts_of`
+        self._cohorts_of = -1
         self._table = bind(self, self.ON)
 
     def figures(self) -> object:
@@ -133,8 +136,16 @@ class KueueCounters:
         return lq.cluster_queue if lq is not None else None
 
     def _touch(self, cq: str, *groups: str) -> None:
-        for group in groups:
-            self.dirty.add((cq, group))
+        marks = self._marks.get((cq, groups))
+        if marks is None:
+            marks = self._marks[(cq, groups)] = tuple((cq, group) for group in groups)
+        self.dirty.update(marks)
+
+    def attach(self, state: State) -> None:
+        """Read `state` from now on (equal to the one read so far; its configuration generations are its own)."""
+        self.state = state
+        self._cohorts.clear()
+        self._cohorts_of = -1
 
     def _touch_lq(self, key: str) -> None:
         rec = self.state.workloads.get(key)
@@ -142,7 +153,18 @@ class KueueCounters:
             self.lq_dirty.add(f"{rec.workload.namespace}/{rec.workload.queue_name}")
 
     def _cohorts_above(self, cq: str) -> list[str]:
-        """The ClusterQueue's cohort and every cohort above it, as configured now (a cycle stops the walk)."""
+        """The ClusterQueue's cohort and every cohort above it, as configured now (a cycle stops the walk); kept per
+        queue until the configuration changes."""
+        generation = self.state.config_generation
+        if generation != self._cohorts_of:
+            self._cohorts.clear()
+            self._cohorts_of = generation
+        got = self._cohorts.get(cq)
+        if got is None:
+            got = self._cohorts[cq] = self._walk_cohorts(cq)
+        return got
+
+    def _walk_cohorts(self, cq: str) -> list[str]:
         q = self.state.cluster_queues.get(cq)
         out: list[str] = []
         name = q.cohort if q is not None else None

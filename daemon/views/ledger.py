@@ -108,7 +108,15 @@ class Preemptions:
         # Per (victim's ClusterQueue, rule), over everything applied and never pruned (the per-queue metrics):
         # [victims, pod-milliseconds lost, GPU milli-units x milliseconds lost].
         self.totals: dict[tuple[str, str], list[int]] = {}
+        self._meetings: dict[tuple[str, str | None], tuple[str | None, int]] = {}
+        self._meetings_of = -1  # the configuration generation `_meetings` are of
         self._table = bind(self, self.ON)
+
+    def attach(self, state: State) -> None:
+        """Read `state` from now on (equal to the one read so far; its configuration generations are its own)."""
+        self.state = state
+        self._meetings.clear()
+        self._meetings_of = -1
 
     def started(self, key: str, at: Millis) -> None:
         """`key`'s pods run since `at` (for a ledger begun at a state, not at the log's start)."""
@@ -149,13 +157,24 @@ class Preemptions:
         admission = rec.admission if rec is not None else None
         ran_from = self._ran_from.pop(event.workload, None)
         ran = max(0, event.at - ran_from) if ran_from is not None else 0
-        pods = sum(ps.count for ps in admission.pod_sets) if admission is not None else 0
+        pods = 0
         lost: dict[str, int] = {}
-        if admission is not None and ran:
+        if admission is not None:
             for ps in admission.pod_sets:
-                for resource, amount in ps.usage.items():
-                    lost[resource] = lost.get(resource, 0) + amount * ran
-        cohort, level = meeting_point(self.state, event.cluster_queue, event.preemptor_cluster_queue)
+                pods += ps.count
+                if ran:
+                    for resource, amount in ps.usage.items():
+                        lost[resource] = lost.get(resource, 0) + amount * ran
+        t = self.totals.get((event.cluster_queue, event.reason))
+        if t is None:
+            t = self.totals[(event.cluster_queue, event.reason)] = [0, 0, 0]
+        t[0] += 1
+        t[1] += pods * ran
+        if lost:
+            t[2] += sum(lost.get(r, 0) for r in GPU_RESOURCES)
+        if not self.keep:
+            return  # the totals only (the metrics): no entry, so no meeting point either
+        cohort, level = self._meeting_point(event.cluster_queue, event.preemptor_cluster_queue)
         p = Preemption(
             seq=seq,
             at=event.at,
@@ -173,13 +192,21 @@ class Preemptions:
             lost_pod_ms=pods * ran,
             lost=lost,
         )
-        if self.keep:
-            self._open[event.workload] = p
-            self.entries.append(p)
-        t = self.totals.setdefault((event.cluster_queue, event.reason), [0, 0, 0])
-        t[0] += 1
-        t[1] += p.lost_pod_ms
-        t[2] += sum(lost.get(r, 0) for r in GPU_RESOURCES)
+        self._open[event.workload] = p
+        self.entries.append(p)
+
+    def _meeting_point(self, victim_cq: str, preemptor_cq: str | None) -> tuple[str | None, int]:
+        """`meeting_point`, kept per pair of queues until the configuration changes (a preemption cycle names the
+        same pairs over and over)."""
+        generation = self.state.config_generation
+        if generation != self._meetings_of:
+            self._meetings.clear()
+            self._meetings_of = generation
+        key = (victim_cq, preemptor_cq)
+        got = self._meetings.get(key)
+        if got is None:
+            got = self._meetings[key] = meeting_point(self.state, victim_cq, preemptor_cq)
+        return got
 
     def prune(self, before: Millis) -> None:
         """Forget the preemptions before `before` (their victims' reruns too); `totals` keep counting them."""

@@ -38,6 +38,15 @@ class _Holding:
     usage: dict[FlavorResource, int]
     pods: int
     since: Millis
+    per_resource: tuple[tuple[str, int], ...] = ()  # `usage` with flavors summed, the resources it uses (not 0)
+
+
+def _per_resource(usage: dict[FlavorResource, int]) -> tuple[tuple[str, int], ...]:
+    out: dict[str, int] = {}
+    for (_, resource), v in usage.items():
+        if v:
+            out[resource] = out.get(resource, 0) + v
+    return tuple(out.items())
 
 
 def _usage(a: Admission) -> tuple[dict[FlavorResource, int], int]:
@@ -64,6 +73,7 @@ class Usage:
         self._cq_at: dict[str, Millis] = {}
         self._tree_at: dict[str, Millis] = {}
         self._trees: dict[str, list[str]] | None = None  # tree -> its ClusterQueues, until the next config change
+        self._tree_of: dict[str, str] = {}  # ClusterQueue -> its tree (`State.tree_of_cq`), as long as `_trees`
         self._nominals: dict[str, dict[FlavorResource, tuple[int, int | None]]] = {}
         self.now = start
         for key, rec in state.workloads.items():
@@ -105,6 +115,7 @@ class Usage:
         # version after this), and read quotas and members afresh from then on.
         self._settle_all(self.now)
         self._trees = None
+        self._tree_of.clear()
         self._nominals.clear()
 
     def timed(self, event: ev.JobReady, seq: int) -> None:
@@ -166,7 +177,7 @@ class Usage:
         cq = admission.cluster_queue
         self._settle_cq(cq, at)
         self.holding[key] = _Holding(
-            cq, f"{wl.namespace}/{wl.queue_name}", wl.namespace, usage, pods, max(at, self.start)
+            cq, f"{wl.namespace}/{wl.queue_name}", wl.namespace, usage, pods, max(at, self.start), _per_resource(usage)
         )
         u = self._cq_usage[cq]
         for fr, v in usage.items():
@@ -183,18 +194,23 @@ class Usage:
             u[fr] = u.get(fr, 0) - v
 
     def _charge(self, h: _Holding, until: Millis) -> None:
-        dt = max(0, until - max(h.since, self.start))
-        if not dt:
+        dt = until - max(h.since, self.start)
+        if dt <= 0:
             return
+        used, pod_ms, per, pods = self.used, self.pod_ms, h.per_resource, h.pods * dt
         for kind, group in (
             ("clusterqueue", h.cluster_queue),
             ("localqueue", h.local_queue),
             ("namespace", h.namespace),
         ):
-            acc = self.used[kind].setdefault(group, {})
-            for (_, resource), v in h.usage.items():
-                _add(acc, resource, v * dt)
-            self.pod_ms[kind][group] = self.pod_ms[kind].get(group, 0) + h.pods * dt
+            groups = used[kind]
+            acc = groups.get(group)
+            if acc is None:
+                acc = groups[group] = {}
+            for resource, v in per:  # the same sums as each flavor's v * dt added in turn (v, dt > 0)
+                acc[resource] = acc.get(resource, 0) + v * dt
+            by_group = pod_ms[kind]
+            by_group[group] = by_group.get(group, 0) + pods
 
     # --- borrowing and lending -----------------------------------------------------------------------------------
 
@@ -227,8 +243,11 @@ class Usage:
 
     def _settle_cq(self, cq_name: str, at: Millis) -> None:
         """Bring `cq_name`'s tree's borrowing and lending to `at` with the figures of now."""
-        tree = self.state.tree_of_cq(cq_name)
-        self._settle_tree(tree, self.trees().get(tree, [cq_name]), at)
+        tree = self._tree_of.get(cq_name)
+        if tree is None:
+            tree = self._tree_of[cq_name] = self.state.tree_of_cq(cq_name)  # until the next change of the trees
+        members = self.trees().get(tree)
+        self._settle_tree(tree, [cq_name] if members is None else members, at)
 
     def _settle_tree(self, tree: str, members: list[str], at: Millis) -> None:
         since = max(self._tree_at.get(tree, self.start), self.start)
@@ -384,7 +403,8 @@ class UsageWindows:
         self._names: list[Key] = []
         self._old: deque[tuple[Millis, array[int]]] = deque([(origin, array("q"))])
         self._recent: deque[tuple[Millis, array[int]]] = deque()
-        self._next = (origin // bucket_ms + 1) * bucket_ms
+        # The time at or after which the next event first takes the figures (`checkpoint`, before it applies).
+        self.due = (origin // bucket_ms + 1) * bucket_ms
 
     @property
     def seq(self) -> int:
@@ -400,22 +420,17 @@ class UsageWindows:
 
     def apply(self, event: ev.Event, seq: int) -> None:
         at: object = getattr(event, "at", None)
-        if isinstance(at, int) and at >= self._next:
+        if isinstance(at, int) and at >= self.due:
             self.checkpoint(at)
         self.usage.apply(event, seq)
 
-    @property
-    def due(self) -> Millis:
-        """The time at or after which the next event first takes the figures (`checkpoint`, before it applies)."""
-        return self._next
-
     def checkpoint(self, at: Millis) -> None:
         """The figures at every kept moment up to `at` (an event at `at` comes), before the event is applied."""
-        b = max(self._next, (at - self.retention_ms) // self.bucket_ms * self.bucket_ms)  # a gap: none older
+        b = max(self.due, (at - self.retention_ms) // self.bucket_ms * self.bucket_ms)  # a gap: none older
         while b <= at:
             self._recent.append((b, self._pack(flatten(self.usage.totals(b)))))
             b += self.bucket_ms
-        self._next = b
+        self.due = b
         recent, old = self._recent, self._old
         while recent and recent[0][0] < at - self.recent_ms:
             got = recent.popleft()
