@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from daemon.domain import events as ev
 from daemon.domain.eta import Class, shape_of
-from daemon.domain.model import Millis
+from daemon.domain.model import Millis, Workload
 from daemon.domain.state import State
 from daemon.views.dispatch import Spec, Table, bind
 
@@ -25,13 +25,12 @@ class Runtimes:
         self.state = state
         self.by_class: dict[Class, list[Millis]] = {}
         self.by_queue: dict[str, list[Millis]] = {}
-        self._running: dict[str, tuple[Class, Millis]] = {}  # workload -> its class and admission time
+        # workload -> (its ClusterQueue, the workload as admitted, its priority, its admission time): the class is
+        # made (`shape_of`) when the run finishes, not at each admission (most end otherwise, or not yet).
+        self._running: dict[str, tuple[str, Workload, int, Millis]] = {}
         for key, rec in state.workloads.items():
             if rec.admission is not None and rec.admitted_at is not None and not rec.evicting:
-                self._running[key] = (
-                    (rec.admission.cluster_queue, shape_of(rec.workload), rec.priority),
-                    rec.admitted_at,
-                )
+                self._running[key] = (rec.admission.cluster_queue, rec.workload, rec.priority, rec.admitted_at)
         self._table = bind(self, self.ON)
 
     @property
@@ -50,15 +49,13 @@ class Runtimes:
     def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
         rec = self.state.workloads.get(event.workload)
         if rec is not None:
-            self._running[event.workload] = (
-                (event.admission.cluster_queue, shape_of(rec.workload), rec.priority),
-                event.at,
-            )
+            self._running[event.workload] = (event.admission.cluster_queue, rec.workload, rec.priority, event.at)
 
     def _finished(self, event: ev.JobFinished, seq: int) -> None:
         run = self._running.pop(event.job, None)
         if run is not None:
-            cls, since = run
+            cq, wl, priority, since = run
+            cls = (cq, shape_of(wl), priority)
             bisect.insort(self.by_class.setdefault(cls, []), event.at - since)
             bisect.insort(self.by_queue.setdefault(cls[0], []), event.at - since)
 
@@ -75,7 +72,9 @@ class Runtimes:
     def figures(self) -> object:
         return (
             sorted((k, tuple(v)) for k, v in self.by_class.items()),
-            sorted(self._running.items()),
+            sorted(
+                (k, ((cq, shape_of(wl), priority), since)) for k, (cq, wl, priority, since) in self._running.items()
+            ),
         )
 
     ON: ClassVar[Spec] = {
