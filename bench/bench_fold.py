@@ -11,9 +11,10 @@ Usage:
       freed heap back) and with --trace tracemalloc's current and peak bytes (slower).
   python -m bench.bench_fold cpu --db LOG [--runs 5] [--events 120000] [--refresh-every 2000]
       in one process, alternating: the first --events events folded into a fresh State as the Recorder does it,
-      with the projection main's recorder feeds (`Queues`, off), with the metrics' counters as well (`admitd run`
-      without --ui), with the counters and the plots' series (on, `admitd run --ui`), and with the
-      metrics' text rendered every --refresh-every events as `admitd run` does every 2 s (on+render); and, for the
+      with the projection main's recorder feeds (`Queues`, off), with the metrics' counters and the answers'
+      windows as well (`admitd run` without --ui), with the counters and the plots' series (on without windows,
+      main's `on`), with all three (on, `admitd run --ui`), and with the metrics' text rendered every
+      --refresh-every events as `admitd run` does every 2 s (on+render); and, for the
       process's whole CPU, the second fold that the views replace (`FoldedMetrics` with its renders, and the web
       series' own fold). Medians, per event, ratios pair by pair.
   python -m bench.bench_fold start --db LOG --layout before|after
