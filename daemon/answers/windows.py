@@ -2,11 +2,13 @@
 of the log's last `RETENTION_MS`, kept by the recorder as it appends (`daemon.views.ledger`, `daemon.views.usage`),
 so that an answer over 7 days costs the window's entries, not a fold of the window's events.
 
-Two feeders, as every projection of `daemon.views` has: at the daemon's start the projections are built by
-following the file from `RETENTION_MS` before now up to the state the daemon replayed (in a worker thread), while
-the recorder's events are held back; then those events are applied on top, the projections take the daemon's own
-state, and from then on the recorder feeds them live. Until they are ready, and for a window that starts before
-what they hold, the answer comes from the file as the CLI's does.
+Two feeders, as every projection of `daemon.views` has: at the daemon's start the projections are a part of its one
+catch-up fold (`views.follow.CatchingUp.add_late`, in a worker thread, with the metrics' counters): begun on that
+fold's state where `RETENTION_MS` before now begins (`plan`, `begin_on`), folded with it up to the state the daemon
+replayed and through the recorder's events kept meanwhile, then handed the daemon's own state (`attach`), and from
+then on fed live with the rest of the feed. (`build` and `take_over` make them from a file on their own, for the
+benchmark and tests.) Until they are ready, and for a window that starts before what they hold, the answer comes
+from the file as the CLI's does.
 
 The recorded runtimes of the same span are kept too (`daemon.views.runtimes`): a dry run (`simulate`) on the
 daemon's state draws from them.
@@ -29,7 +31,6 @@ from daemon.domain import events as ev
 from daemon.domain.state import Phase, State
 from daemon.eventlog import EventLogError, LogReader
 from daemon.eventlog.codec import encode_json
-from daemon.obs.logging import get_logger
 from daemon.query import ledger as ledger_mod
 from daemon.query import usage as usage_mod
 from daemon.query.moment import Clock, clock_of, state_at
@@ -41,8 +42,6 @@ from daemon.views.usage import DAY_MS, HOUR_MS, MINUTE_MS, UsageWindows
 
 if TYPE_CHECKING:  # a read command imports this module: the engine (daemon.domain.eta's) must not load with it
     from daemon.domain.eta import Class
-
-log = get_logger("admitd.answers")
 
 RETENTION_MS = 8 * DAY_MS
 """How far back the live projections reach: a week's window and a day to spare."""
