@@ -11,11 +11,15 @@ Usage:
       freed heap back) and with --trace tracemalloc's current and peak bytes (slower).
   python -m bench.bench_fold cpu --db LOG [--runs 5] [--events 120000] [--refresh-every 2000]
       in one process, alternating: the first --events events folded into a fresh State as the Recorder does it,
-      with the projection main's recorder feeds (`Queues`, off), with the metrics' counters as well (`admitd run`
-      without --ui), with the counters and the plots' series (on, `admitd run --ui`), and with the
-      metrics' text rendered every --refresh-every events as `admitd run` does every 2 s (on+render); and, for the
+      with the projection main's recorder feeds (`Queues`, off), with the metrics' counters and the answers'
+      windows as well (`admitd run` without --ui), with the counters and the plots' series (on without windows,
+      main's `on`), with all three (on, `admitd run --ui`), and with the metrics' text rendered every
+      --refresh-every events as `admitd run` does every 2 s (on+render); and, for the
       process's whole CPU, the second fold that the views replace (`FoldedMetrics` with its renders, and the web
       series' own fold). Medians, per event, ratios pair by pair.
+  python -m bench.bench_fold start --db LOG --layout before|after
+      the start-up's folds after the replay: the views' catch-up and the answers' windows, as two folds (main) or
+      one (now); CPU and wall seconds, rows of the log decoded.
   python -m bench.bench_fold recorder --db LOG --views on|off [--events N]
       one side of `cpu` alone (decoding included), for timing two whole processes against each other.
 
@@ -34,13 +38,16 @@ import statistics
 import time
 import tracemalloc
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from daemon.answers.windows import Windows
 from daemon.domain.events import Event
 from daemon.domain.state import State
 from daemon.eventlog import LogReader, codec, replay
 from daemon.metrics import FedMetrics, FoldedMetrics, LogMetrics, Renderer
+from daemon.query.moment import clock_of
 from daemon.views.follow import CatchingUp
 from daemon.views.queues import Queues
 from daemon.views.series import QueueSeries
@@ -107,6 +114,49 @@ def memory(db: Path, layout: str, ui: bool, trace: bool) -> dict[str, Any]:
     return out
 
 
+def start(db: Path, layout: str) -> dict[str, Any]:
+    """`admitd run`'s start-up folds after its replay, in one process: the views' catch-up (the metrics' counters
+    from the log's first event) and the answers' windows (the log's last 8 days, here all of it: a simulated log is
+    shorter), `before` as two folds (the catch-up, then `Windows.build` reading the file again, as main's
+    `Windows.start` did in its own thread), `after` as one (`CatchingUp.add_late`). CPU and wall seconds of those
+    folds (the replay apart), and the rows of the log each decoded."""
+    with LogReader(db) as reader:
+        state = replay(reader)
+    queues = Queues.of(state)
+    gc.collect()
+    c0, t0 = time.process_time(), time.perf_counter()
+    feed = CatchingUp(db, state, queues, lambda: 0)
+    assert feed.state is not None and feed.queues is not None
+    fed = FedMetrics(db, feed.state, feed.queues, lambda: "leader")
+    feed.add(fed)
+    windows = Windows()
+    rows = 0
+    if layout == "after":
+        feed.add_late(windows)
+    feed.catch_up()
+    with feed.lock:
+        fed.refresh()
+        windows.warm_kept()
+    feed.hand_over()
+    rows += feed.rows_read
+    if layout == "before":
+        with LogReader(db) as reader:
+            following = windows.build(reader, state.seq, now_ms=time.time_ns() // 1_000_000)
+            assert windows.whole  # a log shorter than 8 days: main's build folded it all, from an empty state
+            rows += state.seq
+            windows.warm(clock_of(reader))
+        windows.take_over(following, state)
+    assert windows.ready and windows.seq == state.seq
+    return {
+        "layout": layout,
+        "events": state.seq,
+        "cpu_s": round(time.process_time() - c0, 2),
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "rows_decoded": rows,
+        "preemptions_kept": len(windows.ledger.entries) if windows.ledger is not None else 0,
+    }
+
+
 def events_of(db: Path, n: int) -> list[tuple[int, int, Event]]:
     with LogReader(db) as reader:
         out = []
@@ -118,22 +168,31 @@ def events_of(db: Path, n: int) -> list[tuple[int, int, Event]]:
         return out
 
 
-def fold(events: list[tuple[int, int, Event]], views: bool, refresh_every: int = 0, ui: bool = True) -> float:
-    """CPU seconds of the Recorder's loop over `events`: the feed (with `views`), the status writer's `Queues`, the
-    state; the metrics' text rendered every `refresh_every` events (0: never)."""
+def fold(
+    events: list[tuple[int, int, Event]],
+    views: bool,
+    refresh_every: int = 0,
+    ui: bool = True,
+    windows: bool = True,
+) -> float:
+    """CPU seconds of the Recorder's loop over `events`: the feed (with `views`: the metrics' counters, with `ui` the
+    plots' series, with `windows` the answers' preemptions and usage windows, as `admitd run` feeds them), the status
+    writer's `Queues`, the state; the metrics' text rendered every `refresh_every` events (0: never)."""
     gc.collect()
     state = State()
     queues = Queues(state)
-    now = [0]
+    now = _Recorded()
     projections: list[Callable[[Event, int], None]] = []
     fed = None
     if views:
-        feed = CatchingUp(Path("unused.db"), state, queues, lambda: now[0])
+        feed = CatchingUp(Path("unused.db"), state, queues, partial(getattr, now, "recorded_at"))  # as admitd run
         assert feed.state is not None and feed.queues is not None
         fed = FedMetrics(Path("unused.db"), feed.state, feed.queues, lambda: "leader")
         feed.add(fed)
         if ui:
             feed.add(QueueSeries(feed.state, feed.queues))
+        if windows:
+            feed.add_late(Windows(now=lambda: events[0][1]))  # a new log: they begin with it, at its first time
         feed.catch_up()  # an empty log: nothing to fold
         feed.hand_over()
         projections.append(feed.apply)
@@ -141,13 +200,19 @@ def fold(events: list[tuple[int, int, Event]], views: bool, refresh_every: int =
     apply = state.apply
     c0 = time.process_time()
     for i, (seq, at, event) in enumerate(events, 1):
-        now[0] = at
+        now.recorded_at = at
         for project in projections:
             project(event, seq)
         apply(event, seq)
         if fed is not None and refresh_every and i % refresh_every == 0:
             fed.refresh()
     return time.process_time() - c0
+
+
+class _Recorded:
+    """The recorder's `recorded_at` (of the batch being appended)."""
+
+    recorded_at = 0
 
 
 def second_fold(events: list[tuple[int, int, Event]], refresh_every: int, ui: bool) -> float:
@@ -173,12 +238,14 @@ def cpu(db: Path, runs: int, n: int, refresh_every: int) -> dict[str, Any]:
     fold(events[:2000], False)
     off: list[float] = []
     metrics_only: list[float] = []
+    no_windows: list[float] = []
     on: list[float] = []
     rendered: list[float] = []
     second: list[float] = []
     for _ in range(runs):  # alternating, so that a drift of the machine's speed hits every side alike
         off.append(fold(events, False))
         metrics_only.append(fold(events, True, ui=False))
+        no_windows.append(fold(events, True, windows=False))
         on.append(fold(events, True))
         rendered.append(fold(events, True, refresh_every))
         second.append(second_fold(events, refresh_every, ui=True))
@@ -202,6 +269,7 @@ def cpu(db: Path, runs: int, n: int, refresh_every: int) -> dict[str, Any]:
         "cpu_s_median": {
             "recorder_off": round(med(off), 3),
             "recorder_on_metrics_only": round(med(metrics_only), 3),
+            "recorder_on_without_windows": round(med(no_windows), 3),
             "recorder_on": round(med(on), 3),
             "recorder_on_with_renders": round(med(rendered), 3),
             "main_second_and_third_fold": round(med(second), 3),
@@ -209,12 +277,14 @@ def cpu(db: Path, runs: int, n: int, refresh_every: int) -> dict[str, Any]:
         "per_event_us": {
             "recorder_off": us(off),
             "recorder_on_metrics_only": us(metrics_only),
+            "recorder_on_without_windows": us(no_windows),
             "recorder_on": us(on),
             "recorder_on_with_renders": us(rendered),
             "main_second_and_third_fold": us(second),
             "main_process_total": us(before_total),
         },
         "ratio_on_metrics_only_off": ratio(metrics_only, off),
+        "ratio_on_without_windows_off": ratio(no_windows, off),
         "ratio_on_off": ratio(on, off),
         "ratio_on_with_renders_off": ratio(rendered, off),
         "ratio_process_after_before": ratio(rendered, before_total),
@@ -234,6 +304,9 @@ def main() -> None:
     c.add_argument("--runs", type=int, default=5)
     c.add_argument("--events", type=int, default=120_000)
     c.add_argument("--refresh-every", type=int, default=2_000)
+    s = sub.add_parser("start")
+    s.add_argument("--db", type=Path, required=True)
+    s.add_argument("--layout", choices=["before", "after"], required=True)
     r = sub.add_parser("recorder")
     r.add_argument("--db", type=Path, required=True)
     r.add_argument("--views", choices=["on", "off"], required=True)
@@ -242,6 +315,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.mode == "memory":
         out = memory(args.db, args.layout, args.ui, args.trace)
+    elif args.mode == "start":
+        out = start(args.db, args.layout)
     elif args.mode == "cpu":
         out = cpu(args.db, args.runs, args.events, args.refresh_every)
     else:

@@ -2,11 +2,13 @@
 of the log's last `RETENTION_MS`, kept by the recorder as it appends (`daemon.views.ledger`, `daemon.views.usage`),
 so that an answer over 7 days costs the window's entries, not a fold of the window's events.
 
-Two feeders, as every projection of `daemon.views` has: at the daemon's start the projections are built by
-following the file from `RETENTION_MS` before now up to the state the daemon replayed (in a worker thread), while
-the recorder's events are held back; then those events are applied on top, the projections take the daemon's own
-state, and from then on the recorder feeds them live. Until they are ready, and for a window that starts before
-what they hold, the answer comes from the file as the CLI's does.
+Two feeders, as every projection of `daemon.views` has: at the daemon's start the projections are a part of its one
+catch-up fold (`views.follow.CatchingUp.add_late`, in a worker thread, with the metrics' counters): begun on that
+fold's state where `RETENTION_MS` before now begins (`plan`, `begin_on`), folded with it up to the state the daemon
+replayed and through the recorder's events kept meanwhile, then handed the daemon's own state (`attach`), and from
+then on fed live with the rest of the feed. (`build` and `take_over` make them from a file on their own, for the
+benchmark and tests.) Until they are ready, and for a window that starts before what they hold, the answer comes
+from the file as the CLI's does.
 
 The recorded runtimes of the same span are kept too (`daemon.views.runtimes`): a dry run (`simulate`) on the
 daemon's state draws from them.
@@ -21,20 +23,18 @@ Where a live answer differs from the CLI's on the same file (each said in README
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from daemon.domain import events as ev
 from daemon.domain.state import Phase, State
 from daemon.eventlog import EventLogError, LogReader
 from daemon.eventlog.codec import encode_json
-from daemon.obs.logging import get_logger
 from daemon.query import ledger as ledger_mod
 from daemon.query import usage as usage_mod
 from daemon.query.moment import Clock, clock_of, state_at
+from daemon.views.dispatch import Handler, events_with_at, join
 from daemon.views.follow import Following
 from daemon.views.ledger import Preemption, Preemptions
 from daemon.views.runtimes import Runtimes
@@ -43,14 +43,13 @@ from daemon.views.usage import DAY_MS, HOUR_MS, MINUTE_MS, UsageWindows
 if TYPE_CHECKING:  # a read command imports this module: the engine (daemon.domain.eta's) must not load with it
     from daemon.domain.eta import Class
 
-log = get_logger("admitd.answers")
-
 RETENTION_MS = 8 * DAY_MS
 """How far back the live projections reach: a week's window and a day to spare."""
 
 
 class Windows:
-    """The ledger and the usage windows, fed as a recorder's projection (`apply`, before the state folds)."""
+    """The ledger and the usage windows, fed as a recorder's projection (`apply`, before the state folds), or as a
+    part of the daemon's one fold (`views.follow.CatchingUp.add_late`: `plan`, `begin`, `handlers`, `attach`)."""
 
     def __init__(
         self,
@@ -60,9 +59,12 @@ class Windows:
         recent_ms: int = DAY_MS,
         coarse_ms: int = HOUR_MS,
         hold: bool = True,
+        now: Callable[[], int] | None = None,
     ) -> None:
-        """`hold`: keep the events `apply` is given until `take_over` (the daemon, whose projections are built from
-        the file meanwhile); False: apply them as they come, once `begin` has made the projections."""
+        """`hold`: keep the events `apply` is given until `take_over` (built from the file meanwhile), and answer
+        nothing until then or until `attach` (a part of the daemon's catch-up); False: apply them as they come,
+        once `begin` has made the projections. `now`: the daemon's clock, milliseconds (default the wall clock):
+        where a wall-clock log's retention begins."""
         self.retention_ms, self.bucket_ms, self.recent_ms, self.coarse_ms = (
             retention_ms,
             bucket_ms,
@@ -74,17 +76,26 @@ class Windows:
         self.runtimes: Runtimes | None = None  # the runs finished since the start (the dry run draws from them)
         self.whole = False  # the projections began at the log's first event
         self.ledger_from = 0  # the earliest preemption time the ledger still holds all of
-        self.seq = 0
+        self._seq = 0  # before `begin`
         # The recorder's events while the projections are built (None: fed as they come).
         self._buffer: list[tuple[ev.Event, int]] | None = [] if hold else None
         self._prune_at = 0
         self._rows: dict[int, tuple[int | None, bytes]] = {}  # seq -> (its rerun_after, its row's JSON)
         self._rows_clock = ""
-        self._task: asyncio.Task[None] | None = None
+        self._now = now or _now_ms
+        self._plan: tuple[int, bool] | None = None  # (origin, whole) once `plan` has read the log
+        self._clock: Clock | None = None
+        self._table: dict[type[ev.Event], Handler | None] = {}
+        self._subs: dict[type[ev.Event], tuple[Handler, ...]] = {}
 
     @property
     def ready(self) -> bool:
         return self._buffer is None and self.ledger is not None
+
+    @property
+    def seq(self) -> int:
+        """The last event applied (the state's the projections read, folded after each)."""
+        return self.ledger.state.seq if self.ledger is not None else self._seq
 
     # --- feeding -------------------------------------------------------------------------------------------------
 
@@ -95,18 +106,49 @@ class Windows:
         self._apply(event, seq)
 
     def _apply(self, event: ev.Event, seq: int) -> None:
-        ledger, usage, runtimes = self.ledger, self.usage, self.runtimes
-        assert ledger is not None and usage is not None and runtimes is not None
-        ledger.apply(event, seq)
-        usage.apply(event, seq)
-        runtimes.apply(event, seq)
-        self.seq = seq
-        at: object = getattr(event, "at", None)
-        if isinstance(at, int) and at >= self._prune_at:
-            self.ledger_from = max(self.ledger_from, at - self.retention_ms)
-            ledger.prune(self.ledger_from)
-            self.whole = self.whole and usage.oldest == usage.origin and self.ledger_from <= usage.origin
-            self._prune_at = at + self.bucket_ms
+        h = self._table[type(event)]
+        if h is not None:
+            h(event, seq)
+
+    def tables(self) -> list[dict[type[ev.Event], Handler | None]]:
+        """The projections' handlers by event type, joined (`views.dispatch`): an event with a time first takes the
+        usage windows' checkpoint when one is due, then goes to each projection that takes part in it, then the
+        ledger is pruned when due."""
+        assert self.ledger is not None, "begin first"
+        return [dict(self._table)]
+
+    def _timed(self, event: Any, seq: int) -> None:
+        at: int = event.at
+        usage = self.usage
+        assert usage is not None
+        if at >= usage.due:
+            usage.checkpoint(at)  # the figures as of before this event
+        core = usage.usage
+        core.now = max(core.now, at)
+        for h in self._subs[type(event)]:
+            h(event, seq)
+        if at >= self._prune_at:
+            self._prune(at)
+
+    def _clock_only(self, event: Any, seq: int) -> None:
+        """`_timed` for an event no projection takes part in (a pending reason, a suspension): the clocks only."""
+        at: int = event.at
+        usage = self.usage
+        assert usage is not None
+        if at >= usage.due:
+            usage.checkpoint(at)
+        core = usage.usage
+        core.now = max(core.now, at)
+        if at >= self._prune_at:
+            self._prune(at)
+
+    def _prune(self, at: int) -> None:
+        ledger, usage = self.ledger, self.usage
+        assert ledger is not None and usage is not None
+        self.ledger_from = max(self.ledger_from, at - self.retention_ms)
+        ledger.prune(self.ledger_from)
+        self.whole = self.whole and usage.oldest == usage.origin and self.ledger_from <= usage.origin
+        self._prune_at = at + self.bucket_ms
 
     def begin(self, state: State, origin: int, *, whole: bool) -> None:
         """New projections on `state`, counting from `origin` (`whole`: `state` is the log's start), fed as they are
@@ -124,9 +166,65 @@ class Windows:
             coarse_ms=self.coarse_ms,
             retention_ms=self.retention_ms,
         )
-        self.ledger, self.usage, self.ledger_from, self.whole = ledger, usage, origin, whole
-        self.runtimes = Runtimes(state)
-        self.seq = state.seq
+        runtimes = Runtimes(state)
+        self.ledger, self.usage, self.runtimes, self.ledger_from, self.whole = ledger, usage, runtimes, origin, whole
+        self._prune_at = 0
+        core = usage.usage.handlers()
+        timed = usage.usage.timed
+        # The usage clock's move (`Usage.timed`) is done by `_timed` itself, for every event with a time.
+        parts = [ledger.handlers(), {t: None if h == timed else h for t, h in core.items()}, runtimes.handlers()]
+        self._subs = join(parts)
+        with_at = events_with_at()
+        timed_h: Handler = self._timed
+        clock_h: Handler = self._clock_only
+        self._table = {
+            t: (timed_h if subs else clock_h) if t in with_at else (subs[0] if subs else None)
+            for t, subs in self._subs.items()
+        }
+        assert all(len(subs) <= 1 for t, subs in self._subs.items() if t not in with_at), "one handler at most"
+
+    # --- the start-up's part: in the daemon's one catch-up fold (`views.follow.CatchingUp.add_late`) -------------
+
+    def plan(self, reader: LogReader | None, upto: int) -> int:
+        """Where the projections begin in a fold of the log from its first event to `upto`: the seq after which
+        `begin_on` is to be called (0: with the log). From `retention_ms` before now (a simulated log's end), the
+        log's start when that is before it, or now for a new log."""
+        if reader is None or reader.bounds() is None or upto == 0:  # a new log: the projections begin with it
+            self._plan = (self._now(), True)
+            return 0
+        clock = self._clock = clock_of(reader)
+        start = (clock.last_ms if clock.virtual else self._now()) - self.retention_ms
+        seq = reader.seq_at(start - 1)
+        if seq <= 0:
+            self._plan = (clock.first_ms, True)  # the whole log (see `whole`)
+            return 0
+        # A start after `upto` (a simulated log's end moved on since): begun at `upto`, counting from `start`.
+        self._plan = (start, False)
+        return min(seq, upto)
+
+    def begin_on(self, state: State) -> None:
+        """`begin` where `plan` said, on the fold's state there."""
+        assert self._plan is not None, "plan first"
+        origin, whole = self._plan
+        self.begin(state, origin, whole=whole)
+
+    def tick(self, recorded_at: int) -> None:
+        """A part of the daemon's fold takes each new recorded_at: these projections keep the log's own times."""
+
+    def attach(self, state: State, queues: object = None) -> None:
+        """Read `state` (the daemon's, equal to the one read so far) from now on, and answer."""
+        assert self.ledger is not None and self.usage is not None and self.runtimes is not None
+        self.ledger.attach(state)
+        self.usage.state = state
+        self.runtimes.state = state
+        self._buffer = None
+
+    def warm_kept(self) -> None:
+        """`warm` with the clock `plan` read (in the catch-up's thread, before the hand-over)."""
+        if self._clock is not None:
+            self.warm(self._clock)
+
+    # --- built from a file on its own (the benchmark, tests) -----------------------------------------------------
 
     def build(self, reader: LogReader, upto: int, now_ms: int) -> Following:
         """Blocking: the projections from `RETENTION_MS` before `now_ms` (or the log's start) to event `upto`, with a
@@ -152,7 +250,7 @@ class Windows:
 
     def take_over(self, following: Following, state: State) -> None:
         """Apply the events held back on top of `following` (built up to where they begin), then go live on
-        `state` (the recorder's, which has folded them all)."""
+        `state` (which has folded them all)."""
         held = self._buffer or []
         self._buffer = None
         following.projections = (_Direct(self),)
@@ -161,57 +259,10 @@ class Windows:
         if following.seq != state.seq:
             self.ledger = self.usage = self.runtimes = None
             raise RuntimeError(f"the projections reached seq {following.seq}, the daemon's state is at {state.seq}")
-        assert self.ledger is not None and self.usage is not None and self.runtimes is not None
-        self.ledger.state = state
-        self.usage.state = state
-        self.runtimes.state = state
-
-    def start(
-        self,
-        db: Path,
-        state: State,
-        settle: Callable[[], Awaitable[None]] | None = None,
-        now: Callable[[], int] | None = None,
-    ) -> None:
-        """Build the projections in a worker thread from the file up to `state` (the recorder's: `apply` must be its
-        projection already), then go live. `now`: the recorder's clock (default the wall clock). A failure is
-        logged and leaves the answers to the file."""
-        self._task = asyncio.get_running_loop().create_task(self._start(db, state, state.seq, settle, now or _now_ms))
-
-    async def _start(
-        self,
-        db: Path,
-        state: State,
-        upto: int,
-        settle: Callable[[], Awaitable[None]] | None,
-        now: Callable[[], int],
-    ) -> None:
-        try:
-            if settle is not None:
-                await settle()  # every event up to `upto` in the file
-
-            at = now()
-
-            def build() -> Following:
-                with LogReader(db) as reader:
-                    following = self.build(reader, upto, at)
-                    if reader.bounds() is not None:
-                        self.warm(clock_of(reader))
-                    return following
-
-            following = await asyncio.to_thread(build)
-            self.take_over(following, state)
-            assert self.usage is not None
-            log.info("answers: preemptions and usage kept live", since=self.usage.origin, seq=self.seq)
-        except Exception as e:  # any failure: the answers degrade to the file's, the daemon goes on admitting
-            self._buffer = None
-            self.ledger = self.usage = self.runtimes = None
-            log.error("answers: preemptions and usage are answered from the file", error=str(e), exc_info=e)
+        self.attach(state)
 
     def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        """Nothing runs on its own any more (the daemon's catch-up builds the projections)."""
 
     def figures(self) -> object:
         """Everything the two projections hold (live and rebuilt compare equal)."""
@@ -298,11 +349,13 @@ class _Direct:
 
     def __init__(self, windows: Windows) -> None:
         self.windows = windows
-        self.seq = windows.seq
+
+    @property
+    def seq(self) -> int:
+        return self.windows.seq
 
     def apply(self, event: ev.Event, seq: int) -> None:
         self.windows._apply(event, seq)
-        self.seq = seq
 
     def figures(self) -> object:
         return self.windows.figures()

@@ -252,7 +252,7 @@ class Daemon:
             # folded from the log once, in a worker thread, then fed by the recorder on the daemon's own state and
             # queue figures: one fold in the process (views.follow.CatchingUp). Fed before the status writer's
             # queues, so that the series reads the usage as of each event.
-            feed = CatchingUp(opts.db, state, status.queues, lambda: recorder.recorded_at)
+            feed = CatchingUp(opts.db, state, status.queues, partial(getattr, recorder, "recorded_at"))  # no frame
             assert feed.state is not None and feed.queues is not None
             fed = metrics.FedMetrics(
                 opts.db,
@@ -352,9 +352,10 @@ class Daemon:
             # The answers API (daemon.answers): the live fold at the present, the file for past moments.
             live_seqs = LiveSeqs()
             recorder.listeners.append(live_seqs.apply)
-            windows = Windows()  # preemptions and usage: built from the file in a thread, then fed live
-            recorder.projections.append(windows.apply)
-            windows.start(opts.db, state, settle=recorder.catch_up)
+            # Preemptions and usage over the log's last 8 days: a part of the one catch-up fold (from where their
+            # retention begins), then fed live with the rest of the feed.
+            windows = Windows()
+            feed.add_late(windows)
             self._answers = Answers(
                 opts.db, state=state, settle=recorder.catch_up, live_seqs=live_seqs, windows=windows
             )
@@ -505,6 +506,9 @@ class Daemon:
             n = feed.catch_up()
             with feed.lock:
                 fed.refresh()  # everything rendered here, not on the event loop
+                for part in feed.late:
+                    if isinstance(part, Windows):
+                        part.warm_kept()  # the preemptions' rows encoded: the first answer is then fast
             return n
 
         folded = await asyncio.to_thread(catch_up)

@@ -24,6 +24,7 @@ from daemon.metrics.follower import MetricsNotReady, log_file_figures
 from daemon.metrics.heap import keep_on_heap
 from daemon.metrics.live import LIVE
 from daemon.metrics.renderer import Renderer
+from daemon.views.dispatch import Table
 from daemon.views.kueue_counters import KueueCounters
 from daemon.views.queues import Queues
 
@@ -61,9 +62,18 @@ class FedMetrics:
         self.fm.ledger.apply(event, seq)  # the preemption ledger's per-queue totals (metrics/answers.py)
         self.fm.last_recorded_at = recorded_at
 
+    def tick(self, recorded_at: int) -> None:
+        self.fm.last_recorded_at = recorded_at
+
+    def tables(self) -> list[Table]:
+        """The counters' handlers and the ledger's (`views.dispatch`), in `apply`'s order."""
+        return [self.fm.counters.handlers(), self.fm.ledger.handlers()]
+
     def attach(self, state: State, queues: Queues) -> None:
         fm = self.fm
-        fm.state = fm.counters.state = fm.ledger.state = state
+        fm.state = state
+        fm.counters.attach(state)
+        fm.ledger.attach(state)
         fm.queues = queues
         fm.projections = (queues, fm.counters, fm.ledger)  # nothing may keep the catch-up's own state alive
         self.renderer.reading(fm)

@@ -10,13 +10,14 @@ snapshot, then fed live.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from daemon.domain.events import Event
 from daemon.domain.state import State
 from daemon.eventlog import LogReader, codec
+from daemon.views.dispatch import Handler, join
 from daemon.views.projection import Projection
 from daemon.views.queues import Queues
 
@@ -56,21 +57,42 @@ class Following:
 class Timed(Protocol):
     """A projection that also takes each event's recorded_at, and can be moved onto another (equal) state."""
 
-    def apply(self, event: Event, seq: int, recorded_at: int) -> None: ...
+    def tick(self, recorded_at: int) -> None:
+        """The next events were recorded at `recorded_at`, another time than the last event's (once per time)."""
+        ...
+
+    def tables(self) -> Sequence[Mapping[type[Event], Handler | None]]:
+        """Its handlers by event type (`views.dispatch`), in the order they are to be called."""
+        ...
 
     def attach(self, state: State, queues: Queues) -> None:
         """Read `state` and `queues` from now on (equal to the ones read so far)."""
         ...
 
 
+class Late(Timed, Protocol):
+    """A part that counts from a point of the log, not its first event (the answers' windows: its last 8 days)."""
+
+    def plan(self, reader: LogReader | None, upto: int) -> int:
+        """Where it begins in a fold from the log's first event to `upto` (at most): after this seq (0: at once)."""
+        ...
+
+    def begin_on(self, state: State) -> None:
+        """Begin on `state`, the fold's state after the seq `plan` said."""
+        ...
+
+
 class CatchingUp:
-    """Projections that count from the log's first event (Kueue's counters, the plots' series) in a process whose
-    state began at a snapshot: the live feeder's, once they have caught up with it.
+    """Projections that count from the log's first event (Kueue's counters, the plots' series) or from a point of it
+    (`Late`: the answers' windows), in a process whose state began at a snapshot: the live feeder's, once they have
+    caught up with it.
 
     They are folded from the log with a `State` and a `Queues` of their own up to `upto`, the seq the live state had
     when they were made, then through the events the live feeder gave `apply` meanwhile (kept until then), and
     then `hand_over` moves them onto the live state and queues (equal to their own by then: snapshot + tail ==
-    full replay), and `apply` feeds them as events come. From then on the process holds one fold, not two.
+    full replay), and `apply` feeds them as events come. From then on the process holds one fold, not two, and the
+    log was read once at the start for all of them. Each event goes only to the handlers its type has
+    (`views.dispatch`), each new recorded_at once to every part's `tick`.
 
     Threads: `apply` and `hand_over` run on the live feeder's thread (the recorder's event loop); `catch_up` on
     a worker thread, folding under `lock` (readers of the projections hold it until the hand-over)."""
@@ -91,39 +113,97 @@ class CatchingUp:
         self.state: State | None = State(pending_indexes=False)
         self.queues: Queues | None = Queues(self.state)
         self.parts: list[Timed] = []
+        self.late: list[Late] = []
         self.lock = threading.Lock()
         self.live = False
+        self.rows_read = 0  # rows of the log decoded by `catch_up` (one fold: each at most once)
         self._recorded_at = recorded_at
         self._kept: list[tuple[Event, int, int]] = []
         self._kept_lock = threading.Lock()
         self._stop = threading.Event()
+        self._begun: list[Timed] = []
+        self._starts: list[tuple[int, Late]] = []  # (seq after which it begins, the part), by seq, not yet begun
+        self._table: dict[type[Event], tuple[Handler, ...]] = join([])
+        self._ticks: tuple[Callable[[int], None], ...] = ()
+        self._at: int | None = None  # the recorded_at the parts were last told of
 
     def stop(self) -> None:
         """Make a `catch_up` under way return at its next chunk (the process is stopping)."""
         self._stop.set()
 
     def add(self, part: Timed) -> None:
-        """A projection made on `self.state` and `self.queues` (before `catch_up`)."""
-        if self.live or (self.state is not None and self.state.seq):
-            raise RuntimeError("projections are added before the catch-up begins")
+        """A projection made on `self.state` and `self.queues` (before `catch_up`), counting from the log's start."""
+        self._before_catch_up()
         self.parts.append(part)
+        self._joined(part)
+
+    def add_late(self, part: Late) -> None:
+        """A projection that begins where its `plan` says, on the catch-up's state there (before `catch_up`)."""
+        self._before_catch_up()
+        self.late.append(part)
+
+    def _before_catch_up(self) -> None:
+        if self.live or (self.state is not None and self.state.seq) or self._starts or self.rows_read:
+            raise RuntimeError("projections are added before the catch-up begins")
+
+    def _joined(self, part: Timed) -> None:
+        self._begun.append(part)
+        self._table = join([t for p in self._begun for t in p.tables()])
+        self._ticks = tuple(p.tick for p in self._begun)
 
     def apply(self, event: Event, seq: int) -> None:
         """The live feeder's: before the hand-over each event is kept for `catch_up`; after it, applied."""
         at = self._recorded_at()
         if self.live:
-            for p in self.parts:
-                p.apply(event, seq, at)
+            if at != self._at:
+                self._at = at
+                for tick in self._ticks:
+                    tick(at)
+            for h in self._table[type(event)]:
+                h(event, seq)
             return
         with self._kept_lock:
             self._kept.append((event, seq, at))
 
     def _fold(self, event: Event, seq: int, at: int) -> None:
-        assert self.state is not None and self.queues is not None
-        for p in self.parts:
-            p.apply(event, seq, at)
-        self.queues.apply(event, seq)
-        self.state.apply(event, seq)
+        state, queues = self.state, self.queues
+        assert state is not None and queues is not None
+        if at != self._at:
+            self._at = at
+            for tick in self._ticks:
+                tick(at)
+        for h in self._table[type(event)]:
+            h(event, seq)
+        queues.apply(event, seq)
+        state.apply(event, seq)
+
+    def _plan(self, reader: LogReader | None) -> None:
+        """Each late part's start; those at the log's start begun at once."""
+        state = self.state
+        assert state is not None
+        starts: list[tuple[int, Late]] = []
+        for part in self.late:
+            seq = part.plan(reader, self.upto)
+            if not 0 <= seq <= self.upto:
+                raise RuntimeError(f"{type(part).__name__} begins after seq {seq}, outside the fold's 0..{self.upto}")
+            starts.append((seq, part))
+        starts.sort(key=lambda s: s[0])
+        self._starts = []
+        for seq, part in starts:
+            if seq == state.seq:
+                part.begin_on(state)
+                self._joined(part)
+            else:
+                self._starts.append((seq, part))
+
+    def _begin_due(self) -> None:
+        """The late parts that begin after the state's seq, begun on it (the fold stops there for them)."""
+        state = self.state
+        assert state is not None
+        while self._starts and self._starts[0][0] == state.seq:
+            part = self._starts.pop(0)[1]
+            part.begin_on(state)
+            self._joined(part)
 
     def catch_up(self) -> int:
         """Fold the log up to `upto`, then the events kept meanwhile until few are left; how many in all (sooner
@@ -132,21 +212,30 @@ class CatchingUp:
         assert state is not None
         n = 0
         decode = codec.decode
-        if self.upto:
+        if not self.upto:
+            with self.lock:
+                self._plan(None)
+        else:
             with LogReader(self.db) as reader:
+                with self.lock:
+                    self._plan(reader)
                 while state.seq < self.upto:
                     if self._stop.is_set():
                         return n
                     folded = 0
+                    # A chunk ends where a late part begins: it is begun on the state there, between two chunks.
+                    stop = min([self.upto, *(s for s, _ in self._starts)])
                     with self.lock:
                         for seq, at, type_, version, payload in reader.iter_timed_payloads(state.seq, chunk=CHUNK):
-                            if seq > self.upto:
+                            if seq > stop:
                                 break
                             raw = payload if isinstance(payload, bytes) else payload.encode()
                             self._fold(decode(type_, version, raw, seq=seq), seq, at)
                             folded += 1
-                            if folded == CHUNK:
+                            if folded == CHUNK or seq == stop:
                                 break
+                        self.rows_read += folded
+                        self._begin_due()
                     if not folded:
                         raise RuntimeError(
                             f"{self.db}: the log ends at seq {state.seq}, the live state was at {self.upto}"
@@ -177,7 +266,9 @@ class CatchingUp:
                     f"caught up to seq {self.state.seq}, the live state is at {self.live_state.seq}: an event was "
                     "folded by one and not the other"
                 )
-            for p in self.parts:
+            if self._starts:
+                raise RuntimeError(f"{[type(p).__name__ for _, p in self._starts]} never began: the fold ended first")
+            for p in self._begun:
                 p.attach(self.live_state, self.live_queues)
             self.live = True
             self.state = self.queues = None  # the second fold, no longer needed

@@ -11,11 +11,15 @@ a cache of rendered text, consumed by it, not figures (`figures()` leaves them o
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any, ClassVar
 
 from daemon.domain import events as ev
 from daemon.domain.model import Workload
 from daemon.domain.state import Phase, State
+from daemon.views.dispatch import Spec, Table, bind
 
 
 def kueue_buckets(count: int) -> tuple[float, ...]:
@@ -32,21 +36,29 @@ ADMISSION_WAIT_BUCKETS = kueue_buckets(16)
 
 @dataclass(slots=True)
 class Hist:
+    """A histogram as Prometheus has it; an observation costs a bisection of the buckets (it is made for every
+    admission and finish the recorder appends), the cumulative counts are summed when read."""
+
     buckets: tuple[float, ...] = WAIT_BUCKETS
-    counts: list[int] = field(default_factory=list)  # cumulative, per bucket
+    per: list[int] = field(default_factory=list)  # observations per bucket: above the one before, at most this one
     total: float = 0.0
     n: int = 0
 
     def __post_init__(self) -> None:
-        if not self.counts:
-            self.counts = [0] * len(self.buckets)
+        if not self.per:
+            self.per = [0] * len(self.buckets)
 
     def observe(self, seconds: float) -> None:
         self.n += 1
         self.total += seconds
-        for i, le in enumerate(self.buckets):
-            if seconds <= le:
-                self.counts[i] += 1
+        i = bisect_left(self.buckets, seconds)  # the first bucket with seconds <= le
+        if i < len(self.per):
+            self.per[i] += 1
+
+    @property
+    def counts(self) -> list[int]:
+        """Cumulative, per bucket (`le`)."""
+        return list(accumulate(self.per))
 
 
 def priority_class_of(wl: Workload) -> str:
@@ -58,7 +70,6 @@ class KueueCounters:
 
     def __init__(self, state: State) -> None:
         self.state = state
-        self.seq = state.seq
         self.events_by_type: dict[str, int] = {}
         self.admitted: dict[tuple[str, str], int] = {}  # (cluster_queue, priority_class)
         self.finished: dict[tuple[str, str], int] = {}
@@ -83,6 +94,11 @@ class KueueCounters:
         self.dirty: set[tuple[str, str]] = set()  # (cluster queue, group of metrics) changed since the last render
         self.lq_dirty: set[str] = set()  # LocalQueues ("ns/name") whose figures may have changed since then
         self.config_changed = True
+        self._pending_marks: dict[str, tuple[str, str]] = {}  # cq -> (cq, "pending"), made once
+        self._marks: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, str], ...]] = {}  # `_touch`'s, made once
+        self._cohorts: dict[str, list[str]] = {}  # `_cohorts_above`, for configuration generation `_cohorts_of`
+        self._cohorts_of = -1
+        self._table = bind(self, self.ON)
 
     def figures(self) -> object:
         def hists(d: dict[tuple[str, ...], Hist]) -> dict[tuple[str, ...], tuple[tuple[int, ...], float, int]]:
@@ -120,8 +136,16 @@ class KueueCounters:
         return lq.cluster_queue if lq is not None else None
 
     def _touch(self, cq: str, *groups: str) -> None:
-        for group in groups:
-            self.dirty.add((cq, group))
+        marks = self._marks.get((cq, groups))
+        if marks is None:
+            marks = self._marks[(cq, groups)] = tuple((cq, group) for group in groups)
+        self.dirty.update(marks)
+
+    def attach(self, state: State) -> None:
+        """Read `state` from now on (equal to the one read so far; its configuration generations are its own)."""
+        self.state = state
+        self._cohorts.clear()
+        self._cohorts_of = -1
 
     def _touch_lq(self, key: str) -> None:
         rec = self.state.workloads.get(key)
@@ -129,7 +153,18 @@ class KueueCounters:
             self.lq_dirty.add(f"{rec.workload.namespace}/{rec.workload.queue_name}")
 
     def _cohorts_above(self, cq: str) -> list[str]:
-        """The ClusterQueue's cohort and every cohort above it, as configured now (a cycle stops the walk)."""
+        """The ClusterQueue's cohort and every cohort above it, as configured now (a cycle stops the walk); kept per
+        queue until the configuration changes."""
+        generation = self.state.config_generation
+        if generation != self._cohorts_of:
+            self._cohorts.clear()
+            self._cohorts_of = generation
+        got = self._cohorts.get(cq)
+        if got is None:
+            got = self._cohorts[cq] = self._walk_cohorts(cq)
+        return got
+
+    def _walk_cohorts(self, cq: str) -> list[str]:
         q = self.state.cluster_queues.get(cq)
         out: list[str] = []
         name = q.cohort if q is not None else None
@@ -139,116 +174,210 @@ class KueueCounters:
             name = co.parent if co is not None else None
         return out
 
+    @property
+    def seq(self) -> int:
+        """The last event applied: the state's, which the feeder folds after each event (a handler skipped for an
+        event it takes no part in leaves the projection as it was)."""
+        return self.state.seq
+
     def apply(self, event: ev.Event, seq: int) -> None:
-        self.seq = seq
-        self.events_by_type[event.TYPE] = self.events_by_type.get(event.TYPE, 0) + 1
+        h = self._table[type(event)]
+        assert h is not None  # every type has one: each event is counted
+        h(event, seq)
+
+    def handlers(self) -> Table:
+        """This projection's handler of each event type (`views.dispatch`)."""
+        return dict(self._table)
+
+    # --- the handlers (`ON`), each counting the event by its type first ---
+
+    def _count(self, event: ev.Event, seq: int) -> None:
+        t = event.TYPE
+        by_type = self.events_by_type
+        by_type[t] = by_type.get(t, 0) + 1
+
+    def _config(self, event: ev.Event, seq: int) -> None:
+        t = event.TYPE
+        by_type = self.events_by_type
+        by_type[t] = by_type.get(t, 0) + 1
+        self.config_changed = True  # queues, cohorts, flavors, namespaces: every queue may change
+
+    def _pending(self, event: ev.WorkloadPending, seq: int) -> None:
+        by_type = self.events_by_type
+        by_type["workload.pending"] = by_type.get("workload.pending", 0) + 1
+        rec = self.state.workloads.get(event.workload)
+        if rec is not None:
+            wl = rec.workload
+            if wl.queue_name is not None:
+                self.lq_dirty.add(f"{wl.namespace}/{wl.queue_name}")
+        cq = event.cluster_queue
+        if cq is not None:
+            mark = self._pending_marks.get(cq)
+            if mark is None:
+                mark = self._pending_marks[cq] = (cq, "pending")
+            self.dirty.add(mark)
+
+    def _observed(self, event: ev.JobObserved, seq: int) -> None:
+        by_type = self.events_by_type
+        by_type["job.observed"] = by_type.get("job.observed", 0) + 1
         state = self.state
-        # The most frequent events first (pending reasons, observed jobs, suspensions: 3 in 4 of a busy log): a
-        # `match` tries its cases in order, and this runs for every event the recorder appends (bench/bench_fold.py).
-        match event:
-            case ev.WorkloadPending(workload=key, cluster_queue=cq):
-                rec = state.workloads.get(key)
-                if rec is not None and rec.workload.queue_name is not None:
-                    self.lq_dirty.add(f"{rec.workload.namespace}/{rec.workload.queue_name}")
-                if cq is not None:
-                    self.dirty.add((cq, "pending"))
-            case ev.JobObserved(workload=wl):
-                # The queues it leaves (as folded so far) and the ones it joins (as the event says) may change.
-                rec = state.workloads.get(wl.key)
-                if rec is not None:
-                    old_wl = rec.workload
-                    old_lq = f"{old_wl.namespace}/{old_wl.queue_name}" if old_wl.queue_name is not None else None
-                    if old_lq is not None:
-                        self.lq_dirty.add(old_lq)
-                    if rec.admission is not None:
-                        self.dirty.add((rec.admission.cluster_queue, "pending"))
-                    elif old_lq is not None and (via := state.local_queues.get(old_lq)) is not None:
-                        self.dirty.add((via.cluster_queue, "pending"))
-                if wl.queue_name is not None:
-                    lq_key = f"{wl.namespace}/{wl.queue_name}"
-                    self.lq_dirty.add(lq_key)
-                    lq = state.local_queues.get(lq_key)
-                    if lq is not None:
-                        self.dirty.add((lq.cluster_queue, "pending"))
-            case ev.JobUnsuspended() | ev.JobSuspended() | ev.ChainBreakAccepted():
-                pass
-            case ev.WorkloadAdmitted(workload=key, at=at, admission=adm):
-                rec = state.workloads.get(key)
-                if rec is not None and rec.phase is Phase.PENDING:
-                    label = (adm.cluster_queue, priority_class_of(rec.workload))
-                    if label not in self.admitted:
-                        self.priority_classes.setdefault(label[0], set()).add(label[1])
-                        self.counted_queues.add(label[0])
-                    self.admitted[label] = self.admitted.get(label, 0) + 1
-                    since = self._queued_at.pop(key, rec.workload.created_at)
-                    waited = max(0, at - since) / 1000
-                    self.wait.setdefault(label, Hist(ADMISSION_WAIT_BUCKETS)).observe(waited)
-                    self.qr_wait.setdefault(label, Hist()).observe(waited)  # admitd reserves quota and admits at once
-                    wl = rec.workload
-                    if wl.queue_name is not None:
-                        lq3 = (wl.namespace, wl.queue_name, label[1])
-                        self.counted_lqs.add(f"{wl.namespace}/{wl.queue_name}")
-                        self.lq_admitted[lq3] = self.lq_admitted.get(lq3, 0) + 1
-                        self.lq_wait.setdefault(lq3, Hist()).observe(max(0, at - since) / 1000)
-                        self.lq_dirty.add(f"{wl.namespace}/{wl.queue_name}")
-                    for cohort in self._cohorts_above(adm.cluster_queue):
-                        c2 = (cohort, label[1])
-                        self.cohort_admitted[c2] = self.cohort_admitted.get(c2, 0) + 1
-                    self._touch(adm.cluster_queue, "pending", "admitted", "admissions")
-            case ev.WorkloadAdopted(workload=key, admission=adm):
-                # Admitted by another replica: its quota is in use, but this process admitted nothing.
-                rec = state.workloads.get(key)
-                if rec is not None and rec.phase is Phase.PENDING:
-                    self._queued_at.pop(key, None)
-                    self._touch_lq(key)
-                    self._touch(adm.cluster_queue, "pending", "admitted")
-            case ev.WorkloadPreempted(workload=key, cluster_queue=cq, preemptor_cluster_queue=by_cq, reason=why):
-                self._preempt_reason[key] = why
-                if by_cq is not None:
-                    self.preempted[(by_cq, why)] = self.preempted.get((by_cq, why), 0) + 1
-                    self.counted_queues.add(by_cq)
-                    self._touch(by_cq, "preemptions")
-                self._touch(cq, "preemptions")
-            case ev.WorkloadEvicted(workload=key, at=at, reason=why):
-                rec = state.workloads.get(key)
-                self._touch_lq(key)
-                if rec is not None and rec.phase is Phase.ADMITTED and rec.admission is not None:
-                    cq = rec.admission.cluster_queue
-                    label4 = (cq, why, self._preempt_reason.pop(key, ""), priority_class_of(rec.workload))
-                    self.evicted[label4] = self.evicted.get(label4, 0) + 1
-                    self.counted_queues.add(cq)
-                    if rec.workload.queue_name is not None:
-                        lq5 = (rec.workload.namespace, rec.workload.queue_name, *label4[1:])
-                        self.counted_lqs.add(f"{lq5[0]}/{lq5[1]}")
-                        self.lq_evicted[lq5] = self.lq_evicted.get(lq5, 0) + 1
-                    self._queued_at[key] = at
-                    self._touch(cq, "pending", "admitted", "evictions")
-            case ev.JobFinished(job=key, at=at) | ev.JobDeleted(job=key, at=at):
-                rec = state.workloads.get(key)
-                if rec is not None:
-                    cq = self._cq_of(key)
-                    self._touch_lq(key)
-                    held, admitted_at = rec.admission, rec.admitted_at
-                    finished = isinstance(event, ev.JobFinished) and rec.phase is Phase.ADMITTED
-                    if finished and held is not None and admitted_at is not None:
-                        label = (held.cluster_queue, priority_class_of(rec.workload))
-                        if label not in self.finished:
-                            self.priority_classes.setdefault(label[0], set()).add(label[1])
-                            self.counted_queues.add(label[0])
-                        self.finished[label] = self.finished.get(label, 0) + 1
-                        if rec.workload.queue_name is not None:
-                            lq3 = (rec.workload.namespace, rec.workload.queue_name, label[1])
-                            self.counted_lqs.add(f"{lq3[0]}/{lq3[1]}")
-                            self.lq_finished[lq3] = self.lq_finished.get(lq3, 0) + 1
-                        self.execution.setdefault(label, Hist()).observe(max(0, at - admitted_at) / 1000)
-                    if cq is not None:
-                        self._touch(cq, "pending", "admitted", "finishes")
-                self._queued_at.pop(key, None)
-                self._preempt_reason.pop(key, None)
-            case ev.ActuationFailed(permanent=permanent):
-                k = "true" if permanent else "false"
-                self.actuation_failures[k] = self.actuation_failures.get(k, 0) + 1
-            case ev.PriorityClassObserved() | ev.PriorityClassDeleted() | ev.JobPodsNotCreated():
-                pass
-            case _:
-                self.config_changed = True  # queues, cohorts, flavors, namespaces: every queue may change
+        wl = event.workload
+        # The queues it leaves (as folded so far) and the ones it joins (as the event says) may change.
+        rec = state.workloads.get(wl.key)
+        if rec is not None:
+            old_wl = rec.workload
+            old_lq = f"{old_wl.namespace}/{old_wl.queue_name}" if old_wl.queue_name is not None else None
+            if old_lq is not None:
+                self.lq_dirty.add(old_lq)
+            if rec.admission is not None:
+                self.dirty.add((rec.admission.cluster_queue, "pending"))
+            elif old_lq is not None and (via := state.local_queues.get(old_lq)) is not None:
+                self.dirty.add((via.cluster_queue, "pending"))
+        if wl.queue_name is not None:
+            lq_key = f"{wl.namespace}/{wl.queue_name}"
+            self.lq_dirty.add(lq_key)
+            lq = state.local_queues.get(lq_key)
+            if lq is not None:
+                self.dirty.add((lq.cluster_queue, "pending"))
+
+    def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
+        by_type = self.events_by_type
+        by_type["workload.admitted"] = by_type.get("workload.admitted", 0) + 1
+        key, at, adm = event.workload, event.at, event.admission
+        rec = self.state.workloads.get(key)
+        if rec is not None and rec.phase is Phase.PENDING:
+            label = (adm.cluster_queue, priority_class_of(rec.workload))
+            if label not in self.admitted:
+                self.priority_classes.setdefault(label[0], set()).add(label[1])
+                self.counted_queues.add(label[0])
+            self.admitted[label] = self.admitted.get(label, 0) + 1
+            since = self._queued_at.pop(key, rec.workload.created_at)
+            waited = max(0, at - since) / 1000
+            _observe(self.wait, label, waited, ADMISSION_WAIT_BUCKETS)
+            _observe(self.qr_wait, label, waited, WAIT_BUCKETS)  # admitd reserves quota and admits at once
+            wl = rec.workload
+            if wl.queue_name is not None:
+                lq3 = (wl.namespace, wl.queue_name, label[1])
+                self.counted_lqs.add(f"{wl.namespace}/{wl.queue_name}")
+                self.lq_admitted[lq3] = self.lq_admitted.get(lq3, 0) + 1
+                _observe(self.lq_wait, lq3, max(0, at - since) / 1000, WAIT_BUCKETS)
+                self.lq_dirty.add(f"{wl.namespace}/{wl.queue_name}")
+            for cohort in self._cohorts_above(adm.cluster_queue):
+                c2 = (cohort, label[1])
+                self.cohort_admitted[c2] = self.cohort_admitted.get(c2, 0) + 1
+            self._touch(adm.cluster_queue, "pending", "admitted", "admissions")
+
+    def _adopted(self, event: ev.WorkloadAdopted, seq: int) -> None:
+        by_type = self.events_by_type
+        by_type["workload.adopted"] = by_type.get("workload.adopted", 0) + 1
+        # Admitted by another replica: its quota is in use, but this process admitted nothing.
+        key = event.workload
+        rec = self.state.workloads.get(key)
+        if rec is not None and rec.phase is Phase.PENDING:
+            self._queued_at.pop(key, None)
+            self._touch_lq(key)
+            self._touch(event.admission.cluster_queue, "pending", "admitted")
+
+    def _preempted(self, event: ev.WorkloadPreempted, seq: int) -> None:
+        by_type = self.events_by_type
+        by_type["workload.preempted"] = by_type.get("workload.preempted", 0) + 1
+        why, by_cq = event.reason, event.preemptor_cluster_queue
+        self._preempt_reason[event.workload] = why
+        if by_cq is not None:
+            self.preempted[(by_cq, why)] = self.preempted.get((by_cq, why), 0) + 1
+            self.counted_queues.add(by_cq)
+            self._touch(by_cq, "preemptions")
+        self._touch(event.cluster_queue, "preemptions")
+
+    def _evicted(self, event: ev.WorkloadEvicted, seq: int) -> None:
+        by_type = self.events_by_type
+        by_type["workload.evicted"] = by_type.get("workload.evicted", 0) + 1
+        key = event.workload
+        rec = self.state.workloads.get(key)
+        self._touch_lq(key)
+        if rec is not None and rec.phase is Phase.ADMITTED and rec.admission is not None:
+            cq = rec.admission.cluster_queue
+            label4 = (cq, event.reason, self._preempt_reason.pop(key, ""), priority_class_of(rec.workload))
+            self.evicted[label4] = self.evicted.get(label4, 0) + 1
+            self.counted_queues.add(cq)
+            if rec.workload.queue_name is not None:
+                lq5 = (rec.workload.namespace, rec.workload.queue_name, *label4[1:])
+                self.counted_lqs.add(f"{lq5[0]}/{lq5[1]}")
+                self.lq_evicted[lq5] = self.lq_evicted.get(lq5, 0) + 1
+            self._queued_at[key] = event.at
+            self._touch(cq, "pending", "admitted", "evictions")
+
+    def _gone(self, event: ev.JobFinished | ev.JobDeleted, seq: int) -> None:
+        by_type = self.events_by_type
+        by_type[event.TYPE] = by_type.get(event.TYPE, 0) + 1
+        key, at = event.job, event.at
+        rec = self.state.workloads.get(key)
+        if rec is not None:
+            cq = self._cq_of(key)
+            self._touch_lq(key)
+            held, admitted_at = rec.admission, rec.admitted_at
+            finished = isinstance(event, ev.JobFinished) and rec.phase is Phase.ADMITTED
+            if finished and held is not None and admitted_at is not None:
+                label = (held.cluster_queue, priority_class_of(rec.workload))
+                if label not in self.finished:
+                    self.priority_classes.setdefault(label[0], set()).add(label[1])
+                    self.counted_queues.add(label[0])
+                self.finished[label] = self.finished.get(label, 0) + 1
+                if rec.workload.queue_name is not None:
+                    lq3 = (rec.workload.namespace, rec.workload.queue_name, label[1])
+                    self.counted_lqs.add(f"{lq3[0]}/{lq3[1]}")
+                    self.lq_finished[lq3] = self.lq_finished.get(lq3, 0) + 1
+                _observe(self.execution, label, max(0, at - admitted_at) / 1000, WAIT_BUCKETS)
+            if cq is not None:
+                self._touch(cq, "pending", "admitted", "finishes")
+        self._queued_at.pop(key, None)
+        self._preempt_reason.pop(key, None)
+
+    def _actuation_failed(self, event: ev.ActuationFailed, seq: int) -> None:
+        by_type = self.events_by_type
+        by_type[event.TYPE] = by_type.get(event.TYPE, 0) + 1
+        k = "true" if event.permanent else "false"
+        self.actuation_failures[k] = self.actuation_failures.get(k, 0) + 1
+
+    ON: ClassVar[Spec] = {
+        ev.WorkloadPending: _pending,
+        ev.JobObserved: _observed,
+        ev.WorkloadAdmitted: _admitted,
+        ev.WorkloadAdopted: _adopted,
+        ev.WorkloadPreempted: _preempted,
+        ev.WorkloadEvicted: _evicted,
+        ev.JobFinished: _gone,
+        ev.JobDeleted: _gone,
+        ev.ActuationFailed: _actuation_failed,
+        # Counted, nothing else: they change no queue's figures.
+        ev.JobUnsuspended: _count,
+        ev.JobSuspended: _count,
+        ev.ChainBreakAccepted: _count,
+        ev.PriorityClassObserved: _count,
+        ev.PriorityClassDeleted: _count,
+        ev.JobPodsNotCreated: _count,
+        # Queues, cohorts, flavors, namespaces, rejections, and the rest: every queue's figures may change.
+        ev.ResourceFlavorObserved: _config,
+        ev.ResourceFlavorDeleted: _config,
+        ev.ClusterQueueObserved: _config,
+        ev.ClusterQueueDeleted: _config,
+        ev.CohortObserved: _config,
+        ev.CohortDeleted: _config,
+        ev.LocalQueueObserved: _config,
+        ev.LocalQueueDeleted: _config,
+        ev.NamespaceObserved: _config,
+        ev.ObjectRejected: _config,
+        ev.ObjectWarned: _config,
+        ev.JobReady: _config,
+        ev.JobTampered: _config,
+        ev.WorkloadTimedOut: _config,
+        ev.WorkloadRequeued: _config,
+        ev.WorkloadActiveChanged: _config,
+    }
+
+
+def _observe(hists: dict[Any, Hist], label: Any, seconds: float, buckets: tuple[float, ...]) -> None:
+    h = hists.get(label)
+    if h is None:
+        h = hists[label] = Hist(buckets)
+    h.observe(seconds)

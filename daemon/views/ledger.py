@@ -21,10 +21,12 @@ Times are the log's (`at`, milliseconds); the exporters turn them into hours.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from daemon.domain import events as ev
 from daemon.domain.model import Millis
 from daemon.domain.state import State
+from daemon.views.dispatch import Spec, Table, bind
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")  # summed as "GPU-hours"
 
@@ -99,7 +101,6 @@ class Preemptions:
     def __init__(self, state: State, *, entries: bool = True) -> None:
         """`entries=False`: only the per-queue `totals` (the metrics), no entry kept."""
         self.state = state
-        self.seq = state.seq
         self.keep = entries
         self.entries: list[Preemption] = []
         self._ran_from: dict[str, Millis] = {}  # workload -> when its pods were started under its admission
@@ -107,43 +108,73 @@ class Preemptions:
         # Per (victim's ClusterQueue, rule), over everything applied and never pruned (the per-queue metrics):
         # [victims, pod-milliseconds lost, GPU milli-units x milliseconds lost].
         self.totals: dict[tuple[str, str], list[int]] = {}
+        self._meetings: dict[tuple[str, str | None], tuple[str | None, int]] = {}
+        self._meetings_of = -1  # the configuration generation `_meetings` are of
+        self._table = bind(self, self.ON)
+
+    def attach(self, state: State) -> None:
+        """Read `state` from now on (equal to the one read so far; its configuration generations are its own)."""
+        self.state = state
+        self._meetings.clear()
+        self._meetings_of = -1
 
     def started(self, key: str, at: Millis) -> None:
         """`key`'s pods run since `at` (for a ledger begun at a state, not at the log's start)."""
         self._ran_from[key] = at
 
+    @property
+    def seq(self) -> int:
+        """The last event applied: the state's, folded after each (`views.dispatch`)."""
+        return self.state.seq
+
     def apply(self, event: ev.Event, seq: int) -> None:
-        self.seq = seq
-        match event:
-            case ev.WorkloadAdmitted(workload=key, at=at):
-                self._ran_from.pop(key, None)
-                p = self._open.pop(key, None)
-                if p is not None:
-                    p.rerun_after = at - p.at
-            case ev.JobUnsuspended(job=key, at=at):
-                rec = self.state.workloads.get(key)
-                if rec is not None and rec.admission is not None and not rec.evicting:
-                    self._ran_from.setdefault(key, at)
-            case ev.WorkloadPreempted():
-                self._preempted(event, seq)
-            case ev.JobFinished(job=key) | ev.JobDeleted(job=key):
-                self._ran_from.pop(key, None)
-                self._open.pop(key, None)
-            case _:
-                pass
+        h = self._table[type(event)]
+        if h is not None:
+            h(event, seq)
+
+    def handlers(self) -> Table:
+        return dict(self._table)
+
+    def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
+        key = event.workload
+        self._ran_from.pop(key, None)
+        p = self._open.pop(key, None)
+        if p is not None:
+            p.rerun_after = event.at - p.at
+
+    def _unsuspended(self, event: ev.JobUnsuspended, seq: int) -> None:
+        key = event.job
+        rec = self.state.workloads.get(key)
+        if rec is not None and rec.admission is not None and not rec.evicting:
+            self._ran_from.setdefault(key, event.at)
+
+    def _gone(self, event: ev.JobFinished | ev.JobDeleted, seq: int) -> None:
+        self._ran_from.pop(event.job, None)
+        self._open.pop(event.job, None)
 
     def _preempted(self, event: ev.WorkloadPreempted, seq: int) -> None:
         rec = self.state.workloads.get(event.workload)
         admission = rec.admission if rec is not None else None
         ran_from = self._ran_from.pop(event.workload, None)
         ran = max(0, event.at - ran_from) if ran_from is not None else 0
-        pods = sum(ps.count for ps in admission.pod_sets) if admission is not None else 0
+        pods = 0
         lost: dict[str, int] = {}
-        if admission is not None and ran:
+        if admission is not None:
             for ps in admission.pod_sets:
-                for resource, amount in ps.usage.items():
-                    lost[resource] = lost.get(resource, 0) + amount * ran
-        cohort, level = meeting_point(self.state, event.cluster_queue, event.preemptor_cluster_queue)
+                pods += ps.count
+                if ran:
+                    for resource, amount in ps.usage.items():
+                        lost[resource] = lost.get(resource, 0) + amount * ran
+        t = self.totals.get((event.cluster_queue, event.reason))
+        if t is None:
+            t = self.totals[(event.cluster_queue, event.reason)] = [0, 0, 0]
+        t[0] += 1
+        t[1] += pods * ran
+        if lost:
+            t[2] += sum(lost.get(r, 0) for r in GPU_RESOURCES)
+        if not self.keep:
+            return  # the totals only (the metrics): no entry, so no meeting point either
+        cohort, level = self._meeting_point(event.cluster_queue, event.preemptor_cluster_queue)
         p = Preemption(
             seq=seq,
             at=event.at,
@@ -161,13 +192,21 @@ class Preemptions:
             lost_pod_ms=pods * ran,
             lost=lost,
         )
-        if self.keep:
-            self._open[event.workload] = p
-            self.entries.append(p)
-        t = self.totals.setdefault((event.cluster_queue, event.reason), [0, 0, 0])
-        t[0] += 1
-        t[1] += p.lost_pod_ms
-        t[2] += sum(lost.get(r, 0) for r in GPU_RESOURCES)
+        self._open[event.workload] = p
+        self.entries.append(p)
+
+    def _meeting_point(self, victim_cq: str, preemptor_cq: str | None) -> tuple[str | None, int]:
+        """`meeting_point`, kept per pair of queues until the configuration changes (a preemption cycle names the
+        same pairs over and over)."""
+        generation = self.state.config_generation
+        if generation != self._meetings_of:
+            self._meetings.clear()
+            self._meetings_of = generation
+        key = (victim_cq, preemptor_cq)
+        got = self._meetings.get(key)
+        if got is None:
+            got = self._meetings[key] = meeting_point(self.state, victim_cq, preemptor_cq)
+        return got
 
     def prune(self, before: Millis) -> None:
         """Forget the preemptions before `before` (their victims' reruns too); `totals` keep counting them."""
@@ -187,3 +226,41 @@ class Preemptions:
             tuple(sorted(self._ran_from.items())),
             tuple(sorted((k, tuple(v)) for k, v in self.totals.items())),
         )
+
+    ON: ClassVar[Spec] = {
+        ev.WorkloadAdmitted: _admitted,
+        ev.JobUnsuspended: _unsuspended,
+        ev.WorkloadPreempted: _preempted,
+        ev.JobFinished: _gone,
+        ev.JobDeleted: _gone,
+        **dict.fromkeys(
+            (
+                ev.ResourceFlavorObserved,
+                ev.ResourceFlavorDeleted,
+                ev.ClusterQueueObserved,
+                ev.ClusterQueueDeleted,
+                ev.CohortObserved,
+                ev.CohortDeleted,
+                ev.LocalQueueObserved,
+                ev.LocalQueueDeleted,
+                ev.PriorityClassObserved,
+                ev.PriorityClassDeleted,
+                ev.NamespaceObserved,
+                ev.ObjectRejected,
+                ev.ObjectWarned,
+                ev.JobObserved,
+                ev.JobReady,
+                ev.JobPodsNotCreated,
+                ev.JobTampered,
+                ev.WorkloadPending,
+                ev.WorkloadEvicted,
+                ev.WorkloadAdopted,
+                ev.WorkloadTimedOut,
+                ev.WorkloadRequeued,
+                ev.WorkloadActiveChanged,
+                ev.JobSuspended,
+                ev.ActuationFailed,
+                ev.ChainBreakAccepted,
+            )
+        ),
+    }

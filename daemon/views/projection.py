@@ -15,7 +15,10 @@ from daemon.domain.events import Event
 
 
 class Projection(Protocol):
-    seq: int
+    @property
+    def seq(self) -> int:
+        """The last event applied."""
+        ...
 
     def apply(self, event: Event, seq: int) -> None:
         """Take `event` (at `seq`) in, reading the fold's record as it was before the event."""

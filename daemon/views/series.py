@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from daemon.domain import events as ev
 from daemon.domain.events import Event
 from daemon.domain.model import FlavorResource
 from daemon.domain.state import State
+from daemon.views.dispatch import Spec, Table, bind
 from daemon.views.queues import Queues
 
 ADMISSIONS_KEPT = 200  # the latest admissions kept per ClusterQueue (a page shows those up to its moment)
@@ -58,13 +60,13 @@ class QueueSeries:
     def __init__(self, state: State, queues: Queues, *, width_ms: int = 1, limit: int = 1024) -> None:
         self.state = state
         self.queues = queues
-        self.seq = state.seq
         self.width = width_ms
         self.limit = limit
         self.points: dict[str, Points] = {}
         self.last_ms: int | None = None
         self.first_ms: int | None = None
         self.admissions: dict[str, deque[tuple[int, int, str]]] = {}  # cq -> (seq, recorded_at, job), oldest first
+        self._table = bind(self, self.ON)
 
     def attach(self, state: State, queues: Queues) -> None:
         """Read `state` and `queues` from now on: the live ones, equal to those read so far (`CatchingUp`)."""
@@ -91,20 +93,77 @@ class QueueSeries:
             self.points = {cq: p.merged(self.width) for cq, p in self.points.items()}
             grow = any(len(p) > self.limit for p in self.points.values())
 
+    @property
+    def seq(self) -> int:
+        """The last event applied: the state's, folded after each."""
+        return self.state.seq
+
     def apply(self, event: Event, seq: int, recorded_at: int) -> None:
         """Take one event recorded at `recorded_at` in; a point is taken for each queue when a new bucket starts."""
+        if recorded_at != self.last_ms:
+            self.tick(recorded_at)
+        h = self._table[type(event)]
+        if h is not None:
+            h(event, seq)
+
+    def tick(self, recorded_at: int) -> None:
+        """The next event was recorded at `recorded_at`, another time than the last one's (a feeder calls this once
+        per time, not per event: a batch of events shares one)."""
         last = self.last_ms
         if last is not None and recorded_at // self.width != last // self.width:
             self._record(last)
         if self.first_ms is None:
             self.first_ms = recorded_at
-        if isinstance(event, ev.WorkloadAdmitted):
-            kept = self.admissions.get(event.admission.cluster_queue)
-            if kept is None:
-                kept = self.admissions[event.admission.cluster_queue] = deque(maxlen=ADMISSIONS_KEPT)
-            kept.append((seq, recorded_at, event.workload))
         self.last_ms = recorded_at
-        self.seq = seq
+
+    def tables(self) -> list[Table]:
+        return [dict(self._table)]
+
+    def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
+        assert self.last_ms is not None  # `tick` came first
+        cq = event.admission.cluster_queue
+        kept = self.admissions.get(cq)
+        if kept is None:
+            kept = self.admissions[cq] = deque(maxlen=ADMISSIONS_KEPT)
+        kept.append((seq, self.last_ms, event.workload))
+
+    ON: ClassVar[Spec] = {
+        ev.WorkloadAdmitted: _admitted,
+        **dict.fromkeys(
+            (
+                ev.ResourceFlavorObserved,
+                ev.ResourceFlavorDeleted,
+                ev.ClusterQueueObserved,
+                ev.ClusterQueueDeleted,
+                ev.CohortObserved,
+                ev.CohortDeleted,
+                ev.LocalQueueObserved,
+                ev.LocalQueueDeleted,
+                ev.PriorityClassObserved,
+                ev.PriorityClassDeleted,
+                ev.NamespaceObserved,
+                ev.ObjectRejected,
+                ev.ObjectWarned,
+                ev.JobObserved,
+                ev.JobFinished,
+                ev.JobDeleted,
+                ev.JobReady,
+                ev.JobPodsNotCreated,
+                ev.JobTampered,
+                ev.WorkloadPreempted,
+                ev.WorkloadPending,
+                ev.WorkloadEvicted,
+                ev.WorkloadAdopted,
+                ev.WorkloadTimedOut,
+                ev.WorkloadRequeued,
+                ev.WorkloadActiveChanged,
+                ev.JobUnsuspended,
+                ev.JobSuspended,
+                ev.ActuationFailed,
+                ev.ChainBreakAccepted,
+            )
+        ),
+    }
 
     def figures(self) -> object:
         return {

@@ -20,10 +20,12 @@ import bisect
 from array import array
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from typing import ClassVar
 
 from daemon.domain import events as ev
 from daemon.domain.model import Admission, FlavorResource, Millis
 from daemon.domain.state import Phase, State
+from daemon.views.dispatch import Spec, Table, bind
 
 Acc = dict[str, int]  # resource -> milli-units x ms
 
@@ -36,6 +38,15 @@ class _Holding:
     usage: dict[FlavorResource, int]
     pods: int
     since: Millis
+    per_resource: tuple[tuple[str, int], ...] = ()  # `usage` with flavors summed, the resources it uses (not 0)
+
+
+def _per_resource(usage: dict[FlavorResource, int]) -> tuple[tuple[str, int], ...]:
+    out: dict[str, int] = {}
+    for (_, resource), v in usage.items():
+        if v:
+            out[resource] = out.get(resource, 0) + v
+    return tuple(out.items())
 
 
 def _usage(a: Admission) -> tuple[dict[FlavorResource, int], int]:
@@ -52,7 +63,6 @@ class Usage:
 
     def __init__(self, state: State, start: Millis) -> None:
         self.state = state
-        self.seq = state.seq
         self.start = start
         self.holding: dict[str, _Holding] = {}
         self.used: dict[str, dict[str, Acc]] = {"clusterqueue": {}, "localqueue": {}, "namespace": {}}
@@ -63,36 +73,97 @@ class Usage:
         self._cq_at: dict[str, Millis] = {}
         self._tree_at: dict[str, Millis] = {}
         self._trees: dict[str, list[str]] | None = None  # tree -> its ClusterQueues, until the next config change
+        self._tree_of: dict[str, str] = {}  # ClusterQueue -> its tree (`State.tree_of_cq`), as long as `_trees`
         self._nominals: dict[str, dict[FlavorResource, tuple[int, int | None]]] = {}
         self.now = start
         for key, rec in state.workloads.items():
             if rec.phase is Phase.ADMITTED and rec.admission is not None:
                 self._hold(key, rec.admission, start)
+        self._table = bind(self, self.ON)
 
     # --- events ------------------------------------------------------------------------------------------------
 
+    @property
+    def seq(self) -> int:
+        """The last event applied: the state's, folded after each (`views.dispatch`)."""
+        return self.state.seq
+
     def apply(self, event: ev.Event, seq: int) -> None:
-        self.seq = seq
-        match event:
-            case ev.WorkloadAdmitted(workload=key, at=at, admission=admission):
-                self._advance(at)
-                self._release(key, at)
-                self._hold(key, admission, at)
-            case (
-                ev.WorkloadEvicted(workload=key, at=at) | ev.JobFinished(job=key, at=at) | ev.JobDeleted(job=key, at=at)
-            ):
-                self._advance(at)
-                self._release(key, at)
-            case ev.ClusterQueueObserved() | ev.ClusterQueueDeleted() | ev.CohortObserved() | ev.CohortDeleted():
-                # Quotas or the trees may change: settle every tree with the figures of before (the state takes
-                # the new version after this), and read quotas and members afresh from then on.
-                self._settle_all(self.now)
-                self._trees = None
-                self._nominals.clear()
-            case _:
-                when: object = getattr(event, "at", None)
-                if isinstance(when, int):
-                    self._advance(when)
+        h = self._table[type(event)]
+        if h is not None:
+            h(event, seq)
+
+    def handlers(self) -> Table:
+        return dict(self._table)
+
+    def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
+        at, key = event.at, event.workload
+        self._advance(at)
+        self._release(key, at)
+        self._hold(key, event.admission, at)
+
+    def _released(self, event: ev.WorkloadEvicted, seq: int) -> None:
+        self._advance(event.at)
+        self._release(event.workload, event.at)
+
+    def _gone(self, event: ev.JobFinished | ev.JobDeleted, seq: int) -> None:
+        self._advance(event.at)
+        self._release(event.job, event.at)
+
+    def _config(self, event: ev.Event, seq: int) -> None:
+        # Quotas or the trees may change: settle every tree with the figures of before (the state takes the new
+        # version after this), and read quotas and members afresh from then on.
+        self._settle_all(self.now)
+        self._trees = None
+        self._tree_of.clear()
+        self._nominals.clear()
+
+    def timed(self, event: ev.JobReady, seq: int) -> None:
+        """Any other event with a time: the clock moves (`_config` settles the trees to it)."""
+        self.now = max(self.now, event.at)
+
+    ON: ClassVar[Spec] = {
+        ev.WorkloadAdmitted: _admitted,
+        ev.WorkloadEvicted: _released,
+        ev.JobFinished: _gone,
+        ev.JobDeleted: _gone,
+        ev.ClusterQueueObserved: _config,
+        ev.ClusterQueueDeleted: _config,
+        ev.CohortObserved: _config,
+        ev.CohortDeleted: _config,
+        **dict.fromkeys(
+            (
+                ev.JobReady,
+                ev.JobPodsNotCreated,
+                ev.JobTampered,
+                ev.WorkloadPreempted,
+                ev.WorkloadPending,
+                ev.WorkloadAdopted,
+                ev.WorkloadTimedOut,
+                ev.WorkloadRequeued,
+                ev.WorkloadActiveChanged,
+                ev.JobUnsuspended,
+                ev.JobSuspended,
+                ev.ActuationFailed,
+                ev.ChainBreakAccepted,
+            ),
+            timed,
+        ),
+        **dict.fromkeys(
+            (
+                ev.ResourceFlavorObserved,
+                ev.ResourceFlavorDeleted,
+                ev.LocalQueueObserved,
+                ev.LocalQueueDeleted,
+                ev.PriorityClassObserved,
+                ev.PriorityClassDeleted,
+                ev.NamespaceObserved,
+                ev.ObjectRejected,
+                ev.ObjectWarned,
+                ev.JobObserved,
+            )
+        ),
+    }
 
     def _advance(self, at: Millis) -> None:
         self.now = max(self.now, at)
@@ -106,7 +177,7 @@ class Usage:
         cq = admission.cluster_queue
         self._settle_cq(cq, at)
         self.holding[key] = _Holding(
-            cq, f"{wl.namespace}/{wl.queue_name}", wl.namespace, usage, pods, max(at, self.start)
+            cq, f"{wl.namespace}/{wl.queue_name}", wl.namespace, usage, pods, max(at, self.start), _per_resource(usage)
         )
         u = self._cq_usage[cq]
         for fr, v in usage.items():
@@ -123,18 +194,23 @@ class Usage:
             u[fr] = u.get(fr, 0) - v
 
     def _charge(self, h: _Holding, until: Millis) -> None:
-        dt = max(0, until - max(h.since, self.start))
-        if not dt:
+        dt = until - max(h.since, self.start)
+        if dt <= 0:
             return
+        used, pod_ms, per, pods = self.used, self.pod_ms, h.per_resource, h.pods * dt
         for kind, group in (
             ("clusterqueue", h.cluster_queue),
             ("localqueue", h.local_queue),
             ("namespace", h.namespace),
         ):
-            acc = self.used[kind].setdefault(group, {})
-            for (_, resource), v in h.usage.items():
-                _add(acc, resource, v * dt)
-            self.pod_ms[kind][group] = self.pod_ms[kind].get(group, 0) + h.pods * dt
+            groups = used[kind]
+            acc = groups.get(group)
+            if acc is None:
+                acc = groups[group] = {}
+            for resource, v in per:  # the same sums as each flavor's v * dt added in turn (v, dt > 0)
+                acc[resource] = acc.get(resource, 0) + v * dt
+            by_group = pod_ms[kind]
+            by_group[group] = by_group.get(group, 0) + pods
 
     # --- borrowing and lending -----------------------------------------------------------------------------------
 
@@ -167,8 +243,11 @@ class Usage:
 
     def _settle_cq(self, cq_name: str, at: Millis) -> None:
         """Bring `cq_name`'s tree's borrowing and lending to `at` with the figures of now."""
-        tree = self.state.tree_of_cq(cq_name)
-        self._settle_tree(tree, self.trees().get(tree, [cq_name]), at)
+        tree = self._tree_of.get(cq_name)
+        if tree is None:
+            tree = self._tree_of[cq_name] = self.state.tree_of_cq(cq_name)  # until the next change of the trees
+        members = self.trees().get(tree)
+        self._settle_tree(tree, [cq_name] if members is None else members, at)
 
     def _settle_tree(self, tree: str, members: list[str], at: Millis) -> None:
         since = max(self._tree_at.get(tree, self.start), self.start)
@@ -324,7 +403,8 @@ class UsageWindows:
         self._names: list[Key] = []
         self._old: deque[tuple[Millis, array[int]]] = deque([(origin, array("q"))])
         self._recent: deque[tuple[Millis, array[int]]] = deque()
-        self._next = (origin // bucket_ms + 1) * bucket_ms
+        # The time at or after which the next event first takes the figures (`checkpoint`, before it applies).
+        self.due = (origin // bucket_ms + 1) * bucket_ms
 
     @property
     def seq(self) -> int:
@@ -340,16 +420,17 @@ class UsageWindows:
 
     def apply(self, event: ev.Event, seq: int) -> None:
         at: object = getattr(event, "at", None)
-        if isinstance(at, int) and at >= self._next:
-            self._checkpoint(at)
+        if isinstance(at, int) and at >= self.due:
+            self.checkpoint(at)
         self.usage.apply(event, seq)
 
-    def _checkpoint(self, at: Millis) -> None:
-        b = max(self._next, (at - self.retention_ms) // self.bucket_ms * self.bucket_ms)  # a gap: none older
+    def checkpoint(self, at: Millis) -> None:
+        """The figures at every kept moment up to `at` (an event at `at` comes), before the event is applied."""
+        b = max(self.due, (at - self.retention_ms) // self.bucket_ms * self.bucket_ms)  # a gap: none older
         while b <= at:
             self._recent.append((b, self._pack(flatten(self.usage.totals(b)))))
             b += self.bucket_ms
-        self._next = b
+        self.due = b
         recent, old = self._recent, self._old
         while recent and recent[0][0] < at - self.recent_ms:
             got = recent.popleft()

@@ -14,6 +14,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,13 +22,16 @@ from daemon.answers.answer import Answers
 from daemon.answers.windows import Windows
 from daemon.domain.state import State
 from daemon.eventlog import LogReader, codec, replay
+from daemon.metrics import FedMetrics
 from daemon.query.moment import clock_of
 from daemon.sim.run import run_simulation
 from daemon.sim.scenario import load_scenario
-from daemon.views.follow import Following
+from daemon.views.follow import CatchingUp, Following
 from daemon.views.projection import Projection
+from daemon.views.queues import Queues
 from tests.integration.test_metrics_fast_path import random_scenario
 from tests.integration.test_served_answers import ROOT, _serve, cli, simulate
+from tests.integration.test_views_catch_up import timed_events
 
 SMALL = {"bucket_ms": 10_000, "recent_ms": 60_000, "coarse_ms": 30_000, "retention_ms": 200_000}
 """Windows of 10 s, kept for a minute, then every 30 s, 200 s in all: a few minutes of simulation prune them."""
@@ -152,10 +156,24 @@ async def test_a_window_before_what_the_projections_hold_is_answered_from_the_fi
     assert oldest == 8 * 60_000
 
 
-async def test_started_as_the_daemon_starts_them_while_its_recorder_appends(reclaim_db: Path, tmp_path: Path) -> None:
-    """`Windows.start` as `admitd run` calls it: the recorder's projection from the start, built from the file in a
-    thread while the recorder appends (those events held back, then applied on top), then fed live; at the end the
-    same figures as projections rebuilt from the whole file."""
+def _daemon_feed(db: Path, state: State, recorder: Any, windows: Windows) -> CatchingUp:
+    """The feed as `admitd run` makes it: the metrics' counters from the log's start, the windows from where their
+    retention begins, one catch-up fold for both, the recorder's projection before the status writer's queues."""
+    queues = Queues.of(state)
+    recorder.projections.append(queues.apply)
+    feed = CatchingUp(db, state, queues, lambda: recorder.recorded_at)
+    assert feed.state is not None and feed.queues is not None
+    feed.add(FedMetrics(db, feed.state, feed.queues, lambda: "leader"))
+    feed.add_late(windows)
+    recorder.projections.insert(0, feed.apply)
+    return feed
+
+
+async def test_caught_up_as_the_daemon_does_it_while_its_recorder_appends(reclaim_db: Path, tmp_path: Path) -> None:
+    """The windows as `admitd run` builds them: a part of the one catch-up fold (`CatchingUp.add_late`), folded in a
+    thread while the recorder appends (those events kept, then folded on top), handed over and fed live; at the end
+    the same figures as projections built from the whole file on their own (`Windows.build`), and the log was read
+    once: every row up to the daemon's state decoded once, for the counters and the windows together."""
     import shutil  # noqa: PLC0415
 
     from daemon.domain import events as ev  # noqa: PLC0415
@@ -171,23 +189,23 @@ async def test_started_as_the_daemon_starts_them_while_its_recorder_appends(recl
         last_ms = reader.bounds()[3]  # type: ignore[index]
     running = sorted(k for k, r in state.workloads.items() if r.phase is Phase.ADMITTED)
     assert len(running) >= 2
+    upto = state.seq
     clock = VirtualClock()
     clock.at = last_ms + 90_000
     async with await EventStore.open(db) as store:
         recorder = Recorder(store, state, clock, wait_durable=True)
-        windows = Windows()
-        recorder.projections.append(windows.apply)
-        windows.start(db, state, settle=recorder.catch_up)
-        # Appended before the build has even begun: held back, applied on top of it.
+        windows = Windows(now=clock.now)
+        feed = _daemon_feed(db, state, recorder, windows)
+        # Appended before the catch-up has even begun: kept, folded on top of it.
         await recorder.append([(ev.JobFinished(job=running[0], at=last_ms + 90_000), None)])
-        for _ in range(600):
-            if windows.ready:
-                break
-            await asyncio.sleep(0.05)
+        assert not windows.ready
+        await asyncio.to_thread(feed.catch_up)
+        assert not windows.ready  # folded, not yet handed over: the answers come from the file
+        feed.hand_over()
         assert windows.ready
         clock.at = last_ms + 200_000
         await recorder.append([(ev.JobFinished(job=running[1], at=last_ms + 200_000), None)])  # live
-        windows.close()
+    assert feed.rows_read == upto  # one fold: each row of the log read once, the windows' included
     rebuilt = Windows()
     with LogReader(db) as reader:
         following = rebuilt.build(reader, reader.bounds()[2], now_ms=0)  # type: ignore[index]
@@ -199,6 +217,41 @@ async def test_started_as_the_daemon_starts_them_while_its_recorder_appends(recl
         status, body = await served.get("/answers/v1/usage", by="namespace")
         assert status == 200 and body == cli("usage", "--db", str(db), "--by", "namespace")
         assert served.answers.live_answers == 1
+
+
+@pytest.mark.parametrize("share", [0.75, 0.9, 1.0])
+def test_windows_begun_mid_fold_equal_the_same_built_on_their_own(reclaim_db: Path, share: float) -> None:
+    """A retention that begins inside the log (12 minutes before the end of a 40-minute log): the catch-up fold
+    begins the windows on its own state where their retention begins (`plan`), and they hold what the old start-up
+    build held, from a state rebuilt at that point and a second pass over the rest of the file. The daemon's state
+    began at a share of the log (a snapshot's seq); the rest comes as the recorder's events."""
+    options = {"retention_ms": 12 * 60_000}
+    events = timed_events(reclaim_db)
+    last = events[-1][0]
+    upto = int(last * share)
+    live = State()
+    for seq, _, event in events[:upto]:
+        live.apply(event, seq)
+    queues = Queues.of(live)
+    now = [0]
+    feed = CatchingUp(reclaim_db, live, queues, lambda: now[0])
+    windows = Windows(**options)  # type: ignore[arg-type]
+    feed.add_late(windows)
+    with LogReader(reclaim_db) as reader:
+        seq = windows.plan(reader, upto)
+    assert 0 < seq <= upto  # it begins inside the fold, not at the log's start
+    for seq, at, event in events[upto:]:
+        now[0] = at
+        feed.apply(event, seq)  # kept until the hand-over
+        queues.apply(event, seq)
+        live.apply(event, seq)
+    windows._plan = None  # planned again by the catch-up, as the daemon's does it
+    feed.catch_up()
+    feed.hand_over()
+    assert feed.rows_read == upto
+    alone = _windows_of(reclaim_db, share, **options)
+    assert not windows.whole and windows.seq == alone.seq == last
+    assert windows.figures() == alone.figures()
 
 
 TRY = """apiVersion: batch/v1
@@ -247,8 +300,8 @@ async def test_a_dry_run_asked_of_the_daemon_is_the_one_on_its_file(reclaim_db: 
 
 
 async def test_a_new_log_goes_live_at_once_and_counts_from_its_first_event(reclaim_db: Path, tmp_path: Path) -> None:
-    """A daemon on a new log (nothing to build from): the projections are live on its first events, and they equal
-    the same rebuilt from the file once the events are in it."""
+    """A daemon on a new log (nothing to fold): the windows begin at once with the catch-up, live on its first
+    events, and they equal the same rebuilt from the file once the events are in it."""
     from daemon.eventlog import EventStore  # noqa: PLC0415
     from daemon.sim.run import VirtualClock  # noqa: PLC0415
     from daemon.stages.recorder import Recorder  # noqa: PLC0415
@@ -260,18 +313,14 @@ async def test_a_new_log_goes_live_at_once_and_counts_from_its_first_event(recla
     state = State()
     async with await EventStore.open(db) as store:
         recorder = Recorder(store, state, clock, wait_durable=True)
-        windows = Windows()
-        recorder.projections.append(windows.apply)
-        windows.start(db, state, settle=recorder.catch_up, now=clock.now)
-        for _ in range(200):
-            if windows.ready:
-                break
-            await asyncio.sleep(0.05)
+        windows = Windows(now=clock.now)
+        feed = _daemon_feed(db, state, recorder, windows)
+        assert feed.catch_up() == 0 and feed.rows_read == 0
+        feed.hand_over()
         assert windows.ready and windows.whole
         for event in events:
             clock.at = max(clock.at, getattr(event, "at", clock.at) or clock.at)
             await recorder.append([(event, None)])
-        windows.close()
     assert windows.ledger is not None and [p.victim for p in windows.ledger.entries] == [
         "team-a/a-borrower",
         "team-b/b-routine",
