@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MethodType
 from typing import Any
 
+from daemon.domain import events as ev
 from daemon.domain.events import EVENT_TYPES, Event
 
 Handler = Callable[[Event, int], None]
@@ -24,6 +25,25 @@ Spec = Mapping[type[Event], Callable[..., None] | None]
 """A class's table: event type -> the (unbound) method that takes it, or None for none."""
 
 Table = dict[type[Event], Handler | None]
+
+QUEUE_OBJECTS: tuple[type[Event], ...] = (
+    ev.ResourceFlavorObserved,
+    ev.ResourceFlavorDeleted,
+    ev.ClusterQueueObserved,
+    ev.ClusterQueueDeleted,
+    ev.CohortObserved,
+    ev.CohortDeleted,
+    ev.LocalQueueObserved,
+    ev.LocalQueueDeleted,
+    ev.PriorityClassObserved,
+    ev.PriorityClassDeleted,
+    ev.NamespaceObserved,
+    ev.ObjectRejected,
+    ev.ObjectWarned,
+)
+"""The queue objects' events (flavors, queues, Cohorts, priority classes, namespaces, rejections and warnings), for
+the tables of the projections of jobs that take no part in them. A new event type of this kind goes here; any
+other must still be named in every table."""
 
 
 def missing(spec: Mapping[type[Event], object]) -> list[str]:

@@ -26,7 +26,7 @@ from typing import ClassVar
 from daemon.domain import events as ev
 from daemon.domain.model import Millis
 from daemon.domain.state import State
-from daemon.views.dispatch import Spec, Table, bind
+from daemon.views.dispatch import QUEUE_OBJECTS, Spec, Table, bind
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")  # summed as "GPU-hours"
 
@@ -235,19 +235,7 @@ class Preemptions:
         ev.JobDeleted: _gone,
         **dict.fromkeys(
             (
-                ev.ResourceFlavorObserved,
-                ev.ResourceFlavorDeleted,
-                ev.ClusterQueueObserved,
-                ev.ClusterQueueDeleted,
-                ev.CohortObserved,
-                ev.CohortDeleted,
-                ev.LocalQueueObserved,
-                ev.LocalQueueDeleted,
-                ev.PriorityClassObserved,
-                ev.PriorityClassDeleted,
-                ev.NamespaceObserved,
-                ev.ObjectRejected,
-                ev.ObjectWarned,
+                *QUEUE_OBJECTS,
                 ev.JobObserved,
                 ev.JobReady,
                 ev.JobPodsNotCreated,

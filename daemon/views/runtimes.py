@@ -15,7 +15,7 @@ from daemon.domain import events as ev
 from daemon.domain.eta import Class, shape_of
 from daemon.domain.model import Millis, Workload
 from daemon.domain.state import State
-from daemon.views.dispatch import Spec, Table, bind
+from daemon.views.dispatch import QUEUE_OBJECTS, Spec, Table, bind
 
 
 class Runtimes:
@@ -85,19 +85,7 @@ class Runtimes:
         ev.JobDeleted: _deleted,
         **dict.fromkeys(
             (
-                ev.ResourceFlavorObserved,
-                ev.ResourceFlavorDeleted,
-                ev.ClusterQueueObserved,
-                ev.ClusterQueueDeleted,
-                ev.CohortObserved,
-                ev.CohortDeleted,
-                ev.LocalQueueObserved,
-                ev.LocalQueueDeleted,
-                ev.PriorityClassObserved,
-                ev.PriorityClassDeleted,
-                ev.NamespaceObserved,
-                ev.ObjectRejected,
-                ev.ObjectWarned,
+                *QUEUE_OBJECTS,
                 ev.JobObserved,
                 ev.JobReady,
                 ev.JobPodsNotCreated,

@@ -19,7 +19,7 @@ from daemon.domain import events as ev
 from daemon.domain.events import Event
 from daemon.domain.model import FlavorResource
 from daemon.domain.state import State
-from daemon.views.dispatch import Spec, Table, bind
+from daemon.views.dispatch import QUEUE_OBJECTS, Spec, Table, bind
 from daemon.views.queues import Queues
 
 ADMISSIONS_KEPT = 200  # the latest admissions kept per ClusterQueue (a page shows those up to its moment)
@@ -131,19 +131,7 @@ class QueueSeries:
         ev.WorkloadAdmitted: _admitted,
         **dict.fromkeys(
             (
-                ev.ResourceFlavorObserved,
-                ev.ResourceFlavorDeleted,
-                ev.ClusterQueueObserved,
-                ev.ClusterQueueDeleted,
-                ev.CohortObserved,
-                ev.CohortDeleted,
-                ev.LocalQueueObserved,
-                ev.LocalQueueDeleted,
-                ev.PriorityClassObserved,
-                ev.PriorityClassDeleted,
-                ev.NamespaceObserved,
-                ev.ObjectRejected,
-                ev.ObjectWarned,
+                *QUEUE_OBJECTS,
                 ev.JobObserved,
                 ev.JobFinished,
                 ev.JobDeleted,
