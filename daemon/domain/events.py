@@ -566,7 +566,7 @@ Event = (
     | ChainBreakAccepted
 )
 
-EVENT_TYPES: tuple[type[Event], ...] = (
+QUEUE_OBJECT_TYPES: tuple[type[Event], ...] = (
     ResourceFlavorObserved,
     ResourceFlavorDeleted,
     ClusterQueueObserved,
@@ -580,6 +580,12 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     NamespaceObserved,
     ObjectRejected,
     ObjectWarned,
+)
+"""The events of the queue objects: flavors, ClusterQueues, Cohorts, LocalQueues, priority classes, namespaces, and
+admitd's rejections of and warnings about them."""
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    *QUEUE_OBJECT_TYPES,
     JobObserved,
     JobFinished,
     JobDeleted,

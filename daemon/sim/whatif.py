@@ -33,20 +33,8 @@ VIRTUAL_BEFORE_MS = 946_684_800_000  # as daemon.query.moment: a log starting be
 Identity = tuple[str, str]
 """What makes two queue objects the same object: the kind and the name (`namespace/name` for a LocalQueue)."""
 
-_CONFIG_TYPES = (
-    ev.ResourceFlavorObserved,
-    ev.ResourceFlavorDeleted,
-    ev.ClusterQueueObserved,
-    ev.ClusterQueueDeleted,
-    ev.CohortObserved,
-    ev.CohortDeleted,
-    ev.LocalQueueObserved,
-    ev.LocalQueueDeleted,
-    ev.PriorityClassObserved,
-    ev.PriorityClassDeleted,
-    ev.NamespaceObserved,
-    ev.ObjectRejected,
-)
+# The queue objects a what-if replaces; a warning about one is no object of its own.
+_CONFIG_TYPES = tuple(t for t in ev.QUEUE_OBJECT_TYPES if t is not ev.ObjectWarned)
 
 
 class WhatIfError(ValueError):

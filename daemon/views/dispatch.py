@@ -26,24 +26,9 @@ Spec = Mapping[type[Event], Callable[..., None] | None]
 
 Table = dict[type[Event], Handler | None]
 
-QUEUE_OBJECTS: tuple[type[Event], ...] = (
-    ev.ResourceFlavorObserved,
-    ev.ResourceFlavorDeleted,
-    ev.ClusterQueueObserved,
-    ev.ClusterQueueDeleted,
-    ev.CohortObserved,
-    ev.CohortDeleted,
-    ev.LocalQueueObserved,
-    ev.LocalQueueDeleted,
-    ev.PriorityClassObserved,
-    ev.PriorityClassDeleted,
-    ev.NamespaceObserved,
-    ev.ObjectRejected,
-    ev.ObjectWarned,
-)
-"""The queue objects' events (flavors, queues, Cohorts, priority classes, namespaces, rejections and warnings), for
-the tables of the projections of jobs that take no part in them. A new event type of this kind goes here; any
-other must still be named in every table."""
+QUEUE_OBJECTS = ev.QUEUE_OBJECT_TYPES
+"""For the tables of the projections of jobs, which take no part in the queue objects' events. A new event type of
+that kind goes in `events.QUEUE_OBJECT_TYPES`; any other must still be named in every table."""
 
 
 def missing(spec: Mapping[type[Event], object]) -> list[str]:
