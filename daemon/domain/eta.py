@@ -9,7 +9,8 @@ Runtimes: a running workload that has run `elapsed` ends after the q-quantile of
 class that lasted longer than `elapsed` still took (`remaining`); a pending one, when admitted,
 after the q-quantile of its class's runs. A class with no recorded run borrows its ClusterQueue's; with none at
 all, the workload's end is unknown: it runs forever in the forward run, and what waits for its quota gets no
-estimate (None). `estimates(..., (0.5, 0.9))` runs once per quantile: the p50 estimate is the start time when every
+estimate (None). `estimates(..., (0.5, 0.9))` runs once per quantile (a quantile that draws the very runtimes an
+earlier one drew reuses its run): the p50 estimate is the start time when every
 run takes its class's median, the p90 when every run takes its 90th percentile. That is not the distribution of
 the start time (runs are not all slow together), but start times only grow as runtimes do, so p50 <= p90 and the
 two bracket the likely start. How good they are is for a back-test to say (not built yet: the log does not record
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from daemon.domain import events as ev
 from daemon.domain.config import EngineConfig
 from daemon.domain.model import Admission, Millis, PendingReason, PendingReasonKind, Workload
-from daemon.domain.state import Phase, State
+from daemon.domain.state import Phase, State, WorkloadRecord
 
 Shape = tuple[tuple[str, int, tuple[tuple[str, int], ...]], ...]
 Class = tuple[str, Shape, int]  # (cluster queue, shape, priority)
@@ -61,6 +62,13 @@ def _class(state: State, key: str) -> Class | None:
     return (rec.admission.cluster_queue, shape_of(rec.workload), rec.priority)
 
 
+def _tree_of_pending(state: State, rec: WorkloadRecord) -> str | None:
+    lq = state.local_queues.get(f"{rec.workload.namespace}/{rec.workload.queue_name}")
+    if lq is None or lq.cluster_queue not in state.cluster_queues:
+        return None  # nothing routes it: with no observation to come, it cannot start in the forward run
+    return state.tree_of_cq(lq.cluster_queue)
+
+
 def estimate(
     state: State,
     now: Millis,
@@ -70,48 +78,95 @@ def estimate(
     config: EngineConfig | None = None,
 ) -> dict[str, Millis | None]:
     """The estimated start time of every workload pending in `state` at `now`; None: not within the forward run."""
+    return _forward(state, now, lambda cls, elapsed: remaining(durations(cls), elapsed, q), config)[0]
+
+
+Drawn = Callable[[Class, Millis], Millis | None]
+"""How much longer a run of a class that has lasted `elapsed` takes in the forward run (None: no known end)."""
+
+
+def _forward(
+    state: State, now: Millis, drawn: Drawn, config: EngineConfig | None
+) -> tuple[dict[str, Millis | None], dict[tuple[Class, Millis], Millis | None]]:
+    """The forward run, and every runtime it drew (so that another quantile that draws the same ones is known to
+    give the same run without running it: the run is deterministic and reads the runtimes only through `drawn`).
+
+    Two things keep it short without changing what it finds. Quota trees are independent (a cycle's decisions in
+    one never change what fits in another), so once every workload waiting in a tree has started, that tree's ends
+    are no longer played: what would follow there changes no estimate. And a cycle that only admitted (no
+    preemption, nothing left for the next call: `AdmissionEngine.deferred`) is not followed by another at the same
+    instant, as the admit stage does not run one: a cycle applied to its own output admits nothing more (a tested
+    property of the engine). `tests/unit/test_eta_fast.py` compares it with the plain loop on random states."""
     world = State.from_snapshot(state.to_snapshot())
     from daemon.domain.admission import AdmissionEngine  # noqa: PLC0415 (the runtimes' shapes are read without it)
 
     engine = AdmissionEngine(config or EngineConfig())
-    waiting = {k for k, r in world.workloads.items() if r.phase is Phase.PENDING}
-    started: dict[str, Millis | None] = dict.fromkeys(waiting)
+    started: dict[str, Millis | None] = {}
+    waiting_in: dict[str, int] = {}  # per quota tree: its workloads waiting now that have not started yet
+    tree_of: dict[str, str | None] = {}
+    for k, r in world.workloads.items():
+        if r.phase is Phase.PENDING:
+            started[k] = None
+            tree = tree_of[k] = _tree_of_pending(world, r)
+            if tree is not None:
+                waiting_in[tree] = waiting_in.get(tree, 0) + 1
+    left = sum(waiting_in.values())
     ends: list[tuple[Millis, str, int]] = []  # (time, workload, admission generation)
     generation: dict[str, int] = {}
+    draws: dict[tuple[Class, Millis], Millis | None] = {}
 
     def schedule(key: str, at: Millis, elapsed: Millis) -> None:
         cls = _class(world, key)
         if cls is None:
             return
-        rest = remaining(durations(cls), elapsed, q)
+        probe = (cls, elapsed)
+        if probe in draws:
+            rest = draws[probe]
+        else:
+            rest = draws[probe] = drawn(cls, elapsed)
         if rest is not None:
             generation[key] = generation.get(key, 0) + 1
             heapq.heappush(ends, (at + max(1, rest), key, generation[key]))
+
+    def settled(key: str) -> bool:
+        """Whether `key`'s end changes no estimate: its tree's waiting workloads have all started."""
+        rec = world.workloads.get(key)
+        if rec is None or rec.admission is None:
+            return False
+        return waiting_in.get(world.tree_of_cq(rec.admission.cluster_queue), 1) == 0
 
     for key, rec in world.workloads.items():
         if rec.phase is Phase.ADMITTED and not rec.evicting and rec.admitted_at is not None:
             schedule(key, now, max(0, now - rec.admitted_at))
     t = now
     for _ in range(MAX_CYCLES):
+        if left == 0:
+            break
         decisions = engine.decide(world.view(), t)
+        again = engine.deferred
         for d in decisions:
             world.apply(d)
             if isinstance(d, ev.WorkloadAdmitted):
-                if d.workload in waiting and started.get(d.workload) is None:
-                    started[d.workload] = t
-                schedule(d.workload, t, 0)
+                key = d.workload
+                if key in started and started[key] is None:
+                    started[key] = t
+                    tree = tree_of[key]
+                    if tree is not None:
+                        waiting_in[tree] -= 1
+                        left -= 1
+                schedule(key, t, 0)
             elif isinstance(d, ev.WorkloadPreempted):
+                again = True
                 generation[d.workload] = generation.get(d.workload, 0) + 1  # its scheduled end is void
                 world.apply(ev.WorkloadEvicted(workload=d.workload, at=t, reason="Preempted"))
-        if all(started[k] is not None for k in waiting):
+        if left == 0:
             break
-        changed = any(isinstance(d, ev.WorkloadAdmitted | ev.WorkloadPreempted) for d in decisions)
-        if changed:
+        if again:
             continue  # the next cycle at the same instant sees what this one did
         if engine.retry_at is not None:
             t = max(t, engine.retry_at)
             continue
-        while ends and ends[0][2] != generation.get(ends[0][1]):
+        while ends and (ends[0][2] != generation.get(ends[0][1]) or settled(ends[0][1])):
             heapq.heappop(ends)
         if not ends:
             break
@@ -119,9 +174,9 @@ def estimate(
         world.apply(ev.JobFinished(job=key, at=t))
         while ends and ends[0][0] == t:  # everything ending at this instant ends before the next cycle
             _, other, gen = heapq.heappop(ends)
-            if gen == generation.get(other):
+            if gen == generation.get(other) and not settled(other):
                 world.apply(ev.JobFinished(job=other, at=t))
-    return started
+    return started, draws
 
 
 def estimates(
@@ -132,7 +187,22 @@ def estimates(
     *,
     config: EngineConfig | None = None,
 ) -> Mapping[float, dict[str, Millis | None]]:
-    return {q: estimate(state, now, durations, q, config=config) for q in quantiles}
+    """One forward run per quantile, except where a quantile draws every runtime an earlier one drew the same (a
+    class whose recorded runs are all alike, or one run): that run is the same, so its result is reused."""
+    found: dict[float, dict[str, Millis | None]] = {}
+    runs: list[tuple[dict[str, Millis | None], dict[tuple[Class, Millis], Millis | None]]] = []
+    for q in quantiles:
+
+        def drawn(cls: Class, elapsed: Millis, q: float = q) -> Millis | None:
+            return remaining(durations(cls), elapsed, q)
+
+        same = next((r for r, d in runs if all(drawn(c, e) == v for (c, e), v in d.items())), None)
+        if same is None:
+            result, draws = _forward(state, now, drawn, config)
+            runs.append((result, draws))
+            same = result
+        found[q] = dict(same)
+    return found
 
 
 NEVER = (PendingReasonKind.EXCEEDS_MAX_QUOTA, PendingReasonKind.NO_MATCHING_FLAVOR)
