@@ -182,6 +182,7 @@ def one_of_each() -> list[ev.Event]:
         ),
         ev.WorkloadRequeued(workload="research/train-a", at=1_007),
         ev.WorkloadActiveChanged(workload="research/train-a", active=True, at=1_007),
+        ev.WorkloadEstimated(workload="research/train-a", at=1_007, inputs=42, p10=61_000, p50=91_000, p90=None),
         ev.JobFinished(job="research/train-a", at=1_008, succeeded=True),
         ev.JobDeleted(job="research/train-a", at=1_009),
         ev.PriorityClassDeleted(kind="PriorityClass", name="high"),

@@ -43,6 +43,7 @@ from daemon.domain.events import (
     WorkloadActiveChanged,
     WorkloadAdmitted,
     WorkloadAdopted,
+    WorkloadEstimated,
     WorkloadEvicted,
     WorkloadPending,
     WorkloadPreempted,
@@ -399,8 +400,8 @@ class State:
                 # A held queue edited into one admitd rejects: its older version is not enforced as if current.
                 self.rejected[f"{kind}/{name}"] = errors
                 self._config_changed()
-            case ObjectRejected() | ObjectWarned() | ChainBreakAccepted():
-                pass  # audit facts: they change nothing the cycle reads
+            case ObjectRejected() | ObjectWarned() | ChainBreakAccepted() | WorkloadEstimated():
+                pass  # audit facts and estimates: they change nothing the cycle reads
             case JobTampered(job=key, uid=uid, generation=generation):
                 # The workload keeps what the log gave it (pending: no quota); only the record of the change is kept.
                 if key in self.workloads:
