@@ -7,7 +7,8 @@ moved to the next end. Arrivals are not assumed: only the workloads pending now 
 
 Runtimes: a running workload that has run `elapsed` ends after the q-quantile of what the recorded runs of its
 class that lasted longer than `elapsed` still took (`remaining`); a pending one, when admitted,
-after the q-quantile of its class's runs. A class with no recorded run borrows its ClusterQueue's; with none at
+after the q-quantile of its class's runs. A Job's `activeDeadlineSeconds` bounds either (Kubernetes fails the Job
+then), and gives an end to a run of which nothing else is known. A class with no recorded run borrows its ClusterQueue's; with none at
 all, the workload's end is unknown: it runs forever in the forward run, and what waits for its quota gets no
 estimate (None). `estimates(..., (0.5, 0.9))` runs once per quantile (a quantile that draws the very runtimes an
 earlier one drew reuses its run): the p50 estimate is the start time when every
@@ -124,6 +125,9 @@ def _forward(
             rest = draws[probe]
         else:
             rest = draws[probe] = drawn(cls, elapsed)
+        deadline = world.workloads[key].workload.active_deadline_ms
+        if deadline is not None:  # the Job is failed then, whatever its class's runs took
+            rest = max(0, deadline - elapsed) if rest is None else min(rest, max(0, deadline - elapsed))
         if rest is not None:
             generation[key] = generation.get(key, 0) + 1
             heapq.heappush(ends, (at + max(1, rest), key, generation[key]))

@@ -194,10 +194,11 @@ class ObjectWarned:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobObserved:
     """A managed job was seen (created or changed while pending). Carries its workload, already typed. Version 2:
-    each pod set has `min_count` (partial admission)."""
+    each pod set has `min_count` (partial admission). Version 3: the workload has `active_deadline_ms` (a Job's
+    activeDeadlineSeconds, which bounds its estimated runtime)."""
 
     TYPE: ClassVar[str] = "job.observed"
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3
     workload: Workload
 
     @property

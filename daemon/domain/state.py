@@ -77,7 +77,7 @@ from daemon.domain.view import (
     queue_ordered,
 )
 
-STATE_VERSION = 9
+STATE_VERSION = 10
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
 
 

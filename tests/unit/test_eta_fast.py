@@ -3,13 +3,14 @@ ends played, a cycle after every cycle that changed something, one run per quant
 
 Real: the fold, the admission engine. The random states: up to three Cohorts of ClusterQueues (some without a
 Cohort), preemption within the queue and reclaim, running and pending workloads of a few shapes and priorities,
-recorded runtimes per class that are sometimes all alike (so quantiles coincide) and sometimes spread.
+some Jobs with activeDeadlineSeconds, recorded runtimes per class that are sometimes all alike (so quantiles coincide) and sometimes spread.
 """
 
 from __future__ import annotations
 
 import heapq
 import random
+from dataclasses import replace
 from collections.abc import Callable
 
 from daemon.domain import events as ev
@@ -43,6 +44,9 @@ def plain(
         if cls is None:
             return
         rest = remaining(durations(cls), elapsed, q)
+        deadline = world.workloads[key].workload.active_deadline_ms
+        if deadline is not None:
+            rest = max(0, deadline - elapsed) if rest is None else min(rest, max(0, deadline - elapsed))
         if rest is not None:
             generation[key] = generation.get(key, 0) + 1
             heapq.heappush(ends, (at + max(1, rest), key, generation[key]))
@@ -110,8 +114,11 @@ def random_case(seed: int) -> tuple[State, Millis, Callable[[Class], list[Millis
             w.add(running(jb, name, "f", at=rng.randrange(0, 5 * MIN)))
     for _ in range(rng.randint(1, 25)):
         n += 1
-        jb = job(f"p{n}").ns("ns").queue(rng.choice(queues)).cpus(rng.choice((1, 2, 4, 8)))
-        w.submit(jb.priority(rng.choice((0, 100, 200))).at(5 * MIN + n))
+        jb = job(f"p{n}").ns("ns").queue(rng.choice(queues)).cpus(rng.choice((1, 2, 4, 8))).at(5 * MIN + n)
+        w.submit(jb.priority(rng.choice((0, 100, 200))))
+        if rng.random() < 0.2:  # a Job with activeDeadlineSeconds
+            wl = w.state.workloads[jb.key].workload
+            w.apply([ev.JobObserved(workload=replace(wl, active_deadline_ms=rng.randrange(1, 30) * MIN))])
     alike = rng.random() < 0.5
     table: dict[Class, list[Millis]] = {}
 
