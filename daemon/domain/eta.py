@@ -5,17 +5,17 @@ nothing more can happen: an admission cycle at the current instant (the engine t
 its decisions folded in (a preemption's victim stops at once), each admitted workload's end scheduled, the clock
 moved to the next end. Arrivals are not assumed: only the workloads pending now are estimated.
 
-Runtimes: a running workload that has run `elapsed` ends after the q-quantile of what the recorded runs of its
-class that lasted longer than `elapsed` still took (`remaining`); a pending one, when admitted,
-after the q-quantile of its class's runs. A Job's `activeDeadlineSeconds` bounds either (Kubernetes fails the Job
-then), and gives an end to a run of which nothing else is known. A class with no recorded run borrows its ClusterQueue's; with none at
-all, the workload's end is unknown: it runs forever in the forward run, and what waits for its quota gets no
-estimate (None). `estimates(..., (0.5, 0.9))` runs once per quantile (a quantile that draws the very runtimes an
-earlier one drew reuses its run): the p50 estimate is the start time when every
-run takes its class's median, the p90 when every run takes its 90th percentile. That is not the distribution of
-the start time (runs are not all slow together), but start times only grow as runtimes do, so p50 <= p90 and the
-two bracket the likely start. How good they are is for a back-test to say (not built yet: the log does not record
-the estimates).
+Runtimes: a running workload that has run `elapsed` ends after the q-quantile of what the recorded runs of its class
+that lasted longer than `elapsed` still took (`remaining`); a pending one, when admitted, after the q-quantile of
+its class's runs. A Job's `activeDeadlineSeconds` bounds either (Kubernetes fails the Job then), and gives an end to
+a run of which nothing else is known. A class with no recorded run borrows its ClusterQueue's; with none at all, the
+workload's end is unknown: it runs forever in the forward run, and what waits for its quota gets no estimate (None).
+`estimates(..., (0.5, 0.9))` runs once per quantile (a quantile that draws the very runtimes an earlier one drew
+reuses its run): the p50 estimate is the start time when every run takes its class's median, the p90 when every run
+takes its 90th percentile. That is not the distribution of the start time (runs are not all slow together), but
+start times only grow as runtimes do, so p50 <= p90 and the two bracket the likely start. How good they are is for a
+back-test to say: the daemon records its estimates (`workload.estimated`, `daemon.stages.estimate`) and `admitd
+eta-report` scores them against the actual starts.
 """
 
 from __future__ import annotations

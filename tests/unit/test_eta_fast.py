@@ -2,16 +2,17 @@
 ends played, a cycle after every cycle that changed something, one run per quantile) on random states.
 
 Real: the fold, the admission engine. The random states: up to three Cohorts of ClusterQueues (some without a
-Cohort), preemption within the queue and reclaim, running and pending workloads of a few shapes and priorities,
-some Jobs with activeDeadlineSeconds, recorded runtimes per class that are sometimes all alike (so quantiles coincide) and sometimes spread.
+Cohort), preemption within the queue and reclaim, running and pending workloads of a few shapes and priorities, some
+Jobs with activeDeadlineSeconds, recorded runtimes per class that are sometimes all alike (so quantiles coincide)
+and sometimes spread.
 """
 
 from __future__ import annotations
 
 import heapq
 import random
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 
 from daemon.domain import events as ev
 from daemon.domain.admission import AdmissionEngine
