@@ -22,6 +22,7 @@ from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
 from daemon.query import ledger as ledger_mod
 from daemon.query import usage as usage_mod
+from daemon.query.estimates import pending_estimates
 from daemon.query.listing import (
     pending_json,
     pending_seqs,
@@ -111,11 +112,11 @@ def _cmd_pending(args: argparse.Namespace) -> int:
     def answer(reader: LogReader, clock: Clock) -> int:
         m = _moment(args, reader, clock)
         state = state_at(reader, m.seq)
-        seqs = pending_seqs(reader, m.seq)
+        seqs, estimates = pending_seqs(reader, m.seq), pending_estimates(reader, m.seq)
         if args.json:
-            _emit(pending_json(state, clock, m, args.queue, seqs))
+            _emit(pending_json(state, clock, m, args.queue, seqs, estimates))
         else:
-            print(pending_text(state, clock, m, args.queue, seqs))
+            print(pending_text(state, clock, m, args.queue, seqs, estimates))
         return 0
 
     return _run(args, answer)

@@ -128,3 +128,35 @@ def test_eta_report_scores_the_recorded_estimates(tmp_path: Path) -> None:
         [*ADMITD, "eta-report", "--db", str(db), "--recorded-only"], check=True, capture_output=True, text=True
     ).stdout
     assert "recorded estimates (workload.estimated): 4 made" in text and "180s" in text and "50.0%" in text
+
+
+def _cli(*args: str) -> str:
+    return subprocess.run([*ADMITD, *args], check=True, capture_output=True, text=True).stdout
+
+
+def test_explain_pending_and_history_show_the_last_recorded_estimate(tmp_path: Path) -> None:
+    """At 20m z waits; its last estimate (made at 17m) is p50 24m, p90 27m. At 16m y's was the one of 15m (20m);
+    once admitted it has none."""
+    db = tmp_path / "log.db"
+    asyncio.run(_history(db))
+    body = json.loads(_cli("pending", "--db", str(db), "--at", "+20m", "--json"))
+    [row] = body["cluster_queues"]["lab"]
+    assert row["job"] == "ns/z"
+    assert {k: row["estimate"][k] for k in ("made_at", "p10", "p50", "p90")} == {
+        "made_at": "+17m",
+        "p10": "+24m",
+        "p50": "+24m",
+        "p90": "+27m",
+    }
+    assert "+24m (p90 +27m)" in _cli("pending", "--db", str(db), "--at", "+20m")
+    early = json.loads(_cli("pending", "--db", str(db), "--at", "+16m", "--json"))
+    assert [(r["job"], r["estimate"]["p50"]) for r in early["cluster_queues"]["lab"]] == [
+        ("ns/y", "+20m"),
+        ("ns/z", "+30m"),
+    ]
+    x = json.loads(_cli("explain", "ns/z", "--db", str(db), "--at", "+20m", "--json"))
+    assert x["estimate"]["p50"] == "+24m" and x["estimate"]["inputs_seq"] > 0
+    assert any("estimated start (recorded at +17m" in s["text"] for s in x["statements"])
+    running = json.loads(_cli("explain", "ns/y", "--db", str(db), "--at", "+20m", "--json"))
+    assert running.get("estimate") is None
+    assert "estimated start: p50 +30m, p90 +30m" in _cli("history", "ns/z", "--db", str(db))
