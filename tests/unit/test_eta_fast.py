@@ -1,5 +1,6 @@
-"""The forward run's shortcuts change nothing: `daemon.domain.eta.estimates` against the plain loop (every tree's
-ends played, a cycle after every cycle that changed something, one run per quantile) on random states.
+"""The forward run's shortcuts change nothing: `daemon.domain.eta.estimates` against the plain loop (until every
+pending workload started or nothing more happens, a cycle after every cycle that changed something, one run per
+quantile) on random states.
 
 Real: the fold, the admission engine. The random states: up to three Cohorts of ClusterQueues (some without a
 Cohort), preemption within the queue and reclaim, running and pending workloads of a few shapes and priorities, some
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from daemon.domain import events as ev
@@ -29,7 +30,7 @@ CAP = 3_000
 
 
 def plain(
-    state: State, now: Millis, durations: Callable[[Class], list[Millis]], q: float
+    state: State, now: Millis, durations: Callable[[Class], Sequence[Millis]], q: float, *, cap: int = CAP
 ) -> dict[str, Millis | None] | None:
     """The forward run as first written (before the shortcuts): the reference. None when it has not settled within
     CAP cycles (a preemption going round in the forward run: then both give up at different points)."""
@@ -56,7 +57,7 @@ def plain(
         if rec.phase is Phase.ADMITTED and not rec.evicting and rec.admitted_at is not None:
             schedule(key, now, max(0, now - rec.admitted_at))
     t = now
-    for _ in range(CAP):
+    for _ in range(cap):
         decisions = engine.decide(world.view(), t)
         for d in decisions:
             world.apply(d)
@@ -120,6 +121,8 @@ def random_case(seed: int) -> tuple[State, Millis, Callable[[Class], list[Millis
         if rng.random() < 0.2:  # a Job with activeDeadlineSeconds
             wl = w.state.workloads[jb.key].workload
             w.apply([ev.JobObserved(workload=replace(wl, active_deadline_ms=rng.randrange(1, 30) * MIN))])
+    if rng.random() < 0.3:  # a job whose LocalQueue does not exist: it can never start
+        w.submit(job("lost").ns("ns").queue("nowhere").cpus(1).at(5 * MIN))
     alike = rng.random() < 0.5
     table: dict[Class, list[Millis]] = {}
 
