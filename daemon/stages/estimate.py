@@ -5,12 +5,16 @@ forward run (`daemon.domain.eta`), as `workload.estimated` events, so that what 
 The rate is bounded twice: one round per `every_ms` at most (never per cycle: a forward run costs seconds on a deep
 backlog), and within a round an event only for a workload whose estimate is new or moved (`moved`). The forward run
 runs in a worker thread on a copy of the fold taken on the event loop (the inputs' seq is that copy's), so the
-cycle is not held up; a workload admitted or gone while it ran gets no event.
+cycle is not held up; a workload admitted or gone while it ran gets no event. The thread still takes the
+interpreter from the loop while it runs, so the next round waits at least `PAUSE_PER_ROUND` times as long as the
+last one took (a round of 50 s on a deep backlog with varied runtimes: the next one 4 minutes later), which keeps
+the estimates to a fifth of the process's time at most.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from daemon.domain import events as ev
@@ -26,6 +30,7 @@ log = get_logger("admitd.estimate")
 
 QUANTILES = (0.1, 0.5, 0.9)
 ESTIMATE_EVERY_MS = 60_000
+PAUSE_PER_ROUND = 4  # the pause after a round, at least, in multiples of how long it took
 
 
 def moved(last: ev.WorkloadEstimated | None, p10: Millis | None, p50: Millis | None, p90: Millis | None) -> bool:
@@ -90,12 +95,19 @@ class Estimator:
         self.gate: Callable[[], bool] = lambda: True
         self.last: dict[str, ev.WorkloadEstimated] = {}
         self.rounds = 0
+        self.round_s = 0.0  # how long the last round took (wall)
+
+    def pause_s(self) -> float:
+        """How long to wait before the next round."""
+        return max(self.every_ms / 1000, PAUSE_PER_ROUND * self.round_s)
 
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(self.every_ms / 1000)
+            await asyncio.sleep(self.pause_s())
             if self.gate():
+                t0 = time.monotonic()
                 await self.round()
+                self.round_s = time.monotonic() - t0
 
     async def round(self) -> int:
         """One round; the number of events it recorded."""

@@ -13,6 +13,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 from daemon.domain import events as ev
 from daemon.domain.model import Admission, PodSetAssignment
@@ -95,6 +97,13 @@ async def test_rounds_record_new_and_moved_estimates_only(tmp_path: Path) -> Non
         ("ns/z", 17, 24, 24, 27),  # the runs now 7 (x's) and 10 minutes: p10 and p50 7 more, p90 10
     ]
     assert all(isinstance(e["inputs"], int) and e["inputs"] > 0 for e in recorded)  # type: ignore[index]
+
+
+def test_a_long_round_spaces_the_next_ones() -> None:
+    estimator = Estimator(cast(Recorder, SimpleNamespace(state=State())), Clock(), lambda: None, every_ms=60_000)
+    assert estimator.pause_s() == 60.0
+    estimator.round_s = 50.0  # a deep backlog with varied runtimes
+    assert estimator.pause_s() == 200.0
 
 
 def test_moved_is_a_tenth_of_the_time_ahead_and_at_least_a_second() -> None:
