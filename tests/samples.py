@@ -119,7 +119,9 @@ def one_of_each() -> list[ev.Event]:
         ev.ChainBreakAccepted(
             seq=999_999, problem="stored hash does not match the row's contents", by="admitd-0", at=1_000
         ),
-        ev.JobObserved(workload=with_min_count(workload(priority_class="high"), 1)),
+        ev.JobObserved(
+            workload=replace(with_min_count(workload(priority_class="high"), 1), active_deadline_ms=3_600_000)
+        ),
         ev.WorkloadPending(workload="research/train-a", at=1_001, cluster_queue="team-research", reason=reason),
         ev.WorkloadAdmitted(
             workload="research/train-a",
@@ -182,6 +184,7 @@ def one_of_each() -> list[ev.Event]:
         ),
         ev.WorkloadRequeued(workload="research/train-a", at=1_007),
         ev.WorkloadActiveChanged(workload="research/train-a", active=True, at=1_007),
+        ev.WorkloadEstimated(workload="research/train-a", at=1_007, inputs=42, p10=61_000, p50=91_000, p90=None),
         ev.JobFinished(job="research/train-a", at=1_008, succeeded=True),
         ev.JobDeleted(job="research/train-a", at=1_009),
         ev.PriorityClassDeleted(kind="PriorityClass", name="high"),

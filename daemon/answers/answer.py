@@ -30,6 +30,7 @@ from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
 from daemon.query import ledger as ledger_mod
 from daemon.query import usage as usage_mod
+from daemon.query.estimates import ENDS_A_WAIT, Estimates, Recorded, pending_estimates
 from daemon.query.listing import (
     Seqs,
     pending_json,
@@ -185,6 +186,7 @@ class LiveSeqs:
 
     def __init__(self) -> None:
         self._known: dict[str, tuple[int | None, int | None]] = {}
+        self._estimates: dict[str, Recorded | None] = {}  # the same for `estimates.last_estimate`
 
     def __len__(self) -> int:
         return len(self._known)
@@ -194,10 +196,17 @@ class LiveSeqs:
         if not subject.startswith("job/"):
             return
         key = subject[4:]
+        kind = event.TYPE
+        if key in self._estimates:
+            if isinstance(event, ev.WorkloadEstimated):
+                self._estimates[key] = (event, seq)
+            elif kind in ENDS_A_WAIT:
+                self._estimates[key] = None
+            elif kind in self._GONE:
+                del self._estimates[key]
         got = self._known.get(key)
         if got is None:
             return
-        kind = event.TYPE
         if kind == self._EVICTED or (kind == self._OBSERVED and got[0] is None):
             self._known[key] = (seq, None)
         elif kind == self._PENDING:
@@ -215,6 +224,18 @@ class LiveSeqs:
             if got is None:
                 got = known[key] = read(key)
             return got
+
+        return get
+
+    def estimates(self, reader: LogReader, upto: int) -> Estimates:
+        """Each pending job's last recorded estimate, as `estimates.pending_estimates` reads it, kept as `seqs`."""
+        read = pending_estimates(reader, upto)
+        known = self._estimates
+
+        def get(key: str) -> Recorded | None:
+            if key not in known:
+                known[key] = read(key)
+            return known[key]
 
         return get
 
@@ -255,11 +276,14 @@ def render(
         if q.command == "pending":
             if state is None:
                 state = state_at(reader, moment.seq)
-            seqs = live_seqs.seqs(reader, moment.seq) if live_seqs is not None else pending_seqs(reader, moment.seq)
+            if live_seqs is not None:
+                seqs, estimates = live_seqs.seqs(reader, moment.seq), live_seqs.estimates(reader, moment.seq)
+            else:
+                seqs, estimates = pending_seqs(reader, moment.seq), pending_estimates(reader, moment.seq)
             try:
                 if q.text:
-                    return _text(pending_text(state, clock, moment, q.queue, seqs))
-                return _json(pending_json(state, clock, moment, q.queue, seqs))
+                    return _text(pending_text(state, clock, moment, q.queue, seqs, estimates))
+                return _json(pending_json(state, clock, moment, q.queue, seqs, estimates))
             except QueryError as e:
                 raise BadRequest(404, "queue", str(e)) from None
         assert q.command == "replay"

@@ -194,10 +194,11 @@ class ObjectWarned:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobObserved:
     """A managed job was seen (created or changed while pending). Carries its workload, already typed. Version 2:
-    each pod set has `min_count` (partial admission)."""
+    each pod set has `min_count` (partial admission). Version 3: the workload has `active_deadline_ms` (a Job's
+    activeDeadlineSeconds, which bounds its estimated runtime)."""
 
     TYPE: ClassVar[str] = "job.observed"
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3
     workload: Workload
 
     @property
@@ -457,6 +458,28 @@ class WorkloadActiveChanged:
         return f"job/{self.workload}"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadEstimated:
+    """The start-time estimate the daemon made at `at` for a pending workload (`daemon.domain.eta`: p10, p50 and p90
+    of its start, None where the forward run found none), from the fold at seq `inputs` and the runs recorded by
+    then. Recorded so that `admitd eta-report` scores what was said, not what would be re-computed: once per
+    estimating round at most (`admitd run --estimate-every`), and only when the estimate is new or moved (see
+    `daemon.stages.estimate`). Changes nothing the cycle reads."""
+
+    TYPE: ClassVar[str] = "workload.estimated"
+    VERSION: ClassVar[int] = 1
+    workload: str
+    at: Millis
+    inputs: int  # the seq of the fold the estimate was computed from
+    p10: Millis | None
+    p50: Millis | None
+    p90: Millis | None
+
+    @property
+    def subject(self) -> str:
+        return f"job/{self.workload}"
+
+
 # --- actuations ---------------------------------------------------------------------------------------------
 
 
@@ -560,6 +583,7 @@ Event = (
     | WorkloadTimedOut
     | WorkloadRequeued
     | WorkloadActiveChanged
+    | WorkloadEstimated
     | JobUnsuspended
     | JobSuspended
     | ActuationFailed
@@ -600,6 +624,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     WorkloadTimedOut,
     WorkloadRequeued,
     WorkloadActiveChanged,
+    WorkloadEstimated,
     JobUnsuspended,
     JobSuspended,
     ActuationFailed,

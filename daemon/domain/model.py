@@ -242,6 +242,7 @@ class Workload:
     priority_class: str | None = None  # from the label kueue.x-k8s.io/priority-class
     pod_priority_class: str | None = None  # from spec.template.spec.priorityClassName
     pod_sets: tuple[PodSet, ...]
+    active_deadline_ms: Millis | None = None  # a Job's spec.activeDeadlineSeconds: it is failed after running that long
 
     @property
     def key(self) -> str:

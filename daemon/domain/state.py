@@ -43,6 +43,7 @@ from daemon.domain.events import (
     WorkloadActiveChanged,
     WorkloadAdmitted,
     WorkloadAdopted,
+    WorkloadEstimated,
     WorkloadEvicted,
     WorkloadPending,
     WorkloadPreempted,
@@ -76,7 +77,7 @@ from daemon.domain.view import (
     queue_ordered,
 )
 
-STATE_VERSION = 9
+STATE_VERSION = 10
 """Shape of `StateSnapshot`. Bump it when the shape changes: older snapshots are then ignored, never misread."""
 
 
@@ -399,8 +400,8 @@ class State:
                 # A held queue edited into one admitd rejects: its older version is not enforced as if current.
                 self.rejected[f"{kind}/{name}"] = errors
                 self._config_changed()
-            case ObjectRejected() | ObjectWarned() | ChainBreakAccepted():
-                pass  # audit facts: they change nothing the cycle reads
+            case ObjectRejected() | ObjectWarned() | ChainBreakAccepted() | WorkloadEstimated():
+                pass  # audit facts and estimates: they change nothing the cycle reads
             case JobTampered(job=key, uid=uid, generation=generation):
                 # The workload keeps what the log gave it (pending: no quota); only the record of the change is kept.
                 if key in self.workloads:

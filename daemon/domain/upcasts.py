@@ -41,6 +41,11 @@ def _job_observed_v1_to_v2(payload: Payload) -> Payload:
     return upgraded
 
 
+def _job_observed_v2_to_v3(payload: Payload) -> Payload:
+    # Version 2 did not read a Job's activeDeadlineSeconds: no deadline known.
+    return {**payload, "workload": {**payload["workload"], "active_deadline_ms": None}}
+
+
 _WAITING_FOR = re.compile(r"^waiting for \d+ preempted workloads: (.+)$")
 
 
@@ -65,6 +70,7 @@ def _workload_adopted_v1_to_v2(payload: Payload) -> Payload:
 UPCASTERS: Mapping[tuple[str, int], Callable[[Payload], Payload]] = {
     ("job.observed", 0): _job_observed_v0_to_v1,
     ("job.observed", 1): _job_observed_v1_to_v2,
+    ("job.observed", 2): _job_observed_v2_to_v3,
     ("workload.pending", 1): _workload_pending_v1_to_v2,
     ("workload.adopted", 1): _workload_adopted_v1_to_v2,
     ("job.unsuspended", 1): _actuation_v1_to_v2,

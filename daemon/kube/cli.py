@@ -153,6 +153,14 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         help="status writes in flight at once (default 4); what the writer can do when the API server is slow",
     )
     p.add_argument(
+        "--estimate-every",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="record every pending workload's estimated start (workload.estimated, when new or moved) at most once "
+        "per SECONDS (default 60; 0: never), for admitd eta-report to score",
+    )
+    p.add_argument(
         "--leader-elect",
         action="store_true",
         help="run as one of several replicas: only the holder of a coordination.k8s.io Lease decides and acts",
@@ -230,6 +238,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         status_qps=args.status_qps,
         status_burst=args.status_burst,
         status_parallelism=args.status_parallelism,
+        estimate_every_ms=max(0, int(args.estimate_every * 1000)),
         accept_chain_breaks=frozenset(args.accept_chain_break),
         admission_key_file=args.admission_key_file or args.db.parent / "admission.key",
         admitd_usernames=tuple(args.admitd_username),

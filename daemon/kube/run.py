@@ -60,6 +60,7 @@ from daemon.obs import systemd
 from daemon.obs.logging import get_logger
 from daemon.stages.actuate import Actuate, renounce
 from daemon.stages.admit import Admit
+from daemon.stages.estimate import Estimator
 from daemon.stages.ingest import Ingest
 from daemon.stages.ports import Inbox, Observed, Outcome, WallClock
 from daemon.stages.recorder import Recorder
@@ -118,6 +119,9 @@ class RunOptions:
     status_qps: float = 50.0  # status writes (Workloads, queue status, Events): sustained rate ...
     status_burst: int = 100  # ... and burst, one token bucket
     status_parallelism: int = 4  # status writes in flight at once
+    estimate_every_ms: int = (
+        60_000  # recorded start-time estimates (daemon.stages.estimate): a round at most this often; 0: none
+    )
     accept_chain_breaks: frozenset[int] = frozenset()  # seqs at which a broken hash chain is accepted (recorded)
     admission_key_file: Path | None = None  # signs admission notes (`daemon.domain.trust`); default: beside db
     admitd_usernames: tuple[str, ...] = ()  # besides admitd's own (a SelfSubjectReview): may write admission state
@@ -359,6 +363,14 @@ class Daemon:
             self._answers = Answers(
                 opts.db, state=state, settle=recorder.catch_up, live_seqs=live_seqs, windows=windows
             )
+            estimator = Estimator(
+                recorder,
+                clock,
+                lambda: windows.durations() if windows.runtimes is not None else None,
+                every_ms=opts.estimate_every_ms,
+                config=opts.engine,
+            )
+            estimator.gate = elector.is_leader
             self._client = client
             if opts.visibility:  # the front proxy's CA before the HTTPS server starts: its TLS trusts it
                 try:
@@ -397,6 +409,8 @@ class Daemon:
                 others.append(("certificate", self._renew_certificate(client, opts)))
                 others.append(("systemd-watchdog", systemd.watchdog_loop()))  # pings only while the loops run
                 others.append(("views", self._keep_views(feed, fed)))
+                if opts.estimate_every_ms > 0:
+                    others.append(("estimate", estimator.run()))
                 due = {"actuate": actuate.next_due, "admit": admit.next_due}
                 await run_concurrently(stages, clock, others=others, due=due)
             except asyncio.CancelledError:

@@ -69,6 +69,8 @@ class _Job:
     pending_kind: str | None = None  # the reason kind of the last Pending Event sent since it last ran
     # Events of a decision not yet carried out on the Job, sent once it is: (reason, message, at, seq)
     held: list[tuple[str, str, int, int]] = field(default_factory=list)
+    estimate: str | None = None  # the ESTIMATE_ANNOTATION value its last recorded estimate asks for
+    estimate_written: str | None = None  # ... and the one its Workload has (written or read back)
 
 
 @dataclass(slots=True)
@@ -210,6 +212,13 @@ class StatusWriter:
                             eid = _PENDING_WL + key  # one per job: a newer one replaces the unsent one
                             self._events[eid] = so.workload_pending_event(key, job.uid, job.kind, reason, at, seq)
                             self._mark(("ev", eid), urgent=False)
+            case ev.WorkloadEstimated(workload=key):
+                job = self._jobs.get(key)
+                if job is not None and self.workload_objects:
+                    # At most one per workload per estimating round, and only when it moved (daemon.stages.estimate):
+                    # the writes are bounded by that, and by the token bucket like every other write.
+                    job.estimate = so.estimate_annotation(event)
+                    self._mark(("wl", key), urgent=False)
             case ev.WorkloadAdmitted(workload=key, admission=admission, at=at):
                 job = self._jobs.get(key)
                 if job is not None:
@@ -488,6 +497,7 @@ class StatusWriter:
                 name=meta["name"],
                 spec=obj.get("spec"),
                 status=so.workload_status_view(obj.get("status")),
+                estimate_written=(meta.get("annotations") or {}).get(so.ESTIMATE_ANNOTATION),
             )
 
     async def _token(self) -> None:
@@ -680,6 +690,22 @@ class StatusWriter:
         elif not job.name:
             del self._jobs[key]  # finished before its Workload was ever written: nothing to show
             return
+        if job.finished is None and job.estimate is not None and job.estimate != job.estimate_written:
+            await self._token()
+            try:
+                await self.client.request(
+                    "PATCH",
+                    f"{path}/{job.name}",
+                    body={"metadata": {"annotations": {so.ESTIMATE_ANNOTATION: job.estimate}}},
+                    content_type=MERGE_PATCH,
+                )
+            except NotFound:
+                job.name, job.spec, job.status = "", None, None
+                if key in self.state.workloads:
+                    self._mark(("wl", key))
+                return
+            self.stats.count("workload-estimate")
+            job.estimate_written = job.estimate
         desired = so.workload_status(facts, job.status, self._now())
         if desired == (job.status or {}):
             self.stats.skipped += 1

@@ -8,12 +8,14 @@ pkg/controller/jobframework), so `kubectl get workloads` and tools built on Kueu
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
+from daemon.domain import events as ev
 from daemon.domain import reasons
 from daemon.domain.model import Admission, ClusterQueue, LocalQueue, Millis, PendingReason, Toleration, Workload
 from daemon.domain.quantity import format_quantity
@@ -392,6 +394,22 @@ def cluster_queue_status(
         "flavorsUsage": flavors,
         "conditions": conds,
     }
+
+
+ESTIMATE_ANNOTATION = "admitd.io/estimated-start"
+"""On a Workload: the last start-time estimate recorded while it waited (`workload.estimated`), as compact JSON:
+p10, p50, p90 (RFC 3339 UTC, null where unknown), when it was made, and the log seq it was computed from. Left as it
+is once the workload is admitted (its status says that; clearing it would cost every estimated Job one write)."""
+
+
+def estimate_annotation(e: ev.WorkloadEstimated) -> str:
+    def t(ms: int | None) -> str | None:
+        return None if ms is None else rfc3339(ms)
+
+    return json.dumps(
+        {"p10": t(e.p10), "p50": t(e.p50), "p90": t(e.p90), "madeAt": t(e.at), "inputsSeq": e.inputs},
+        separators=(",", ":"),
+    )
 
 
 IGNORED_SPEC_CONDITION = "admitd.io/IgnoredSpec"

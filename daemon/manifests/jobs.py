@@ -168,6 +168,9 @@ class BatchJobAdapter(JobReader):
         count = _full_count(r, annotations, count)
         min_count = _min_count(r, annotations, count)
         template = read_pod_template(r, spec.get("template"), "spec.template", "main", count, "spec.parallelism")
+        deadline = r.integer(
+            spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", minimum=1, maximum=_DEADLINE_MAX_S
+        )
         if template is None or r.errors or meta.name is None:
             return None
         return Workload(
@@ -180,7 +183,11 @@ class BatchJobAdapter(JobReader):
             priority_class=meta.priority_class,
             pod_priority_class=template.priority_class,
             pod_sets=(replace(template.pod_set, min_count=min_count),),
+            active_deadline_ms=None if deadline is None else deadline * 1000,
         )
+
+
+_DEADLINE_MAX_S = (2**63 - 1) // 1000  # the API's int64, in ms without overflow
 
 
 def _annotations(obj: Mapping[str, object]) -> Mapping[str, object]:

@@ -22,6 +22,7 @@ from daemon.query import explain as explain_mod
 from daemon.query import history as history_mod
 from daemon.query import ledger as ledger_mod
 from daemon.query import usage as usage_mod
+from daemon.query.estimates import pending_estimates
 from daemon.query.listing import (
     pending_json,
     pending_seqs,
@@ -111,11 +112,11 @@ def _cmd_pending(args: argparse.Namespace) -> int:
     def answer(reader: LogReader, clock: Clock) -> int:
         m = _moment(args, reader, clock)
         state = state_at(reader, m.seq)
-        seqs = pending_seqs(reader, m.seq)
+        seqs, estimates = pending_seqs(reader, m.seq), pending_estimates(reader, m.seq)
         if args.json:
-            _emit(pending_json(state, clock, m, args.queue, seqs))
+            _emit(pending_json(state, clock, m, args.queue, seqs, estimates))
         else:
-            print(pending_text(state, clock, m, args.queue, seqs))
+            print(pending_text(state, clock, m, args.queue, seqs, estimates))
         return 0
 
     return _run(args, answer)
@@ -174,7 +175,8 @@ def _cmd_eta_report(args: argparse.Namespace) -> int:
     from daemon.query import eta as eta_mod  # noqa: PLC0415
 
     def body(reader: LogReader, clock: Clock) -> dict[str, Any]:
-        return eta_mod.eta_report_json(reader, clock, every_ms=parse_duration_ms(args.every), by=args.by)
+        every = parse_duration_ms(args.every)
+        return eta_mod.eta_report_json(reader, clock, every_ms=every, by=args.by, recompute=not args.recorded_only)
 
     return _body_command(args, body, eta_mod.eta_report_text)
 
@@ -234,6 +236,11 @@ def add_query_parsers(sub: Any, *, db_default: Path, db_help: str) -> None:
     )
     eta_report.add_argument("--every", default="5m", metavar="DURATION", help="one moment per DURATION (default 5m)")
     eta_report.add_argument("--by", choices=("clusterqueue", "priorityclass"), default="clusterqueue")
+    eta_report.add_argument(
+        "--recorded-only",
+        action="store_true",
+        help="score only the estimates the daemon recorded (workload.estimated), not re-computed ones",
+    )
     eta_report.set_defaults(func=_cmd_eta_report)
     for p in (explain, history, queues, pending, replay, preemptions, usage, eta, eta_report):
         # So that `--at -2h` reads as a value, as argparse already does for negative numbers (private, but stable

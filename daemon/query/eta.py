@@ -6,11 +6,12 @@ forward run is `daemon.domain.eta`. The present is the log's last event.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from daemon.domain import events as ev
 from daemon.domain.eta import estimates
-from daemon.domain.state import Phase, State
+from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.eventlog import LogReader
 from daemon.query.ledger import table
 from daemon.query.moment import Clock, QueryError
@@ -77,58 +78,47 @@ def eta_text(body: dict[str, Any]) -> str:
 
 
 class _Starts:
-    """Every admission's time per workload (the projection eta-report scores against)."""
+    """Every admission's time per workload (the projection eta-report scores against), and every recorded estimate
+    with its workload's group as the estimate was made (fed before the state folds the event)."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: State, by: str) -> None:
         self.seq = 0
+        self.state = state
+        self.by = by
         self.admitted: dict[str, list[int]] = {}
+        self.recorded: list[tuple[ev.WorkloadEstimated, str | None]] = []
 
     def apply(self, event: ev.Event, seq: int) -> None:
         self.seq = seq
         if isinstance(event, ev.WorkloadAdmitted):
             self.admitted.setdefault(event.workload, []).append(event.at)
+        elif isinstance(event, ev.WorkloadEstimated):
+            rec = self.state.workloads.get(event.workload)
+            self.recorded.append((event, None if rec is None else _group(self.state, rec, self.by)))
 
     def figures(self) -> object:
-        return sorted(self.admitted.items())
+        return sorted(self.admitted.items()), [(e.workload, e.at) for e, _ in self.recorded]
+
+
+def _group(state: State, rec: WorkloadRecord, by: str) -> str | None:
+    if by == "priorityclass":
+        return rec.workload.priority_class or rec.workload.pod_priority_class
+    lq = state.local_queues.get(f"{rec.workload.namespace}/{rec.workload.queue_name}")
+    return lq.cluster_queue if lq is not None else None
 
 
 REPORT_QUANTILES = (0.1, 0.5, 0.9)
+Sample = tuple[int, str, str | None, Mapping[float, int | None]]  # (made at, job, its group, p10/p50/p90)
 
 
-def eta_report_json(reader: LogReader, clock: Clock, *, every_ms: int, by: str = "clusterqueue") -> dict[str, Any]:
-    """Back-test: at every `every_ms` of the log, the estimates `admitd eta` would have given then (from what the log
-    held then: the state and the runs recorded so far), scored against when each workload was next admitted.
-
-    The estimator is deterministic, so these are the estimates a daemon running it would have made at those
-    moments; per ClusterQueue (or priority class, `by`) and overall: the median absolute error of p50, the share of
-    starts inside p10-p90."""
-    if every_ms <= 0:
-        raise QueryError("--every must be a positive duration")
-    state = State(pending_indexes=False)
-    runtimes = Runtimes(state)
-    starts = _Starts()
-    following = Following(state, (runtimes, starts))
-    samples: list[tuple[int, str, str | None, dict[float, int | None]]] = []  # (t, job, its group, estimates)
-    t = clock.first_ms + every_ms
-    while t <= clock.last_ms:
-        target = reader.seq_at(t)
-        if target > state.seq:
-            following.follow(reader, limit=target - state.seq)
-        found = estimates(state, t, runtimes.durations, REPORT_QUANTILES)
-        for key, rec in state.workloads.items():
-            if rec.phase is Phase.PENDING:
-                if by == "priorityclass":
-                    group = rec.workload.priority_class or rec.workload.pod_priority_class
-                else:
-                    lq = state.local_queues.get(f"{rec.workload.namespace}/{rec.workload.queue_name}")
-                    group = lq.cluster_queue if lq is not None else None
-                samples.append((t, key, group, {q: found[q].get(key) for q in REPORT_QUANTILES}))
-        t += every_ms
-    following.follow(reader)
+def _scored(samples: Iterable[Sample], admitted: Mapping[str, list[int]]) -> dict[str, Any]:
+    """Each estimate against its workload's next admission at or after the moment it was made: per group and
+    overall, the median absolute error of p50 and the share of starts inside p10-p90."""
     groups: dict[str, list[tuple[int, bool]]] = {}
-    unknown = never_started = 0
-    for at, key, cq, est in samples:
-        actual = next((a for a in starts.admitted.get(key, ()) if a >= at), None)
+    made = unknown = never_started = 0
+    for at, key, group, est in samples:
+        made += 1
+        actual = next((a for a in admitted.get(key, ()) if a >= at), None)
         if actual is None:
             never_started += 1
             continue
@@ -137,7 +127,7 @@ def eta_report_json(reader: LogReader, clock: Clock, *, every_ms: int, by: str =
             unknown += 1
             continue
         inside = p10 is not None and p90 is not None and p10 <= actual <= p90
-        for g in (cq or "-", "all"):
+        for g in (group or "-", "all"):
             groups.setdefault(g, []).append((abs(actual - p50), inside))
 
     def score(rows: list[tuple[int, bool]]) -> dict[str, Any]:
@@ -149,25 +139,72 @@ def eta_report_json(reader: LogReader, clock: Clock, *, every_ms: int, by: str =
         }
 
     return {
-        "clock": clock.kind,
-        "every_seconds": every_ms / 1000,
-        "by": by,
-        "moments": max(0, (clock.last_ms - clock.first_ms) // every_ms),
-        "estimates_made": len(samples),
+        "estimates_made": made,
         "not_started_by_the_end": never_started,
         "unknown": unknown,
         "scores": {g: score(rows) for g, rows in sorted(groups.items())},
     }
 
 
-def eta_report_text(body: dict[str, Any]) -> str:
-    head = (
-        f"estimates every {body['every_seconds']:g}s: {body['estimates_made']} made, "
-        f"{body['not_started_by_the_end']} for workloads not started by the log's end, {body['unknown']} unknown"
-    )
-    cells: list[tuple[str, ...]] = [(body["by"].upper(), "SCORED", "MEDIAN |ERROR| OF P50", "STARTS INSIDE P10-P90")]
-    for g, s in body["scores"].items():
+def eta_report_json(
+    reader: LogReader, clock: Clock, *, every_ms: int, by: str = "clusterqueue", recompute: bool = True
+) -> dict[str, Any]:
+    """Back-test, twice. `recorded`: the estimates the daemon made and recorded (`workload.estimated`), each
+    scored against when its workload was next admitted. And (unless `recompute` is off) at every `every_ms` of the
+    log, the estimates `admitd eta` would have given then (from what the log held then: the state and the runs
+    recorded so far), scored the same way: for logs without recorded estimates (a simulation), or to compare.
+
+    The estimator is deterministic, so the re-computed ones are those a daemon running this build would have made
+    at those moments; the recorded ones are what was said, by whichever build said it."""
+    if every_ms <= 0:
+        raise QueryError("--every must be a positive duration")
+    state = State(pending_indexes=False)
+    runtimes = Runtimes(state)
+    starts = _Starts(state, by)
+    following = Following(state, (runtimes, starts))
+    samples: list[Sample] = []
+    t = clock.first_ms + every_ms
+    while recompute and t <= clock.last_ms:
+        target = reader.seq_at(t)
+        if target > state.seq:
+            following.follow(reader, limit=target - state.seq)
+        found = estimates(state, t, runtimes.durations, REPORT_QUANTILES)
+        for key, rec in state.workloads.items():
+            if rec.phase is Phase.PENDING:
+                samples.append((t, key, _group(state, rec, by), {q: found[q].get(key) for q in REPORT_QUANTILES}))
+        t += every_ms
+    following.follow(reader)
+    recorded = ((e.at, e.workload, group, {0.1: e.p10, 0.5: e.p50, 0.9: e.p90}) for e, group in starts.recorded)
+    return {
+        "clock": clock.kind,
+        "every_seconds": every_ms / 1000 if recompute else None,
+        "by": by,
+        "moments": max(0, (clock.last_ms - clock.first_ms) // every_ms) if recompute else 0,
+        **_scored(samples, starts.admitted),
+        "recorded": _scored(recorded, starts.admitted),
+    }
+
+
+def _score_table(by: str, scores: dict[str, Any]) -> list[str]:
+    cells: list[tuple[str, ...]] = [(by.upper(), "SCORED", "MEDIAN |ERROR| OF P50", "STARTS INSIDE P10-P90")]
+    for g, s in scores.items():
         err = "-" if s["median_abs_error_seconds"] is None else f"{s['median_abs_error_seconds']:g}s"
         share = "-" if s["inside_p10_p90"] is None else f"{s['inside_p10_p90'] * 100:.1f}%"
         cells.append((g, str(s["estimates"]), err, share))
-    return "\n".join([head, *table(cells)])
+    return table(cells)
+
+
+def eta_report_text(body: dict[str, Any]) -> str:
+    rec = body["recorded"]
+    lines = [
+        f"recorded estimates (workload.estimated): {rec['estimates_made']} made, "
+        f"{rec['not_started_by_the_end']} for workloads not started by the log's end, {rec['unknown']} unknown",
+        *(_score_table(body["by"], rec["scores"]) if rec["scores"] else []),
+    ]
+    if body["every_seconds"] is not None:
+        lines += [
+            f"re-computed every {body['every_seconds']:g}s: {body['estimates_made']} made, "
+            f"{body['not_started_by_the_end']} for workloads not started by the log's end, {body['unknown']} unknown",
+            *_score_table(body["by"], body["scores"]),
+        ]
+    return "\n".join(lines)

@@ -19,6 +19,7 @@ from daemon.domain.reasons import quota_reserved_reason
 from daemon.domain.state import Phase, State, WorkloadRecord
 from daemon.eventlog import LogReader
 from daemon.eventlog.codec import StoredEvent
+from daemon.query.estimates import estimate_json, last_estimate
 from daemon.query.history import amounts, job_events, q, timed_out_detail, timed_out_text
 from daemon.query.moment import Clock, Moment, QueryError, partial_state_at, state_at
 from daemon.query.quota import FlavorFit, flavor_analysis, in_tree, loaded_tree, requests_of
@@ -383,6 +384,15 @@ def _pending(
             blocker_rows = reader.events_of(f"job/{reason.blocked_by}", at)
             if blocker_rows:
                 x.say(f"it waits on {reason.blocked_by}", blocker_rows[-1].seq)
+    recorded = last_estimate(row for row, _ in rows if row.seq <= at)
+    x.body["estimate"] = estimate_json(recorded, clock)
+    if recorded is not None:
+        e, seq = recorded
+        x.say(
+            f"estimated start (recorded at {clock.show(e.at)}, from the fold at seq {e.inputs}): "
+            f"p50 {clock.show(e.p50) or 'unknown'}, p90 {clock.show(e.p90) or 'unknown'}",
+            seq,
+        )
     if cq is not None and cq_name is not None:
         _position(x, state, rec, cq_name, lq_key, reader)
         tree = loaded_tree(state)

@@ -237,6 +237,10 @@ def history(reader: LogReader, key: str, clock: Clock, until: int | None = None)
                     else "deactivated (spec.active: false): stopped if running, held out of its queue"
                 )
                 entries.append(Entry(row.seq, t, "reactivated" if active else "deactivated", text, {}))
+            case ev.WorkloadEstimated(p10=p10, p50=p50, p90=p90, inputs=inputs):
+                shown = {k: clock.show(v) for k, v in (("p10", p10), ("p50", p50), ("p90", p90))}
+                text = f"estimated start: p50 {shown['p50'] or 'unknown'}, p90 {shown['p90'] or 'unknown'}"
+                entries.append(Entry(row.seq, t, "estimated", text, {**shown, "inputs": inputs}))
             case ev.JobTampered(what=what, detail=detail, manager=manager, claimed_cluster_queue=claimed):
                 by = f" (changed by {manager})" if manager else ""
                 entries.append(

@@ -10,6 +10,7 @@ from daemon.domain.model import Milli
 from daemon.domain.reasons import quota_reserved_reason
 from daemon.domain.state import State
 from daemon.eventlog import LogReader
+from daemon.query.estimates import Estimates, estimate_json, estimate_text
 from daemon.query.history import q
 from daemon.query.moment import Clock, Moment, QueryError, partial_state_at
 from daemon.query.quota import QueueRow, queues, requests_of
@@ -121,11 +122,17 @@ def pending_seqs(reader: LogReader, upto: int) -> Seqs:
 
 
 def pending_entries(
-    state: State, clock: Clock, queue: str | None, seqs: Seqs | None = None, limit: int | None = None
+    state: State,
+    clock: Clock,
+    queue: str | None,
+    seqs: Seqs | None = None,
+    limit: int | None = None,
+    estimates: Estimates | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Pending workloads per ClusterQueue in admission order; `queue` is a ClusterQueue or a LocalQueue ns/name.
     With `seqs`, each row names the seqs it rests on (`queued_seq`, `reason_seq`). `limit`: at most that many rows
-    per ClusterQueue, the first ones (the web view's page of a deep queue; the rest are not built)."""
+    per ClusterQueue, the first ones (the web view's page of a deep queue; the rest are not built). With
+    `estimates`, each row has its last recorded start estimate (`estimate`, None when there is none)."""
     view = state.view()
     lq_filter: str | None = None
     if queue is None:
@@ -165,6 +172,7 @@ def pending_entries(
                     "kueue_reason": quota_reserved_reason(None if reason is None else reason.kind),
                     "queued_seq": queued_seq,
                     "reason_seq": reason_seq if reason is not None else None,
+                    "estimate": estimate_json(estimates(p.key), clock) if estimates is not None else None,
                 }
             )
         out[cq] = rows
@@ -194,21 +202,33 @@ def _seq_fields(seqs: Seqs | None, key: str, has_reason: bool) -> dict[str, int 
 
 
 def pending_json(
-    state: State, clock: Clock, moment: Moment, queue: str | None, seqs: Seqs | None = None
+    state: State,
+    clock: Clock,
+    moment: Moment,
+    queue: str | None,
+    seqs: Seqs | None = None,
+    estimates: Estimates | None = None,
 ) -> dict[str, Any]:
     return {
         "clock": clock.kind,
         "at": {"seq": moment.seq, "time": clock.show(moment.recorded_at)},
-        "cluster_queues": pending_entries(state, clock, queue, seqs),
+        "cluster_queues": pending_entries(state, clock, queue, seqs, estimates=estimates),
         "unrouted": unrouted_entries(state, clock, seqs) if queue is None else [],
     }
 
 
-def pending_text(state: State, clock: Clock, moment: Moment, queue: str | None, seqs: Seqs | None = None) -> str:
-    body = pending_json(state, clock, moment, queue, seqs)
+def pending_text(
+    state: State,
+    clock: Clock,
+    moment: Moment,
+    queue: str | None,
+    seqs: Seqs | None = None,
+    estimates: Estimates | None = None,
+) -> str:
+    body = pending_json(state, clock, moment, queue, seqs, estimates)
     lines = [f"as of {clock.show(moment.recorded_at)} (seq {moment.seq})"]
     rows: list[tuple[str, ...]] = [
-        ("CLUSTERQUEUE", "POS", "LQ-POS", "JOB", "LOCALQUEUE", "PRIO", "QUEUED", "SEQ", "REASON")
+        ("CLUSTERQUEUE", "POS", "LQ-POS", "JOB", "LOCALQUEUE", "PRIO", "QUEUED", "SEQ", "EST. START", "REASON")
     ]
     for cq, entries in body["cluster_queues"].items():
         for e in entries:
@@ -222,6 +242,7 @@ def pending_text(state: State, clock: Clock, moment: Moment, queue: str | None, 
                     str(e["priority"]),
                     e["queued_at"],
                     _seq_text(e),
+                    estimate_text(e["estimate"]),
                     (e["message"] and f"{e['reason']}: {e['message']}") or "-",
                 )
             )
@@ -236,6 +257,7 @@ def pending_text(state: State, clock: Clock, moment: Moment, queue: str | None, 
                 str(e["priority"]),
                 e["queued_at"],
                 _seq_text(e),
+                "-",
                 (e["message"] and f"{e['reason']}: {e['message']}") or "-",
             )
         )

@@ -221,8 +221,8 @@ _WORKLOAD_KEYED = (
 
 def _touched(event: ev.Event) -> str | None:
     """The one workload record `State.apply` reads or writes for `event` (its key), "" for an event that changes
-    nothing (`object.rejected`, `object.warned`, `log.break_accepted`), None for any other event (configuration: it
-    may re-route or re-prioritise any workload, so a partial state cannot fold it).
+    nothing (`object.rejected`, `object.warned`, `log.break_accepted`, `workload.estimated`), None for any other
+    event (configuration: it may re-route or re-prioritise any workload, so a partial state cannot fold it).
 
     From an audit of `State.apply`: each job or workload event reads and writes only its own record (`job`,
     `workload`, or the observed workload's key) and, besides, the outbox and the generation counters, which no
@@ -234,7 +234,7 @@ def _touched(event: ev.Event) -> str | None:
         return event.job
     if isinstance(event, _WORKLOAD_KEYED):
         return event.workload
-    if isinstance(event, ev.ObjectRejected | ev.ObjectWarned | ev.ChainBreakAccepted):
+    if isinstance(event, ev.ObjectRejected | ev.ObjectWarned | ev.ChainBreakAccepted | ev.WorkloadEstimated):
         return ""
     return None
 

@@ -56,7 +56,7 @@ def test_a_version_0_job_observed_payload_is_upcast_to_the_current_shape() -> No
     ("type_", "version", "payload", "message"),
     [
         ("job.exploded", 1, b"{}", "unknown event type or version"),
-        ("job.observed", 9, b"{}", "this build reads up to version 2"),
+        ("job.observed", 9, b"{}", "this build reads up to version 3"),
         ("job.finished", 1, b'{"job": "a/b"}', "payload does not decode"),
     ],
     ids=["unknown-type", "future-version", "payload-missing-a-field"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from daemon.domain import events as ev
@@ -38,7 +39,7 @@ def _admit(w: _Fed, key: str, at: int, gpus: int) -> None:
     w._feed(ev.WorkloadAdmitted(workload=key, at=at, admission=Admission(cluster_queue="a", pod_sets=(ps,))))
 
 
-def _world(run_minutes: tuple[int, ...]) -> _Fed:
+def _world(run_minutes: tuple[int, ...], x_deadline: int | None = None) -> _Fed:
     """ClusterQueue a with 8 GPUs; runs of the 8-GPU class that took `run_minutes`, one after the other from 0;
     then x (8 GPUs) admitted at the last run's end and running 5 minutes by `now`; pending y, z (8 GPUs) and w (4)."""
     w = _Fed()
@@ -51,7 +52,7 @@ def _world(run_minutes: tuple[int, ...]) -> _Fed:
         t += minutes * MIN
         w._feed(ev.JobFinished(job=jb.key, at=t))
     x = job("x").ns("ns").queue("q").podset("main", 1, **{GPU: 8}).at(t)
-    w.submit(x)
+    w._feed(ev.JobObserved(workload=replace(x.obj(), active_deadline_ms=x_deadline)))
     _admit(w, x.key, t, 8)
     for name, gpus, at in (("y", 8, t + 1), ("z", 8, t + 2), ("w", 4, t + 3)):
         w.submit(job(name).ns("ns").queue("q").podset("main", 1, **{GPU: gpus}).at(at))
@@ -82,6 +83,19 @@ def test_p90_uses_the_slower_runs_and_a_run_past_every_record_has_no_known_end()
 def test_no_recorded_run_means_no_estimate() -> None:
     w = _world(())
     assert estimate(w.state, 5 * MIN, w.runtimes.durations, 0.5) == {"ns/y": None, "ns/z": None, "ns/w": None}
+
+
+def test_a_jobs_active_deadline_bounds_its_drawn_runtime() -> None:
+    """y may run 3 minutes at most (activeDeadlineSeconds 180): of its class's 10 it runs 3, so z starts at 23m,
+    not 30m; and x, of whose class nothing is recorded, ends at its own deadline (7m after its start)."""
+    w = _world((10,))
+    y = w.state.workloads["ns/y"].workload
+    w._feed(ev.JobObserved(workload=replace(y, active_deadline_ms=3 * MIN)))
+    starts = estimate(w.state, 15 * MIN, w.runtimes.durations, 0.5)
+    assert starts == {"ns/y": 20 * MIN, "ns/z": 23 * MIN, "ns/w": 33 * MIN}
+    bare = _world((), x_deadline=7 * MIN)  # x admitted at 0
+    found = estimate(bare.state, 5 * MIN, bare.runtimes.durations, 0.5)
+    assert found == {"ns/y": 7 * MIN, "ns/z": None, "ns/w": None}
 
 
 def test_remaining_is_the_nearest_rank_quantile_of_the_longer_runs() -> None:

@@ -488,3 +488,15 @@ def test_a_registered_adapter_plugs_in_without_engine_changes() -> None:
     broken = parse_object({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt"}})
     assert [str(e) for e in broken.errors] == ["PyTorchJob x: spec: required"]
     assert broken.raw_job is None
+
+
+def test_active_deadline_seconds_is_read_in_milliseconds_and_checked() -> None:
+    base = job("train").queue("q").container("main", {"cpu": "1"}).obj()
+    assert ADAPTER.to_workload(base, created_at=0, uid="u").active_deadline_ms is None
+    timed = copy.deepcopy(base)
+    timed["spec"]["activeDeadlineSeconds"] = 600
+    assert ADAPTER.to_workload(timed, created_at=0, uid="u").active_deadline_ms == 600_000
+    timed["spec"]["activeDeadlineSeconds"] = 0
+    with pytest.raises(ManifestError) as e:
+        ADAPTER.to_workload(timed, created_at=0, uid="u")
+    assert "spec.activeDeadlineSeconds" in str(e.value)
