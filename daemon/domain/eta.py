@@ -93,9 +93,9 @@ def _forward(
     give the same run without running it: the run is deterministic and reads the runtimes only through `drawn`).
 
     It stops once every workload that can start has (one without a ClusterQueue to route it to cannot, with no
-    observation to come), and a cycle that only admitted (no preemption, nothing left for the next call:
-    `AdmissionEngine.deferred`) is not followed by another at the same instant, as the admit stage does not run
-    one: a cycle applied to its own output admits nothing more (a tested property of the engine).
+    observation to come), and runs cycles at an instant as the admit stage does: after a cycle that admitted or
+    preempted (or left work for the next, `AdmissionEngine.deferred`), another, until one admits and preempts
+    nothing.
     `tests/unit/test_eta_fast.py` compares it with the plain loop on random states. (Not done: playing each quota
     tree on its own, or no longer playing a tree whose waiting workloads have all started. Trees are not quite
     independent in the forward run: a cycle that preempts in one tree ends the call for all, and the next instant's
@@ -143,6 +143,7 @@ def _forward(
         for d in decisions:
             world.apply(d)
             if isinstance(d, ev.WorkloadAdmitted):
+                again = True
                 key = d.workload
                 if key in started and started[key] is None:
                     started[key] = t

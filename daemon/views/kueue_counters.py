@@ -353,6 +353,7 @@ class KueueCounters:
         ev.JobUnsuspended: _count,
         ev.JobSuspended: _count,
         ev.ChainBreakAccepted: _count,
+        ev.WorkloadEstimated: _count,
         ev.PriorityClassObserved: _count,
         ev.PriorityClassDeleted: _count,
         ev.JobPodsNotCreated: _count,

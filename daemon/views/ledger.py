@@ -249,6 +249,7 @@ class Preemptions:
                 ev.JobSuspended,
                 ev.ActuationFailed,
                 ev.ChainBreakAccepted,
+                ev.WorkloadEstimated,
             )
         ),
     }

@@ -99,6 +99,7 @@ class Runtimes:
                 ev.JobSuspended,
                 ev.ActuationFailed,
                 ev.ChainBreakAccepted,
+                ev.WorkloadEstimated,
             )
         ),
     }

@@ -149,6 +149,7 @@ class QueueSeries:
                 ev.JobSuspended,
                 ev.ActuationFailed,
                 ev.ChainBreakAccepted,
+                ev.WorkloadEstimated,
             )
         ),
     }

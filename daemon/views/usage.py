@@ -146,6 +146,7 @@ class Usage:
                 ev.JobSuspended,
                 ev.ActuationFailed,
                 ev.ChainBreakAccepted,
+                ev.WorkloadEstimated,
             ),
             timed,
         ),
