@@ -21,7 +21,7 @@ log = get_logger("admitd.web")
 
 ROOT = "/ui"
 VIEW = web.AppKey("view", WebView)  # the application's WebView (tests wait for its series)
-PAST_MEMORY_MIB = 1024  # the checkpoints' budget by default (the pages at past moments; a daemon's is smaller)
+PAST_MEMORY_MIB = 1024  # the timeline's budget by default (the pages at past moments; a daemon's is smaller)
 
 
 def add_ui_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
@@ -61,7 +61,7 @@ def application(
         answers,
         policy if policy is not None else Everyone(),
         root=root,
-        checkpoint_budget_bytes=past_memory_mib * 2**20,
+        past_budget_bytes=past_memory_mib * 2**20,
     )
     app = web.Application()
     app[VIEW] = view
