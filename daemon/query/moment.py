@@ -7,10 +7,11 @@ near 0); a daemon's log has milliseconds since the epoch. Virtual logs are shown
 
 from __future__ import annotations
 
+import heapq
 import re
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -266,6 +267,7 @@ def partial_state_at(
     local_queues: Iterable[str] = (),
     cluster_queues: Iterable[str] = (),
     timeline: Timeline | None = None,
+    first: int | None = None,
 ) -> PartialState:
     """The state after event `seq` with only the workloads an answer about the queues or about one job reads, built
     from the nearest snapshot F at or before `seq` and the tail (F, seq] by the fold itself (`State.from_snapshot`,
@@ -282,6 +284,8 @@ def partial_state_at(
     same workloads are taken from it as they were at `seq` (the admitted ones, those pending in the queues named,
     `keys`) with every ClusterQueue's pending count then: nothing decoded, nothing folded. It holds fewer workloads
     than a tail's fold would (none only because the tail touched it), which no answer on a partial state reads.
+    `first` (from a timeline only): of each of those queues' pending workloads only the first `first` in queue order
+    (what `pending_entries(limit=first)` shows of it; `whole_queues` then empty: no queue is whole).
 
     The whole state instead when: no snapshot at or before `seq`, a snapshot without an index (written before it
     existed), one that does not decode or whose index does not match it, or a tail with a configuration event
@@ -292,7 +296,9 @@ def partial_state_at(
     `timeline` (a long-running process) paused only."""
     if timeline is not None:
         with paused_gc():
-            got = timeline.partial(seq, keys=keys, local_queues=local_queues, cluster_queues=cluster_queues)
+            got = timeline.partial(
+                seq, keys=keys, local_queues=local_queues, cluster_queues=cluster_queues, first=first
+            )
         if got is not None:
             return got
     found = reader.snapshot_at_or_before(STATE_VERSION, seq)
@@ -500,7 +506,8 @@ def _first(item: tuple[int, int, frozenset[str]]) -> int:
 class _Span:
     """The timeline from seq `start` (a state the fold held then, all of it recorded) to `seq`."""
 
-    def __init__(self, start: int, state: State) -> None:
+    def __init__(self, start: int, state: State, before: dict[str, tuple[int, int]] | None = None) -> None:
+        """`before`: each job's row seqs (`row_seqs_now`) from the span before, if any."""
         self.start = self.seq = start
         self._seqs: dict[str, array[int]] = {}  # per workload key: the seqs of its versions
         self._recs: dict[str, list[WorkloadRecord | None]] = {}  # ... and the versions (None: gone)
@@ -513,12 +520,17 @@ class _Span:
         self._config_cells = _cells(self._configs[0][1])
         self._finished: list[tuple[str, Millis]] = list(state.finished.items())
         self._finished_seqs = array("q", [start] * len(self._finished))
+        # Per job: what `pending_seqs` reads from its events, as of each seq it changed (queued, reason; 0: None).
+        self._row_seqs: dict[str, array[int]] = {} if before is None else {k: array("q", [start]) for k in before}
+        self._row_vals: dict[str, array[int]] = {} if before is None else {k: array("q", v) for k, v in before.items()}
+        self.row_cells = 4 * len(self._row_vals)  # an entry, and the two arrays of each job
         self.resync(state, start)
 
     @property
     def nbytes(self) -> int:
         cells = self._alive.cells + self._admitted.cells + sum(m.cells for m in self._pending.values())
-        return VERSION_BYTES * self.versions + CHANGE_BYTES * (cells + len(self._finished) + self._config_cells)
+        cells += self.row_cells + len(self._finished) + self._config_cells
+        return VERSION_BYTES * self.versions + CHANGE_BYTES * cells
 
     # --- following the fold ---
 
@@ -591,6 +603,53 @@ class _Span:
         self._finished.append((job, at))
         self._finished_seqs.append(seq)
 
+    def row_seqs(self, event: ev.Event, seq: int) -> None:
+        """`pending_seqs`' rule, event by event on the job's own (its subject): the event that put it in its queue
+        (its first observation, or its latest eviction) and its latest `workload.pending` since."""
+        kind = event.TYPE
+        if kind not in _ROW_TYPES:
+            return
+        subject = event.subject
+        if not subject.startswith("job/"):
+            return
+        key = subject[4:]
+        vals = self._row_vals.get(key)
+        queued = vals[-2] if vals is not None else 0
+        if kind == _EVICTED or (kind == _OBSERVED and not queued):
+            got = (seq, 0)
+        elif kind == _PENDING:
+            got = (queued, seq)
+        else:
+            return
+        if vals is None:
+            self._row_seqs[key] = array("q", [seq])
+            self._row_vals[key] = array("q", got)
+        else:
+            seqs = self._row_seqs[key]
+            if seqs[-1] == seq:
+                vals[-2:] = array("q", got)
+            else:
+                seqs.append(seq)
+                vals.extend(got)
+        self.row_cells += 1
+
+    def row_seqs_now(self) -> dict[str, tuple[int, int]]:
+        return {k: (v[-2], v[-1]) for k, v in self._row_vals.items()}
+
+    def row_seqs_at(self, upto: int) -> Callable[[str], tuple[int | None, int | None]]:
+        """`pending_seqs(reader, upto)` from what was kept (`row_seqs`): no read."""
+        all_seqs, all_vals = self._row_seqs, self._row_vals
+
+        def get(key: str) -> tuple[int | None, int | None]:
+            seqs = all_seqs.get(key)
+            i = 0 if seqs is None else bisect_right(seqs, upto)
+            if not i:
+                return None, None
+            vals = all_vals[key]
+            return vals[2 * i - 2] or None, vals[2 * i - 1] or None
+
+        return get
+
     # --- reading ---
 
     def _config_at(self, seq: int) -> _Config:
@@ -633,23 +692,39 @@ class _Span:
         return self.state_at(seq, self._alive.at(seq))
 
     def partial(
-        self, seq: int, keys: Iterable[str], local_queues: Iterable[str], cluster_queues: Iterable[str]
+        self,
+        seq: int,
+        keys: Iterable[str],
+        local_queues: Iterable[str],
+        cluster_queues: Iterable[str],
+        first: int | None = None,
     ) -> PartialState:
         c = self._config_at(seq)
         routes = {lq.key: lq.cluster_queue for lq in c.local_queues}
         whole = frozenset(cq for lq in local_queues if (cq := routes.get(lq)) is not None) | frozenset(cluster_queues)
         chosen = self._admitted.at(seq)
         chosen.update(keys)
+        record_at = self.record_at
         for cq in whole:
             members = self._pending.get(cq)
-            if members is not None:
-                chosen |= members.at(seq)
+            if members is None:
+                continue
+            them = members.at(seq)
+            if first is not None and len(them) > first:
+                # The first ones in queue order (`queue_key`: priority, then older, then key) without the others.
+                order = ((-r.priority, r.queue_order_at, k) for k in them if (r := record_at(k, seq)) is not None)
+                them = {k for _, _, k in heapq.nsmallest(first, order)}
+            chosen |= them
         counts = {cq: n for cq, m in list(self._pending.items()) if (n := m.size_at(seq))}
-        return PartialState(self.state_at(seq, chosen, c), counts, whole)
+        return PartialState(self.state_at(seq, chosen, c), counts, whole if first is None else frozenset())
 
 
 def _first_config(item: tuple[int, _Config]) -> int:
     return item[0]
+
+
+_OBSERVED, _EVICTED, _PENDING = ev.JobObserved.TYPE, ev.WorkloadEvicted.TYPE, ev.WorkloadPending.TYPE
+_ROW_TYPES = frozenset({_OBSERVED, _EVICTED, _PENDING})
 
 
 class Timeline:
@@ -701,9 +776,13 @@ class Timeline:
         """After `state.apply(event, seq)` by the fold this is kept for."""
         if self._new_span:
             self._new_span = False
-            self._spans = [*self._spans[-1:], _Span(seq, state)]
+            before = self._spans[-1].row_seqs_now() if self._spans else None
+            span = _Span(seq, state, before)
+            span.row_seqs(event, seq)
+            self._spans = [*self._spans[-1:], span]
             return
         span = self._spans[-1]
+        span.row_seqs(event, seq)
         key = _touched(event)
         if key is None:
             span.resync(state, seq)
@@ -718,6 +797,12 @@ class Timeline:
         if seq % self.check_every == 0 and span.nbytes > self.budget_bytes // 2:
             self._new_span = True
 
+    def row_seqs(self, seq: int) -> Callable[[str], tuple[int | None, int | None]] | None:
+        """What `daemon.query.listing.pending_seqs(reader, seq)` gives each job, without reading the file (the fold
+        followed starts at the log's first event, as a `Series`'s does); None if `seq` is not covered."""
+        span = self._span(seq)
+        return None if span is None else span.row_seqs_at(seq)
+
     def whole(self, seq: int) -> State | None:
         """The whole state after `seq`, None if not covered."""
         span = self._span(seq)
@@ -730,7 +815,8 @@ class Timeline:
         keys: Iterable[str] = (),
         local_queues: Iterable[str] = (),
         cluster_queues: Iterable[str] = (),
+        first: int | None = None,
     ) -> PartialState | None:
         """As `partial_state_at` (the same workloads loaded, the same counts), None if `seq` is not covered."""
         span = self._span(seq)
-        return None if span is None else span.partial(seq, keys, local_queues, cluster_queues)
+        return None if span is None else span.partial(seq, keys, local_queues, cluster_queues, first)

@@ -165,6 +165,7 @@ class WebView:
         self.series_ready = asyncio.Event()
         self._eta = _Background(self._compute_eta, background_every_s)
         self._etas: tuple[dict[str, Any], dict[str, dict[str, Any]]] | None = None
+        self._preempted: tuple[dict[str, Any], dict[str, list[dict[str, Any]]]] | None = None
         self._preemptions = _Background(self._compute_preemptions, background_every_s)
         self._past_workers = asyncio.Semaphore(2)  # past moments built at once (each a fold in a worker thread)
 
@@ -293,19 +294,21 @@ class WebView:
                 if q.command == "queues" or (q.command == "pending" and q.queue is not None):
                     # A ClusterQueue's page asks for both: one state serves them (the queue's pending whole in it).
                     cqs = () if q.queue is None else (q.queue,)
-                    got = partial_state_at(reader, seq, cluster_queues=cqs, timeline=timeline)
+                    # The queue's first rows only (of thousands, the page shows `render.MAX_ROWS`).
+                    first = None if q.queue is None else render.MAX_ROWS
+                    got = partial_state_at(reader, seq, cluster_queues=cqs, timeline=timeline, first=first)
                     body: dict[str, Any] = queues_json(got.state, clock, moment, got.pending_counts)
                     if q.queue is not None:
                         try:
-                            rows = pending_entries(
-                                got.state, clock, q.queue, pending_seqs(reader, seq), limit=render.MAX_ROWS
-                            )
+                            seqs = timeline.row_seqs(seq) or pending_seqs(reader, seq)
+                            rows = pending_entries(got.state, clock, q.queue, seqs, limit=render.MAX_ROWS)
                         except QueryError as e:
                             raise BadRequest(404, "queue", str(e)) from None
                         body = {"cluster_queues": rows, "queues": body}
                 elif q.command == "pending":
                     state = state_at(reader, seq, timeline=timeline)
-                    body = {"cluster_queues": pending_entries(state, clock, None, pending_seqs(reader, seq))}
+                    seqs = timeline.row_seqs(seq) or pending_seqs(reader, seq)
+                    body = {"cluster_queues": pending_entries(state, clock, None, seqs)}
                 else:
                     assert q.job is not None
                     try:
@@ -461,11 +464,7 @@ class WebView:
         mine = None
         if pre is not None:
             mine = {
-                "preemptions": [
-                    x
-                    for x in pre["preemptions"]
-                    if name in (x["victimClusterQueue"], x["preemptorClusterQueue"]) and int(x["seq"]) <= moment.seq
-                ]
+                "preemptions": [x for x in self._preemption_index(pre).get(name, ()) if int(x["seq"]) <= moment.seq]
             }
         jobs = [p["job"] for p in pending_rows] + [a["job"] for a in self._admissions(name, moment)]
         for x in (mine or {}).get("preemptions", []):
@@ -492,6 +491,17 @@ class WebView:
         if self._etas is None or self._etas[0] is not body:
             self._etas = (body, {x["job"]: x for x in body.get("estimates", [])})
         return self._etas[1]
+
+    def _preemption_index(self, body: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+        """The preemptions by ClusterQueue (the victim's and the preemptor's), in the answer's order, built once per
+        answer (a deep backlog's log has tens of thousands)."""
+        if self._preempted is None or self._preempted[0] is not body:
+            index: dict[str, list[dict[str, Any]]] = {}
+            for x in body["preemptions"]:
+                for cq in {x["victimClusterQueue"], x["preemptorClusterQueue"]}:
+                    index.setdefault(cq, []).append(x)
+            self._preempted = (body, index)
+        return self._preempted[1]
 
     def _live_reasons(self, head: int) -> dict[str, dict[str, int]] | None:
         """Each ClusterQueue's pending workloads by reason at the log's end, from the series' fold (its pending

@@ -45,7 +45,7 @@ def test_answers_from_the_timeline_equal_the_files_at_random_moments(monkeypatch
         scenario=scenarios_with_late_config(),
         every=st.integers(2, 12),
         base_every=st.integers(1, 8),
-        budget=st.sampled_from([1_500, 6_000, 10**9]),
+        budget=st.sampled_from([4_000, 16_000, 10**9]),
         data=st.data(),
     )
     def check(scenario: Scenario, every: int, base_every: int, budget: int, data: st.DataObject) -> None:
@@ -75,11 +75,24 @@ def test_answers_from_the_timeline_equal_the_files_at_random_moments(monkeypatch
                     fast = codec.encode_json(queues_json(got.state, clock, m, got.pending_counts))
                     assert fast == codec.encode_json(queues_json(whole, clock, m)), seq
                     seqs_of = pending_seqs(reader, seq)
+                    kept_seqs = timeline.row_seqs(seq)
+                    if kept_seqs is None:
+                        kept_seqs = seqs_of
+                    else:
+                        assert [kept_seqs(k) for k in jobs] == [seqs_of(k) for k in jobs], seq
+                        taken["row seqs"] += 1
                     for cq in sorted(whole.cluster_queues):
                         one = partial_state_at(reader, seq, cluster_queues=(cq,), timeline=timeline).state
-                        assert pending_entries(one, clock, cq, seqs_of, limit=3) == pending_entries(
-                            whole, clock, cq, seqs_of, limit=3
+                        assert pending_entries(one, clock, cq, kept_seqs) == pending_entries(
+                            whole, clock, cq, seqs_of
                         ), (seq, cq)
+                        for first in (1, 3):  # the first rows alone (the web view's page of a deep queue)
+                            few = partial_state_at(reader, seq, cluster_queues=(cq,), timeline=timeline, first=first)
+                            assert pending_entries(few.state, clock, cq, kept_seqs, limit=first) == pending_entries(
+                                whole, clock, cq, seqs_of, limit=first
+                            ), (seq, cq, first)
+                            fast = codec.encode_json(queues_json(few.state, clock, m, few.pending_counts))
+                            assert fast == codec.encode_json(queues_json(whole, clock, m)), (seq, cq, first)
                     for key in data.draw(st.lists(st.sampled_from(jobs), min_size=1, max_size=3, unique=True)):
                         if not reader.events_of(f"job/{key}", seq):
                             continue
@@ -96,4 +109,5 @@ def test_answers_from_the_timeline_equal_the_files_at_random_moments(monkeypatch
     assert taken["queues partial"] >= 0.4 * taken["queues"], taken
     assert taken["from the timeline"] >= 0.4 * taken["queues"], taken  # the rest: before its older span
     assert taken["explain"] > 20, taken
+    assert taken["row seqs"] >= 0.4 * taken["queues"], taken
     assert taken["a later span"] > 0, taken
