@@ -803,6 +803,11 @@ class Timeline:
         span = self._span(seq)
         return None if span is None else span.row_seqs_at(seq)
 
+    def record_at(self, key: str, seq: int) -> tuple[bool, WorkloadRecord | None]:
+        """Whether `seq` is covered, and if so workload `key`'s record after it (None: not live then)."""
+        span = self._span(seq)
+        return (False, None) if span is None else (True, span.record_at(key, seq))
+
     def whole(self, seq: int) -> State | None:
         """The whole state after `seq`, None if not covered."""
         span = self._span(seq)

@@ -650,12 +650,16 @@ class WebView:
 
 def _explain_state(reader: LogReader, key: str, seq: int, timeline: Timeline) -> State:
     """The state `explain` reads at `seq` (as `explain._state_for` builds it from the file), from `timeline`: the
-    job, every admitted workload and every workload pending in the ClusterQueues its LocalQueues point at; the whole
-    state when its queue's pending list was not loaded."""
+    job, every admitted workload and every workload pending in the ClusterQueues its LocalQueues point at (none when
+    the job was admitted or gone then: explain reads no queue for it); the whole state when its queue's pending list
+    was not loaded."""
     rows = job_events(reader, key, seq)
     if not rows:
         return State(pending_indexes=False)  # explain says the job was not seen yet, before it reads a state
     local_queues = {f"{e.workload.namespace}/{e.workload.queue_name}" for _, e in rows if isinstance(e, ev.JobObserved)}
+    covered, rec = timeline.record_at(key, seq)
+    if covered and (rec is None or rec.phase is not Phase.PENDING):
+        local_queues = set()  # admitted or gone then: explain reads no queue's pending list (nor its position)
     partial = partial_state_at(reader, seq, keys=(key,), local_queues=local_queues, timeline=timeline)
     state = partial.state
     if partial.partial:
