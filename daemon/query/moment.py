@@ -404,8 +404,10 @@ TIMELINE_BUDGET_BYTES = 1 * 2**30
 """What a `Timeline` may take (`Timeline.nbytes`) by default before it forgets its older half."""
 BASE_EVERY_MIN = 256
 """A `_Members` set is copied whole at the latest after max(its size, this) changes."""
-VERSION_BYTES = 200
+VERSION_BYTES = 400
 """About what one kept version of a workload record costs (its slot, its seq, the record and its reason)."""
+KEY_BYTES = 200
+"""About what each workload's own containers of versions (or of row seqs) cost."""
 CHANGE_BYTES = 32
 """About what one change to a set of members costs (its seq, key reference, sign and size), or one member of a copy."""
 
@@ -523,14 +525,15 @@ class _Span:
         # Per job: what `pending_seqs` reads from its events, as of each seq it changed (queued, reason; 0: None).
         self._row_seqs: dict[str, array[int]] = {} if before is None else {k: array("q", [start]) for k in before}
         self._row_vals: dict[str, array[int]] = {} if before is None else {k: array("q", v) for k, v in before.items()}
-        self.row_cells = 4 * len(self._row_vals)  # an entry, and the two arrays of each job
+        self.row_cells = 2 * len(self._row_vals)  # each job's two seqs
         self.resync(state, start)
 
     @property
     def nbytes(self) -> int:
         cells = self._alive.cells + self._admitted.cells + sum(m.cells for m in self._pending.values())
         cells += self.row_cells + len(self._finished) + self._config_cells
-        return VERSION_BYTES * self.versions + CHANGE_BYTES * cells
+        keys = len(self._recs) + len(self._row_vals)
+        return VERSION_BYTES * self.versions + KEY_BYTES * keys + CHANGE_BYTES * cells
 
     # --- following the fold ---
 

@@ -34,8 +34,8 @@ def add_ui_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         type=_mib,
         default=PAST_MEMORY_MIB,
         metavar="MIB",
-        help="memory the states kept for pages at past moments may take, in MiB (default "
-        f"{PAST_MEMORY_MIB}); less keeps them further apart, so a past page folds more of the log",
+        help="memory the timeline kept for pages at past moments may take, in MiB (default "
+        f"{PAST_MEMORY_MIB}); with less it forgets older moments sooner (their pages then read the file)",
     )
     p.set_defaults(func=_cmd_ui)
 
