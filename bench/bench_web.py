@@ -6,13 +6,13 @@ The log (built and cached, git-ignored, when missing): bench_query's deep backlo
 simulated until `--until` of its arrivals' span, so that it ends with its backlog waiting (x2.6 until 0.5: about
 1,000,000 events; bench_answers' x2 gives 780,809). The application is `daemon.web.cli.application` on loopback in
 this process, as `admitd ui --db` runs it; the series' first fold (the whole log, once, in a worker thread, its
-checkpoints taken on the way) is timed apart, with what the checkpoints took (their captures' time, their count,
-interval and estimated bytes) and the process's resident memory then. The pages at past moments (a quarter, the
-middle and nine tenths of the log's span) are timed first, once the preemptions (the ClusterQueue page's table) are
+timeline kept on the way) is timed apart, with what the timeline took (its `observe` calls' time, its start and
+estimated bytes) and the process's resident memory then. The pages at past moments (a quarter, the middle and nine
+tenths of the log's span) are timed first, once the preemptions (the ClusterQueue page's table) are
 ready; then the whole-log estimates are let finish, as in the background of a running view, and the present's pages
 timed. Each figure is the median of `--runs` requests of a page (the first of each is not counted), the whole HTTP
-round trip from a client on the same event loop. `--no-checkpoints`: the series keeps none (pages at past moments
-from the file, as before; for the memory they cost). Prints one JSON object.
+round trip from a client on the same event loop. `--no-timeline`: the series keeps none (pages at past moments
+from the file; for the memory and the fold time it costs). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -75,21 +75,21 @@ def admitted_at(reader: LogReader, seq: int, cq: str) -> str:
     return min(admitted) if admitted else "none/none"
 
 
-async def measure(db: Path, runs: int, checkpoints: bool, present: bool = True) -> dict[str, Any]:
-    captured = [0.0, 0]
-    capture = moment_mod.Checkpoints.capture
+async def measure(db: Path, runs: int, timeline: bool, present: bool = True) -> dict[str, Any]:
+    observed = [0.0, 0]
+    observe = moment_mod.Timeline.observe
 
-    def timed_capture(self: moment_mod.Checkpoints, state: Any) -> moment_mod.Checkpoint:
+    def timed_observe(self: moment_mod.Timeline, event: Any, seq: int, state: Any) -> None:
         t = time.perf_counter()
         try:
-            return capture(self, state)
+            observe(self, event, seq, state)
         finally:
-            captured[0] += time.perf_counter() - t
-            captured[1] += 1
+            observed[0] += time.perf_counter() - t
+            observed[1] += 1
 
-    moment_mod.Checkpoints.capture = timed_capture  # type: ignore[method-assign]
-    if not checkpoints:
-        moment_mod.Checkpoints.observe = lambda *_: None  # type: ignore[method-assign]
+    moment_mod.Timeline.observe = timed_observe  # type: ignore[method-assign]
+    if not timeline:
+        moment_mod.Timeline.observe = lambda *_: None  # type: ignore[method-assign]
     app = application(db)
     view = app[VIEW]
     runner = web.AppRunner(app, access_log=None)
@@ -102,7 +102,7 @@ async def measure(db: Path, runs: int, checkpoints: bool, present: bool = True) 
     await view.series_ready.wait()
     fold_s = time.perf_counter() - t0
     rss_after = _rss_mib()
-    cps = view.series.checkpoints
+    tl = view.series.timeline
     base = f"http://127.0.0.1:{port}/ui"
     state = view.series.state
     pending = state.view().pending_by_cq
@@ -159,17 +159,16 @@ async def measure(db: Path, runs: int, checkpoints: bool, present: bool = True) 
 
 
 def _result(v: dict[str, Any]) -> dict[str, Any]:
-    cps, state, pending, clock, view = v["cps"], v["state"], v["pending"], v["clock"], v["view"]
+    tl, state, pending, clock, view = v["tl"], v["state"], v["pending"], v["clock"], v["view"]
     return {
         "log": str(v["db"]),
         "events": clock.last_seq,
         "series_first_fold_s": round(v["fold_s"], 1),
-        "checkpoints": {
-            "count": len(cps),
-            "every_events": cps.every,
-            "estimated_mib": round(cps.nbytes / 2**20, 1),
-            "captures": v["captured"][1],
-            "capture_s": round(v["captured"][0], 1),
+        "timeline": {
+            "start": tl.start,
+            "estimated_mib": round(tl.nbytes / 2**20, 1),
+            "observed": v["observed"][1],
+            "observe_s": round(v["observed"][0], 1),
         },
         "rss_mib": {"before_fold": v["rss_before"], "after_fold": v["rss_after"]},
         "preemptions_s": round(v["preemptions_s"], 1),
@@ -189,7 +188,7 @@ def main() -> None:
     parser.add_argument("--db", type=Path, default=ROOT / "bench" / "out" / "web-1m.db")
     parser.add_argument("--scale", type=float, default=2.6, help="a --db that does not exist: BIG scaled by this")
     parser.add_argument("--until", type=float, default=0.5, help="... and simulated until this part of its arrivals")
-    parser.add_argument("--no-checkpoints", action="store_true", help="the series keeps no checkpoints")
+    parser.add_argument("--no-timeline", action="store_true", help="the series keeps no timeline")
     parser.add_argument("--past-only", action="store_true", help="time the pages at past moments only")
     args = parser.parse_args()
     configure_logging(level="warning")
@@ -197,7 +196,7 @@ def main() -> None:
     if not args.db.exists():
         args.db.parent.mkdir(parents=True, exist_ok=True)
         out["build"] = build(args.db, scaled(BIG, args.scale), args.until)
-    out.update(asyncio.run(measure(args.db, args.runs, not args.no_checkpoints, not args.past_only)))
+    out.update(asyncio.run(measure(args.db, args.runs, not args.no_timeline, not args.past_only)))
     print(json.dumps(out, indent=2))
 
 

@@ -747,6 +747,12 @@ class State:
             rejected=self.rejected,
         )
 
+    def pending_in(self, key: str) -> str | None:
+        """The ClusterQueue workload `key` waits in now (in `view().pending_by_cq`), None when it waits in none
+        (admitted, unrouted, held, gone). For a reader following the fold (`daemon.query.moment.Timeline`)."""
+        entry = self._pending_entry.get(key)
+        return None if entry is None else entry[0]
+
     def to_snapshot(self, *, index: bool = False) -> StateSnapshot:
         """The state as a plain value; `index=True` adds its `SnapshotIndex` (what a stored snapshot body holds)."""
         keys = sorted(self.workloads)

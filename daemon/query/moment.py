@@ -7,10 +7,11 @@ near 0); a daemon's log has milliseconds since the epoch. Virtual logs are shown
 
 from __future__ import annotations
 
+import heapq
 import re
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -20,7 +21,7 @@ import msgspec
 from daemon.domain import events as ev
 from daemon.domain.durations import format_seconds
 from daemon.domain.model import ClusterQueue, Cohort, LocalQueue, Millis, Namespace, PriorityClass, ResourceFlavor
-from daemon.domain.state import STATE_VERSION, State, StateSnapshot, WorkloadRecord
+from daemon.domain.state import STATE_VERSION, Phase, State, StateSnapshot, WorkloadRecord
 from daemon.eventlog import LogReader, codec
 from daemon.eventlog.replay import (
     SnapshotUndecodable,
@@ -154,17 +155,18 @@ def _recorded_at(reader: LogReader, seq: int, clock: Clock) -> int:
     return clock.last_ms
 
 
-def state_at(reader: LogReader, seq: int, *, checkpoints: Checkpoints | None = None) -> State:
-    """The fold's state after event `seq`: the nearest valid snapshot at or before it (or the nearest of
-    `checkpoints`, kept in memory by a fold of this log), then the tail up to it.
+def state_at(reader: LogReader, seq: int, *, timeline: Timeline | None = None) -> State:
+    """The fold's state after event `seq`: the nearest valid snapshot at or before it, then the tail up to it; or,
+    when `timeline` (kept in memory by a fold of this log) covers `seq`, its records as they were then.
 
     Built with the cyclic collector paused and frozen afterwards (`paused_gc`): a query command builds one state
     and exits, and a state of 100,000 workloads would otherwise be walked by the collector again and again. From
-    `checkpoints` (a long-running process) paused only."""
-    kept = checkpoints.at_or_before(seq) if checkpoints is not None else None
-    if kept is not None:
+    `timeline` (a long-running process) paused only."""
+    if timeline is not None:
         with paused_gc():
-            return _fold_tail(reader, seq, kept.select(range(len(kept.workloads))), kept.seq)
+            got = timeline.whole(seq)
+        if got is not None:
+            return got
     return _whole_state(reader, seq, reader.snapshot_at_or_before(STATE_VERSION, seq))
 
 
@@ -264,7 +266,8 @@ def partial_state_at(
     keys: Iterable[str] = (),
     local_queues: Iterable[str] = (),
     cluster_queues: Iterable[str] = (),
-    checkpoints: Checkpoints | None = None,
+    timeline: Timeline | None = None,
+    first: int | None = None,
 ) -> PartialState:
     """The state after event `seq` with only the workloads an answer about the queues or about one job reads, built
     from the nearest snapshot F at or before `seq` and the tail (F, seq] by the fold itself (`State.from_snapshot`,
@@ -277,8 +280,12 @@ def partial_state_at(
     its count at F (in the snapshot's `SnapshotIndex`), less the loaded ones pending there at F, plus the loaded ones
     pending there now.
 
-    `checkpoints`: states kept in memory by a fold of the same log (`Checkpoints`, the web view's); the nearest one
-    at or before `seq` is F when it is nearer than the file's, and its records are not decoded at all.
+    `timeline`: kept in memory by a fold of the same log (`Timeline`, the web view's); when it covers `seq`, the
+    same workloads are taken from it as they were at `seq` (the admitted ones, those pending in the queues named,
+    `keys`) with every ClusterQueue's pending count then: nothing decoded, nothing folded. It holds fewer workloads
+    than a tail's fold would (none only because the tail touched it), which no answer on a partial state reads.
+    `first` (from a timeline only): of each of those queues' pending workloads only the first `first` in queue order
+    (what `pending_entries(limit=first)` shows of it; `whole_queues` then empty: no queue is whole).
 
     The whole state instead when: no snapshot at or before `seq`, a snapshot without an index (written before it
     existed), one that does not decode or whose index does not match it, or a tail with a configuration event
@@ -286,14 +293,14 @@ def partial_state_at(
     once inflated, is not inflated again for it.
 
     A query command builds one state and exits: built with the collector paused and frozen (`paused_gc`); with
-    `checkpoints` (a long-running process) paused only."""
-    kept = checkpoints.at_or_before(seq) if checkpoints is not None else None
-    if kept is not None:
+    `timeline` (a long-running process) paused only."""
+    if timeline is not None:
         with paused_gc():
-            built = _partial(reader, seq, kept, keys, local_queues, cluster_queues)
-            if built is None:
-                built = PartialState(_fold_tail(reader, seq, kept.select(range(len(kept.workloads))), kept.seq))
-        return built
+            got = timeline.partial(
+                seq, keys=keys, local_queues=local_queues, cluster_queues=cluster_queues, first=first
+            )
+        if got is not None:
+            return got
     found = reader.snapshot_at_or_before(STATE_VERSION, seq)
     if found is None:
         return PartialState(_whole_state(reader, seq, None))
@@ -312,14 +319,6 @@ def partial_state_at(
     return built if built is not None else PartialState(_whole_state(reader, seq, (since, raw)))
 
 
-def _fold_tail(reader: LogReader, seq: int, state: State, since: int) -> State:
-    apply = state.apply
-    for s, event in _tail(reader, since, seq):
-        apply(event, s)
-    state.seq = seq
-    return state
-
-
 class _Index(Protocol):
     @property
     def keys(self) -> Sequence[str]: ...
@@ -330,7 +329,7 @@ class _Index(Protocol):
 
 
 class _Source(Protocol):
-    """A state at a seq whose workload records can be picked (`UnreadSnapshot`, `Checkpoint`)."""
+    """A state at a seq whose workload records can be picked (`UnreadSnapshot`)."""
 
     @property
     def seq(self) -> int: ...
@@ -399,33 +398,24 @@ def _pending_counts(index: _Index, chosen: set[int], state: State) -> dict[str, 
     return counts
 
 
-# --- checkpoints: states kept in memory by a long-running fold ---------------------------------------------------
+# --- the timeline: each workload's records and each queue's members over the log, kept by a long-running fold ---
 
-CHECKPOINT_EVERY = 2_000
-"""Events between two checkpoints at first (`Checkpoints`): a past moment's answer folds at most this many."""
-CHECKPOINT_BUDGET_BYTES = 1 * 2**30
-"""What the checkpoints' own arrays may take (`Checkpoints.nbytes`) before every other one is dropped."""
+TIMELINE_BUDGET_BYTES = 1 * 2**30
+"""What a `Timeline` may take (`Timeline.nbytes`) by default before it forgets its older half."""
+BASE_EVERY_MIN = 256
+"""A `_Members` set is copied whole at the latest after max(its size, this) changes."""
+VERSION_BYTES = 400
+"""About what one kept version of a workload record costs (its slot, its seq, the record and its reason)."""
+KEY_BYTES = 200
+"""About what each workload's own containers of versions (or of row seqs) cost."""
+CHANGE_BYTES = 32
+"""About what one change to a set of members costs (its seq, key reference, sign and size), or one member of a copy."""
 
 
 @dataclass(frozen=True, slots=True)
-class CheckpointIndex:
-    """Where things are in a checkpoint's `workloads` (as `SnapshotIndex` for a stored snapshot): the keys (sorted,
-    aligned with the records), the positions of the admitted ones, and per ClusterQueue those pending in it."""
+class _Config:
+    """The configuration at a moment, as a snapshot stores it (each part sorted)."""
 
-    keys: tuple[str, ...]
-    admitted: array[int]
-    pending: tuple[tuple[str, array[int]], ...]
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Checkpoint:
-    """The fold's state after event `seq`, by reference: its workload records (immutable, shared with the fold and
-    with the other checkpoints while they do not change), its configuration, and how many of the fold's finished
-    jobs (`Checkpoints`' list, in the order they finished) it had seen. What `partial_state_at` picks records from,
-    as from a stored snapshot, with nothing to decode. Its generations, outbox and tampering records are not kept:
-    no answer reads them (`partial_state_at`'s audit)."""
-
-    seq: int
     flavors: tuple[ResourceFlavor, ...]
     cluster_queues: tuple[ClusterQueue, ...]
     cohorts: tuple[Cohort, ...]
@@ -433,159 +423,408 @@ class Checkpoint:
     namespaces: tuple[Namespace, ...]
     priority_classes: tuple[PriorityClass, ...]
     rejected: tuple[tuple[str, tuple[str, ...]], ...]
-    workloads: tuple[WorkloadRecord, ...]
-    index: CheckpointIndex
-    finished: list[tuple[str, Millis]]
-    finished_upto: int
+
+
+def _config_of(state: State) -> _Config:
+    return _Config(
+        flavors=tuple(state.flavors[k] for k in sorted(state.flavors)),
+        cluster_queues=tuple(state.cluster_queues[k] for k in sorted(state.cluster_queues)),
+        cohorts=tuple(state.cohorts[k] for k in sorted(state.cohorts)),
+        local_queues=tuple(state.local_queues[k] for k in sorted(state.local_queues)),
+        namespaces=tuple(state.namespaces[k] for k in sorted(state.namespaces)),
+        priority_classes=tuple(state.priority_classes[k] for k in sorted(state.priority_classes)),
+        rejected=tuple(sorted(state.rejected.items())),
+    )
+
+
+def _cells(c: _Config) -> int:
+    """What `Timeline.nbytes` counts for one kept configuration (a reference per object, the objects shared)."""
+    return 8 + sum(len(part) for part in (c.flavors, c.cluster_queues, c.cohorts, c.local_queues, c.namespaces))
+
+
+class _Members:
+    """A set of keys over the log (the admitted workloads, those pending in one ClusterQueue, the live ones): each
+    change in order (seq, key, added or removed, the size after it) and a frozen copy of the whole set each time as
+    many changes as it has members have passed since the last copy. The set at any seq then costs one copy and at
+    most about its size in changes applied, and what is kept stays proportional to the changes (a copy of n members
+    after at least n changes), not to the members times the moments."""
+
+    __slots__ = ("_added", "_bases", "_keys", "_seqs", "_since", "_sizes", "cells", "now")
+
+    def __init__(self, start: int) -> None:
+        self.now: set[str] = set()
+        self._seqs = array("q")
+        self._keys: list[str] = []
+        self._added = bytearray()
+        self._sizes = array("q")
+        self._bases: list[tuple[int, int, frozenset[str]]] = [(start, 0, frozenset())]  # (seq, first change after)
+        self._since = 0
+        self.cells = 0  # changes and copied members kept: what `Timeline.nbytes` counts
+
+    def add(self, key: str, seq: int) -> None:
+        if key not in self.now:
+            self.now.add(key)
+            self._log(key, seq, 1)
+
+    def discard(self, key: str, seq: int) -> None:
+        if key in self.now:
+            self.now.remove(key)
+            self._log(key, seq, 0)
+
+    def _log(self, key: str, seq: int, added: int) -> None:
+        self._seqs.append(seq)
+        self._keys.append(key)
+        self._added.append(added)
+        self._sizes.append(len(self.now))
+        self.cells += 1
+        self._since += 1
+        if self._since >= max(len(self.now), BASE_EVERY_MIN):
+            self._since = 0
+            self._bases.append((seq, len(self._keys), frozenset(self.now)))
+            self.cells += len(self.now)
+
+    def at(self, seq: int) -> set[str]:
+        """The members after event `seq` (the last copy at or before it, then the changes up to it)."""
+        bases = self._bases
+        _, lo, base = bases[bisect_right(bases, seq, key=_first) - 1]
+        out = set(base)
+        keys, added = self._keys, self._added
+        for j in range(lo, bisect_right(self._seqs, seq, lo)):
+            if added[j]:
+                out.add(keys[j])
+            else:
+                out.discard(keys[j])
+        return out
+
+    def size_at(self, seq: int) -> int:
+        hi = bisect_right(self._seqs, seq)
+        return self._sizes[hi - 1] if hi else 0
+
+
+def _first(item: tuple[int, int, frozenset[str]]) -> int:
+    return item[0]
+
+
+class _Span:
+    """The timeline from seq `start` (a state the fold held then, all of it recorded) to `seq`."""
+
+    def __init__(self, start: int, state: State, before: dict[str, tuple[int, int]] | None = None) -> None:
+        """`before`: each job's row seqs (`row_seqs_now`) from the span before, if any."""
+        self.start = self.seq = start
+        self._seqs: dict[str, array[int]] = {}  # per workload key: the seqs of its versions
+        self._recs: dict[str, list[WorkloadRecord | None]] = {}  # ... and the versions (None: gone)
+        self.versions = 0
+        self._alive = _Members(start)
+        self._admitted = _Members(start)
+        self._pending: dict[str, _Members] = {}  # per ClusterQueue: the workloads pending in it
+        self._where: dict[str, str] = {}  # the ClusterQueue each workload is pending in now
+        self._configs: list[tuple[int, _Config]] = [(start, _config_of(state))]
+        self._config_cells = _cells(self._configs[0][1])
+        self._finished: list[tuple[str, Millis]] = list(state.finished.items())
+        self._finished_seqs = array("q", [start] * len(self._finished))
+        # Per job: what `pending_seqs` reads from its events, as of each seq it changed (queued, reason; 0: None).
+        self._row_seqs: dict[str, array[int]] = {} if before is None else {k: array("q", [start]) for k in before}
+        self._row_vals: dict[str, array[int]] = {} if before is None else {k: array("q", v) for k, v in before.items()}
+        self.row_cells = 2 * len(self._row_vals)  # each job's two seqs
+        self.resync(state, start)
 
     @property
     def nbytes(self) -> int:
-        """About what this checkpoint adds to the process (the records themselves are shared, so not counted):
-        one reference per key and record, 4 bytes per position."""
-        positions = len(self.index.admitted) + sum(len(p) for _, p in self.index.pending)
-        return 16 * len(self.workloads) + 4 * positions + 512
+        cells = self._alive.cells + self._admitted.cells + sum(m.cells for m in self._pending.values())
+        cells += self.row_cells + len(self._finished) + self._config_cells
+        keys = len(self._recs) + len(self._row_vals)
+        return VERSION_BYTES * self.versions + KEY_BYTES * keys + CHANGE_BYTES * cells
 
-    def select(self, positions: Iterable[int]) -> State:
-        """The state after `seq` with only the workloads at `positions`, built by `State.from_snapshot` as a stored
-        snapshot's records are (`UnreadSnapshot.select`)."""
-        records = self.workloads
-        return State.from_snapshot(
+    # --- following the fold ---
+
+    def one(self, state: State, key: str, seq: int) -> None:
+        """Record workload `key` as the fold holds it after event `seq`."""
+        rec = state.workloads.get(key)
+        recs = self._recs.get(key)
+        if recs is None:
+            if rec is None:
+                return
+            self._seqs[key] = array("q", [seq])
+            self._recs[key] = [rec]
+            self.versions += 1
+        elif recs[-1] is not rec:
+            seqs = self._seqs[key]
+            if seqs[-1] == seq:
+                recs[-1] = rec
+            else:
+                seqs.append(seq)
+                recs.append(rec)
+                self.versions += 1
+        cq = None
+        if rec is None:
+            self._alive.discard(key, seq)
+            self._admitted.discard(key, seq)
+        else:
+            self._alive.add(key, seq)
+            if rec.phase is Phase.ADMITTED:
+                self._admitted.add(key, seq)
+            else:
+                self._admitted.discard(key, seq)
+                cq = state.pending_in(key)
+        was = self._where.get(key)
+        if was != cq:
+            if was is not None:
+                self._pending[was].discard(key, seq)
+                del self._where[key]
+            if cq is not None:
+                members = self._pending.get(cq)
+                if members is None:
+                    members = self._pending[cq] = _Members(self.start)
+                members.add(key, seq)
+                self._where[key] = cq
+
+    def resync(self, state: State, seq: int) -> None:
+        """Record every workload after event `seq` (a configuration event: it may re-route, re-prioritise or release
+        any of them). O(live workloads): configuration changes are rare."""
+        one = self.one
+        for key in list(self._alive.now):
+            if key not in state.workloads:
+                one(state, key, seq)
+        for key in state.workloads:
+            one(state, key, seq)
+
+    def config(self, state: State, seq: int) -> None:
+        got = _config_of(state)
+        if got != self._configs[-1][1]:
+            self._config_cells += _cells(got)
+            if self._configs[-1][0] == seq:
+                self._configs[-1] = (seq, got)
+            else:
+                self._configs.append((seq, got))
+
+    def rejected(self, state: State, seq: int) -> None:
+        """After an audit event: `State.rejected` may have changed (a held queue's new version rejected)."""
+        if tuple(sorted(state.rejected.items())) != self._configs[-1][1].rejected:
+            self.config(state, seq)
+
+    def finished(self, job: str, at: Millis, seq: int) -> None:
+        self._finished.append((job, at))
+        self._finished_seqs.append(seq)
+
+    def row_seqs(self, event: ev.Event, seq: int) -> None:
+        """`pending_seqs`' rule, event by event on the job's own (its subject): the event that put it in its queue
+        (its first observation, or its latest eviction) and its latest `workload.pending` since."""
+        kind = event.TYPE
+        if kind not in _ROW_TYPES:
+            return
+        subject = event.subject
+        if not subject.startswith("job/"):
+            return
+        key = subject[4:]
+        vals = self._row_vals.get(key)
+        queued = vals[-2] if vals is not None else 0
+        if kind == _EVICTED or (kind == _OBSERVED and not queued):
+            got = (seq, 0)
+        elif kind == _PENDING:
+            got = (queued, seq)
+        else:
+            return
+        if vals is None:
+            self._row_seqs[key] = array("q", [seq])
+            self._row_vals[key] = array("q", got)
+        else:
+            seqs = self._row_seqs[key]
+            if seqs[-1] == seq:
+                vals[-2:] = array("q", got)
+            else:
+                seqs.append(seq)
+                vals.extend(got)
+        self.row_cells += 1
+
+    def row_seqs_now(self) -> dict[str, tuple[int, int]]:
+        return {k: (v[-2], v[-1]) for k, v in self._row_vals.items()}
+
+    def row_seqs_at(self, upto: int) -> Callable[[str], tuple[int | None, int | None]]:
+        """`pending_seqs(reader, upto)` from what was kept (`row_seqs`): no read."""
+        all_seqs, all_vals = self._row_seqs, self._row_vals
+
+        def get(key: str) -> tuple[int | None, int | None]:
+            seqs = all_seqs.get(key)
+            i = 0 if seqs is None else bisect_right(seqs, upto)
+            if not i:
+                return None, None
+            vals = all_vals[key]
+            return vals[2 * i - 2] or None, vals[2 * i - 1] or None
+
+        return get
+
+    # --- reading ---
+
+    def _config_at(self, seq: int) -> _Config:
+        configs = self._configs
+        return configs[bisect_right(configs, seq, key=_first_config) - 1][1]
+
+    def record_at(self, key: str, seq: int) -> WorkloadRecord | None:
+        seqs = self._seqs.get(key)
+        if seqs is None:
+            return None
+        i = bisect_right(seqs, seq)
+        return self._recs[key][i - 1] if i else None
+
+    def state_at(self, seq: int, keys: Iterable[str], config: _Config | None = None) -> State:
+        """The fold's state after `seq` holding the workloads `keys` (those live then), built by
+        `State.from_snapshot` as a stored snapshot's records are."""
+        c = self._config_at(seq) if config is None else config
+        record_at = self.record_at
+        records = tuple(r for k in sorted(keys) if (r := record_at(k, seq)) is not None)
+        state = State.from_snapshot(
             StateSnapshot(
-                seq=self.seq,
-                flavors=self.flavors,
-                cluster_queues=self.cluster_queues,
-                cohorts=self.cohorts,
-                local_queues=self.local_queues,
-                namespaces=self.namespaces,
-                priority_classes=self.priority_classes,
-                workloads=tuple(records[i] for i in sorted(set(positions))),
-                finished=tuple(self.finished[: self.finished_upto]),
+                seq=seq,
+                flavors=c.flavors,
+                cluster_queues=c.cluster_queues,
+                cohorts=c.cohorts,
+                local_queues=c.local_queues,
+                namespaces=c.namespaces,
+                priority_classes=c.priority_classes,
+                workloads=records,
+                finished=tuple(self._finished[: bisect_right(self._finished_seqs, seq)]),
                 generations=(),
                 config_generation=0,
                 counter=0,
-                rejected=self.rejected,
+                rejected=c.rejected,
             )
         )
+        return state
+
+    def whole(self, seq: int) -> State:
+        return self.state_at(seq, self._alive.at(seq))
+
+    def partial(
+        self,
+        seq: int,
+        keys: Iterable[str],
+        local_queues: Iterable[str],
+        cluster_queues: Iterable[str],
+        first: int | None = None,
+    ) -> PartialState:
+        c = self._config_at(seq)
+        routes = {lq.key: lq.cluster_queue for lq in c.local_queues}
+        whole = frozenset(cq for lq in local_queues if (cq := routes.get(lq)) is not None) | frozenset(cluster_queues)
+        chosen = self._admitted.at(seq)
+        chosen.update(keys)
+        record_at = self.record_at
+        for cq in whole:
+            members = self._pending.get(cq)
+            if members is None:
+                continue
+            them = members.at(seq)
+            if first is not None and len(them) > first:
+                # The first ones in queue order (`queue_key`: priority, then older, then key) without the others.
+                order = ((-r.priority, r.queue_order_at, k) for k in them if (r := record_at(k, seq)) is not None)
+                them = {k for _, _, k in heapq.nsmallest(first, order)}
+            chosen |= them
+        counts = {cq: n for cq, m in list(self._pending.items()) if (n := m.size_at(seq))}
+        return PartialState(self.state_at(seq, chosen, c), counts, whole if first is None else frozenset())
 
 
-class Checkpoints:
-    """States of one log at regular seqs, kept in memory by a process that folds the log once and keeps following
-    it (the web view's `Series`), so that an answer at a past moment starts from a state at most `every` events
-    before it without decoding anything (`partial_state_at(checkpoints=)`).
+def _first_config(item: tuple[int, _Config]) -> int:
+    return item[0]
 
-    `observe` is called after each event the fold applies. A checkpoint is taken `every` events, and right after a
-    run of configuration events (so that a tail rarely holds one, which would need the whole state). Memory: each
-    checkpoint holds a reference per live workload and a position per admitted or pending one (`nbytes`), plus the
-    records it shares no longer with the fold (those changed since). When their sum passes `budget_bytes`, every
-    other checkpoint is dropped and `every` doubles: memory stays bounded, and a past moment's answer folds longer
-    tails as the log grows (a stored snapshot remains the floor: `partial_state_at` uses the nearer one)."""
 
-    def __init__(self, *, every: int = CHECKPOINT_EVERY, budget_bytes: int = CHECKPOINT_BUDGET_BYTES) -> None:
-        self.every = every
+_OBSERVED, _EVICTED, _PENDING = ev.JobObserved.TYPE, ev.WorkloadEvicted.TYPE, ev.WorkloadPending.TYPE
+_ROW_TYPES = frozenset({_OBSERVED, _EVICTED, _PENDING})
+
+
+class Timeline:
+    """Every workload record the fold held and when, each ClusterQueue's pending workloads, the admitted ones and
+    the configuration over the log, kept in memory by a process that folds the log once and keeps following it (the
+    web view's `Series`), so that an answer at any past moment it covers is built from the records as they were
+    then, with nothing decoded and nothing folded (`partial_state_at(timeline=)`, `state_at(timeline=)`).
+
+    `observe` is called after each event the fold applies; it costs O(1) for a job or workload event (the one record
+    it touched: `_touched`) and O(live workloads) for a configuration event (rare), and keeps only what changed: a
+    version per changed record, a change per set membership, and a whole copy of a set once as many changes as it
+    has members have passed (`_Members`). Nothing is copied per moment. When what it keeps (`nbytes`, an estimate)
+    passes half of `budget_bytes`, it starts a new span from the fold's state then and keeps the previous one, whose
+    predecessor it forgets: memory stays under the budget, and moments before the older span's start are the file's
+    answers again (`covers`)."""
+
+    def __init__(self, *, budget_bytes: int = TIMELINE_BUDGET_BYTES, check_every: int = 1024) -> None:
+        """`check_every`: events between two looks at `nbytes` (a sum over the queues)."""
         self.budget_bytes = budget_bytes
-        self._kept: list[Checkpoint] = []
-        self._finished: list[tuple[str, Millis]] | None = None
-        self._last = -1
-        self._config_seen = False  # a configuration event since the last checkpoint: take one at the next event
-        self._config_dirty = True  # the configuration changed since the last checkpoint: do not share its own
-        self._added: set[str] = set()  # the jobs observed since the last checkpoint
-
-    def __len__(self) -> int:
-        return len(self._kept)
+        self.check_every = check_every
+        self._spans: list[_Span] = []  # at most two, oldest first; replaced whole (a reader may be in a thread)
+        self._new_span = True
 
     @property
     def nbytes(self) -> int:
-        return sum(c.nbytes for c in self._kept)
+        return sum(s.nbytes for s in self._spans)
 
     @property
-    def seqs(self) -> list[int]:
-        return [c.seq for c in self._kept]
+    def start(self) -> int | None:
+        """The first seq covered (None: nothing yet)."""
+        spans = self._spans
+        return spans[0].start if spans else None
 
-    def at_or_before(self, seq: int) -> Checkpoint | None:
-        kept = self._kept  # replaced whole when thinned: read once (a reader may run in another thread)
-        i = bisect_right(kept, seq, key=lambda c: c.seq)
-        return kept[i - 1] if i else None
+    @property
+    def seq(self) -> int:
+        spans = self._spans
+        return spans[-1].seq if spans else -1
+
+    def covers(self, seq: int) -> bool:
+        return self._span(seq) is not None
+
+    def _span(self, seq: int) -> _Span | None:
+        for span in reversed(self._spans):
+            if span.start <= seq <= span.seq:
+                return span
+        return None
 
     def observe(self, event: ev.Event, seq: int, state: State) -> None:
-        """After `state.apply(event, seq)` by the fold these are kept for."""
-        finished = self._finished
-        if finished is None:
-            # The first event observed: the fold may have started from a snapshot; its finished jobs come first.
-            finished = self._finished = list(state.finished.items())
-            self._last = seq
-        elif isinstance(event, ev.JobFinished):
-            finished.append((event.job, event.at))
-        if isinstance(event, ev.JobObserved):
-            self._added.add(event.workload.key)
-        if isinstance(event, ev.ObjectRejected):
-            self._config_dirty = True
-        if _touched(event) is None:
-            self._config_seen = self._config_dirty = True
+        """After `state.apply(event, seq)` by the fold this is kept for."""
+        if self._new_span:
+            self._new_span = False
+            before = self._spans[-1].row_seqs_now() if self._spans else None
+            span = _Span(seq, state, before)
+            span.row_seqs(event, seq)
+            self._spans = [*self._spans[-1:], span]
             return
-        if self._config_seen or seq - self._last >= self.every:
-            self._config_seen = False
-            self.capture(state)
+        span = self._spans[-1]
+        span.row_seqs(event, seq)
+        key = _touched(event)
+        if key is None:
+            span.resync(state, seq)
+            span.config(state, seq)
+        elif key:
+            span.one(state, key, seq)
+            if isinstance(event, ev.JobFinished):
+                span.finished(event.job, event.at, seq)
+        else:
+            span.rejected(state, seq)
+        span.seq = seq
+        if seq % self.check_every == 0 and span.nbytes > self.budget_bytes // 2:
+            self._new_span = True
 
-    def capture(self, state: State) -> Checkpoint:
-        """A checkpoint of `state` now (`observe` calls it), with the cyclic collector paused: its containers of a
-        quarter of a million references would each set off a collection walking the fold's whole heap."""
-        with paused_gc():
-            return self._capture(state)
+    def row_seqs(self, seq: int) -> Callable[[str], tuple[int | None, int | None]] | None:
+        """What `daemon.query.listing.pending_seqs(reader, seq)` gives each job, without reading the file (the fold
+        followed starts at the log's first event, as a `Series`'s does); None if `seq` is not covered."""
+        span = self._span(seq)
+        return None if span is None else span.row_seqs_at(seq)
 
-    def _capture(self, state: State) -> Checkpoint:
-        assert self._finished is not None or not state.finished
-        if self._finished is None:
-            self._finished = []
-        workloads = state.workloads
-        # The keys in order, from the last checkpoint's (those still there) and the jobs observed since: two sorted
-        # runs, which one sort merges; a whole sort of 250,000 keys each time cost several times more.
-        added = self._added
-        before = self._kept[-1].index.keys if self._kept else ()
-        keys = [k for k in before if k in workloads and k not in added]
-        keys += sorted(k for k in added if k in workloads)
-        keys.sort()
-        if len(keys) != len(workloads):  # a record the fold made without a job.observed of its own (a snapshot's)
-            keys = sorted(workloads)
-        self._added = set()
-        where = dict(zip(keys, range(len(keys)), strict=True))
-        view = state.view()
-        index = CheckpointIndex(
-            keys=tuple(keys),
-            admitted=array("i", sorted(map(where.__getitem__, view.admitted))),
-            pending=tuple(
-                (cq, array("i", map(where.__getitem__, [p.key for p in bucket])))
-                for cq, bucket in sorted(view.pending_by_cq.items())
-            ),
-        )
-        prev = self._kept[-1] if self._kept and not self._config_dirty else None
-        self._config_dirty = False
-        kept = Checkpoint(
-            seq=state.seq,
-            flavors=prev.flavors if prev else tuple(state.flavors[k] for k in sorted(state.flavors)),
-            cluster_queues=(
-                prev.cluster_queues if prev else tuple(state.cluster_queues[k] for k in sorted(state.cluster_queues))
-            ),
-            cohorts=prev.cohorts if prev else tuple(state.cohorts[k] for k in sorted(state.cohorts)),
-            local_queues=prev.local_queues
-            if prev
-            else tuple(state.local_queues[k] for k in sorted(state.local_queues)),
-            namespaces=prev.namespaces if prev else tuple(state.namespaces[k] for k in sorted(state.namespaces)),
-            priority_classes=(
-                prev.priority_classes
-                if prev
-                else tuple(state.priority_classes[k] for k in sorted(state.priority_classes))
-            ),
-            rejected=prev.rejected if prev else tuple(sorted(state.rejected.items())),
-            workloads=tuple(map(workloads.__getitem__, keys)),
-            index=index,
-            finished=self._finished,
-            finished_upto=len(self._finished),
-        )
-        self._last = state.seq
-        kept_now = [*self._kept, kept]
-        while len(kept_now) > 1 and sum(c.nbytes for c in kept_now) > self.budget_bytes:
-            end = len(kept_now) - 1
-            kept_now = [c for i, c in enumerate(kept_now) if (end - i) % 2 == 0]
-            self.every *= 2
-        self._kept = kept_now
-        return kept
+    def record_at(self, key: str, seq: int) -> tuple[bool, WorkloadRecord | None]:
+        """Whether `seq` is covered, and if so workload `key`'s record after it (None: not live then)."""
+        span = self._span(seq)
+        return (False, None) if span is None else (True, span.record_at(key, seq))
+
+    def whole(self, seq: int) -> State | None:
+        """The whole state after `seq`, None if not covered."""
+        span = self._span(seq)
+        return None if span is None else span.whole(seq)
+
+    def partial(
+        self,
+        seq: int,
+        *,
+        keys: Iterable[str] = (),
+        local_queues: Iterable[str] = (),
+        cluster_queues: Iterable[str] = (),
+        first: int | None = None,
+    ) -> PartialState | None:
+        """As `partial_state_at` (the same workloads loaded, the same counts), None if `seq` is not covered."""
+        span = self._span(seq)
+        return None if span is None else span.partial(seq, keys, local_queues, cluster_queues, first)

@@ -21,7 +21,7 @@ log = get_logger("admitd.web")
 
 ROOT = "/ui"
 VIEW = web.AppKey("view", WebView)  # the application's WebView (tests wait for its series)
-PAST_MEMORY_MIB = 1024  # the checkpoints' budget by default (the pages at past moments; a daemon's is smaller)
+PAST_MEMORY_MIB = 1024  # the timeline's budget by default (the pages at past moments; a daemon's is smaller)
 
 
 def add_ui_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
@@ -34,8 +34,8 @@ def add_ui_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         type=_mib,
         default=PAST_MEMORY_MIB,
         metavar="MIB",
-        help="memory the states kept for pages at past moments may take, in MiB (default "
-        f"{PAST_MEMORY_MIB}); less keeps them further apart, so a past page folds more of the log",
+        help="memory the timeline kept for pages at past moments may take, in MiB (default "
+        f"{PAST_MEMORY_MIB}); with less it forgets older moments sooner (their pages then read the file)",
     )
     p.set_defaults(func=_cmd_ui)
 
@@ -61,7 +61,7 @@ def application(
         answers,
         policy if policy is not None else Everyone(),
         root=root,
-        checkpoint_budget_bytes=past_memory_mib * 2**20,
+        past_budget_bytes=past_memory_mib * 2**20,
     )
     app = web.Application()
     app[VIEW] = view

@@ -12,9 +12,9 @@ Each page takes `?at=TIME` (as `admitd queues --at`): the page as of that moment
 answers (`daemon.answers.Answers`: the daemon's live fold at the present, the file for the past); the plots from a
 `Series` folded once in a worker thread and followed as the log grows; the slow whole-log answers (estimated
 starts, preemptions) are computed in the background once per new head and shown when ready. At a past moment the
-series has folded past, a page's answers start from the series' nearest in-memory checkpoint instead of the file's
-snapshot (`_past`: the same functions, the same JSON, a few thousand events folded instead of a snapshot decoded
-and up to 20,000).
+series has folded past, a page's answers are built from the series' in-memory timeline instead of the file's
+snapshot: its `Timeline` holds every record as it was then (`_past`: the same functions, the same JSON, nothing
+decoded or folded instead of a snapshot decoded and up to 20,000 events).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ from daemon.query import explain as explain_mod
 from daemon.query.history import job_events
 from daemon.query.listing import pending_entries, pending_seqs, queues_json
 from daemon.query.moment import (
-    Checkpoints,
     Clock,
     Moment,
     QueryError,
+    Timeline,
     clock_of,
     parse_time,
     partial_state_at,
@@ -64,9 +64,7 @@ POINTS = 300  # the most points a plot is sent
 REASONS_FROM_ROWS = 2_000  # a past moment's overview counts reasons from the pending rows up to this many
 WAIT_S = 0.5  # how long a page waits for the first whole-log answer (estimates, preemptions) before it goes on
 BACKGROUND_EVERY_S = 30.0  # how often the estimates and the preemptions are computed again on a growing log
-DAEMON_CHECKPOINT_BUDGET_BYTES = (
-    128 * 2**20
-)  # the checkpoints' budget in `admitd run --ui` (`admitd ui`: --past-memory)
+DAEMON_PAST_BUDGET_BYTES = 128 * 2**20  # the timeline's budget in `admitd run --ui` (`admitd ui`: --past-memory)
 
 
 def _now_ms() -> int:
@@ -138,7 +136,7 @@ class WebView:
         background_every_s: float = BACKGROUND_EVERY_S,
         series: QueueSeries | None = None,
         series_lock: threading.Lock | None = None,
-        checkpoint_budget_bytes: int = DAEMON_CHECKPOINT_BUDGET_BYTES,
+        past_budget_bytes: int = DAEMON_PAST_BUDGET_BYTES,
     ) -> None:
         """`background_every_s`: how often the whole-log answers (estimated starts, preemptions) are computed again
         while the log grows; each is a fold of the whole log in a worker thread (minutes on a log of a million
@@ -146,9 +144,9 @@ class WebView:
 
         `series`: the plots' series fed by someone else (`admitd run --ui`: by the recorder, `views.follow.CatchingUp`,
         whose `lock` is `series_lock`; it sets `series_ready` at the hand-over), instead of one folded here. A fed
-        series keeps no checkpoints: its pages at a past moment are the file's answers.
+        series keeps no timeline: its pages at a past moment are the file's answers.
 
-        `checkpoint_budget_bytes`: what the own series' checkpoints (the pages at past moments) may take; the default
+        `past_budget_bytes`: what the own series' timeline (the pages at past moments) may take; the default
         is a daemon's, whose pod has 1 GiB in all (config/manager); `admitd ui` gives them more."""
         self.db = db
         self.answers = answers
@@ -157,7 +155,7 @@ class WebView:
         self.live = live  # a log being written (the daemon's): the present is now
         self._own: Series | None = None  # the series folded here (`follow`)
         if series is None:
-            self._own = series = Series(checkpoint_budget_bytes=checkpoint_budget_bytes)
+            self._own = series = Series(past_budget_bytes=past_budget_bytes)
         self.series: QueueSeries = series
         self._fed = self._own is None  # the daemon's: not folded here, at its live state once `series_ready`
         self._series_lock = threading.Lock() if series_lock is None else series_lock
@@ -167,6 +165,7 @@ class WebView:
         self.series_ready = asyncio.Event()
         self._eta = _Background(self._compute_eta, background_every_s)
         self._etas: tuple[dict[str, Any], dict[str, dict[str, Any]]] | None = None
+        self._preempted: tuple[dict[str, Any], dict[str, list[dict[str, Any]]]] | None = None
         self._preemptions = _Background(self._compute_preemptions, background_every_s)
         self._past_workers = asyncio.Semaphore(2)  # past moments built at once (each a fold in a worker thread)
 
@@ -259,34 +258,34 @@ class WebView:
     async def _ask(
         self, command: str, at: str | None, job: str | None = None, moment: Moment | None = None, **params: str
     ) -> dict[str, Any]:
-        """The answer `command` gives at `at`; at a past `moment` the series has folded past, from its checkpoints
-        (`_past`, rows of a `pending` answer then only the first `render.MAX_ROWS` of the queue)."""
+        """The answer `command` gives at `at`; at a past `moment` the series' timeline covers, from it (`_past`,
+        rows of a `pending` answer then only the first `render.MAX_ROWS` of the queue)."""
         given = {k: [v] for k, v in params.items()}
         if at is not None and at.strip() != "now":
             given["at"] = [at]
         q = parse(command, given, job)
         if not q.present and moment is not None and command in ("queues", "pending", "explain"):
-            cps = self._checkpoints_for(moment.seq)
-            if cps is not None:
+            timeline = self._timeline_for(moment.seq)
+            if timeline is not None:
                 async with self._past_workers:
-                    return await asyncio.to_thread(self._past, q, moment, cps)
+                    return await asyncio.to_thread(self._past, q, moment, timeline)
         got = self._from_series(q) if self.answers.state is None and q.present else None
         if got is None:
             got = await self.answers.answer(q)
         body: dict[str, Any] = json.loads(got.body)
         return body
 
-    def _checkpoints_for(self, seq: int) -> Checkpoints | None:
-        """The series' checkpoints when it has folded past `seq` (a tail from the last one would be long)."""
+    def _timeline_for(self, seq: int) -> Timeline | None:
+        """The series' timeline when it covers `seq` (the series has folded past it, since the timeline's start)."""
         own = self._own  # a series fed by the daemon keeps none
         if own is None:
             return None
         with self._series_lock:
-            return own.checkpoints if own.seq >= seq and len(own.checkpoints) else None
+            return own.timeline if own.seq >= seq and own.timeline.covers(seq) else None
 
-    def _past(self, q: Query, moment: Moment, cps: Checkpoints) -> dict[str, Any]:
-        """`q` at a past `moment` from the series' checkpoints (in a worker thread): the functions the answers call,
-        on a state built from the nearest checkpoint (`partial_state_at(checkpoints=)`), so the same JSON (tests
+    def _past(self, q: Query, moment: Moment, timeline: Timeline) -> dict[str, Any]:
+        """`q` at a past `moment` from the series' timeline (in a worker thread): the functions the answers call,
+        on a state of the records as they were then (`partial_state_at(timeline=)`), so the same JSON (tests
         compare them; `pending` only the first `render.MAX_ROWS` rows of the queue)."""
         try:
             with LogReader(self.db) as reader:
@@ -295,23 +294,25 @@ class WebView:
                 if q.command == "queues" or (q.command == "pending" and q.queue is not None):
                     # A ClusterQueue's page asks for both: one state serves them (the queue's pending whole in it).
                     cqs = () if q.queue is None else (q.queue,)
-                    got = partial_state_at(reader, seq, cluster_queues=cqs, checkpoints=cps)
+                    # The queue's first rows only (of thousands, the page shows `render.MAX_ROWS`).
+                    first = None if q.queue is None else render.MAX_ROWS
+                    got = partial_state_at(reader, seq, cluster_queues=cqs, timeline=timeline, first=first)
                     body: dict[str, Any] = queues_json(got.state, clock, moment, got.pending_counts)
                     if q.queue is not None:
                         try:
-                            rows = pending_entries(
-                                got.state, clock, q.queue, pending_seqs(reader, seq), limit=render.MAX_ROWS
-                            )
+                            seqs = timeline.row_seqs(seq) or pending_seqs(reader, seq)
+                            rows = pending_entries(got.state, clock, q.queue, seqs, limit=render.MAX_ROWS)
                         except QueryError as e:
                             raise BadRequest(404, "queue", str(e)) from None
                         body = {"cluster_queues": rows, "queues": body}
                 elif q.command == "pending":
-                    state = state_at(reader, seq, checkpoints=cps)
-                    body = {"cluster_queues": pending_entries(state, clock, None, pending_seqs(reader, seq))}
+                    state = state_at(reader, seq, timeline=timeline)
+                    seqs = timeline.row_seqs(seq) or pending_seqs(reader, seq)
+                    body = {"cluster_queues": pending_entries(state, clock, None, seqs)}
                 else:
                     assert q.job is not None
                     try:
-                        state = _explain_state(reader, q.job, seq, cps)
+                        state = _explain_state(reader, q.job, seq, timeline)
                         x = explain_mod.explain(reader, clock, q.job, moment, state=state)
                     except QueryError as e:
                         raise BadRequest(404, "job", str(e)) from None
@@ -463,11 +464,7 @@ class WebView:
         mine = None
         if pre is not None:
             mine = {
-                "preemptions": [
-                    x
-                    for x in pre["preemptions"]
-                    if name in (x["victimClusterQueue"], x["preemptorClusterQueue"]) and int(x["seq"]) <= moment.seq
-                ]
+                "preemptions": [x for x in self._preemption_index(pre).get(name, ()) if int(x["seq"]) <= moment.seq]
             }
         jobs = [p["job"] for p in pending_rows] + [a["job"] for a in self._admissions(name, moment)]
         for x in (mine or {}).get("preemptions", []):
@@ -494,6 +491,17 @@ class WebView:
         if self._etas is None or self._etas[0] is not body:
             self._etas = (body, {x["job"]: x for x in body.get("estimates", [])})
         return self._etas[1]
+
+    def _preemption_index(self, body: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+        """The preemptions by ClusterQueue (the victim's and the preemptor's), in the answer's order, built once per
+        answer (a deep backlog's log has tens of thousands)."""
+        if self._preempted is None or self._preempted[0] is not body:
+            index: dict[str, list[dict[str, Any]]] = {}
+            for x in body["preemptions"]:
+                for cq in {x["victimClusterQueue"], x["preemptorClusterQueue"]}:
+                    index.setdefault(cq, []).append(x)
+            self._preempted = (body, index)
+        return self._preempted[1]
 
     def _live_reasons(self, head: int) -> dict[str, dict[str, int]] | None:
         """Each ClusterQueue's pending workloads by reason at the log's end, from the series' fold (its pending
@@ -640,15 +648,19 @@ class WebView:
         app.on_cleanup.append(stop)
 
 
-def _explain_state(reader: LogReader, key: str, seq: int, cps: Checkpoints) -> State:
-    """The state `explain` reads at `seq` (as `explain._state_for` builds it from the file), from `cps`: the job, every
-    admitted workload and every workload pending in the ClusterQueues its LocalQueues point at; the whole state when
-    its queue's pending list was not loaded."""
+def _explain_state(reader: LogReader, key: str, seq: int, timeline: Timeline) -> State:
+    """The state `explain` reads at `seq` (as `explain._state_for` builds it from the file), from `timeline`: the
+    job, every admitted workload and every workload pending in the ClusterQueues its LocalQueues point at (none when
+    the job was admitted or gone then: explain reads no queue for it); the whole state when its queue's pending list
+    was not loaded."""
     rows = job_events(reader, key, seq)
     if not rows:
         return State(pending_indexes=False)  # explain says the job was not seen yet, before it reads a state
     local_queues = {f"{e.workload.namespace}/{e.workload.queue_name}" for _, e in rows if isinstance(e, ev.JobObserved)}
-    partial = partial_state_at(reader, seq, keys=(key,), local_queues=local_queues, checkpoints=cps)
+    covered, rec = timeline.record_at(key, seq)
+    if covered and (rec is None or rec.phase is not Phase.PENDING):
+        local_queues = set()  # admitted or gone then: explain reads no queue's pending list (nor its position)
+    partial = partial_state_at(reader, seq, keys=(key,), local_queues=local_queues, timeline=timeline)
     state = partial.state
     if partial.partial:
         rec = state.workloads.get(key)
@@ -657,5 +669,5 @@ def _explain_state(reader: LogReader, key: str, seq: int, cps: Checkpoints) -> S
         lq = state.local_queues.get(f"{rec.workload.namespace}/{rec.workload.queue_name}")
         if lq is None or lq.cluster_queue not in state.cluster_queues or lq.cluster_queue in partial.whole_queues:
             return state
-        return state_at(reader, seq, checkpoints=cps)
+        return state_at(reader, seq, timeline=timeline)
     return state

@@ -269,8 +269,8 @@ async def test_answers_from_the_series_fold_equal_the_files(db: Path) -> None:
         await c.close()
 
 
-async def test_answers_at_past_moments_from_the_checkpoints_equal_the_files(db: Path) -> None:
-    """A page at a past moment asks the series' checkpoints (`WebView._past`); at every seq of the log each answer
+async def test_answers_at_past_moments_from_the_timeline_equal_the_files(db: Path) -> None:
+    """A page at a past moment asks the series' timeline (`WebView._past`); at every seq of the log each answer
     must be the file's (`pending`: its rows, of one queue the first `render.MAX_ROWS`)."""
     import dataclasses  # noqa: PLC0415
     import json  # noqa: PLC0415
@@ -284,7 +284,7 @@ async def test_answers_at_past_moments_from_the_checkpoints_equal_the_files(db: 
     try:
         view = app[VIEW]
         await view.series_ready.wait()
-        assert len(view.series.checkpoints) > 0
+        assert view.series.timeline.start is not None
         reader = view.reader()
         clock = clock_of(reader)
         outcomes: set[str] = set()
@@ -298,10 +298,10 @@ async def test_answers_at_past_moments_from_the_checkpoints_equal_the_files(db: 
                 ("explain", "team-c/c-held", {}),
             ]:
                 q = dataclasses.replace(parse(command, params, job), seq=seq)
-                cps = view._checkpoints_for(seq)
-                assert cps is not None
+                timeline = view._timeline_for(seq)
+                assert timeline is not None
                 try:
-                    mine = view._past(q, m, cps)
+                    mine = view._past(q, m, timeline)
                 except BadRequest as err:
                     mine = {"error": [err.status, err.message]}
                 try:
@@ -377,15 +377,15 @@ def test_admitd_ui_on_a_missing_file_says_so(tmp_path: Path) -> None:
     assert done.returncode == 2 and "no such file" in done.stderr and not (tmp_path / "none.db").exists()
 
 
-def test_the_past_memory_budget_reaches_the_checkpoints(db: Path) -> None:
-    """`admitd ui --past-memory MIB` bounds the series' checkpoints; a daemon's view has its own, smaller default."""
-    from daemon.web.server import DAEMON_CHECKPOINT_BUDGET_BYTES, WebView  # noqa: PLC0415
+def test_the_past_memory_budget_reaches_the_timeline(db: Path) -> None:
+    """`admitd ui --past-memory MIB` bounds the series' timeline; a daemon's view has its own, smaller default."""
+    from daemon.web.server import DAEMON_PAST_BUDGET_BYTES, WebView  # noqa: PLC0415
 
-    assert application(db, past_memory_mib=3)[VIEW].series.checkpoints.budget_bytes == 3 * 2**20
-    assert application(db)[VIEW].series.checkpoints.budget_bytes == 1024 * 2**20
+    assert application(db, past_memory_mib=3)[VIEW].series.timeline.budget_bytes == 3 * 2**20
+    assert application(db)[VIEW].series.timeline.budget_bytes == 1024 * 2**20
     from daemon.answers.answer import Answers  # noqa: PLC0415
 
-    assert WebView(db, Answers(db)).series.checkpoints.budget_bytes == DAEMON_CHECKPOINT_BUDGET_BYTES
+    assert WebView(db, Answers(db)).series.timeline.budget_bytes == DAEMON_PAST_BUDGET_BYTES
     bad = subprocess.run(
         [sys.executable, "-m", "daemon.cli", "ui", "--db", str(db), "--past-memory", "0"],
         check=False,

@@ -1,0 +1,81 @@
+"""The timeline's sets over the log (`daemon.query.moment._Members`): the set at every seq, rebuilt from its last whole
+copy and the changes after it, is the set a plain replay of the changes gives; and the copies are taken only once as
+many changes as members have passed (what is kept grows with the changes, not with the members times the moments).
+The answers built on the timeline are compared with the file's in tests/integration/test_checkpoint_moments.py and
+tests/unit/test_web.py."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daemon.domain.state import State
+from daemon.query import moment as moment_mod
+from daemon.query.moment import Timeline, _Members
+
+KEYS = [f"ns/job-{i}" for i in range(12)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    changes=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(KEYS), st.booleans()), min_size=0, max_size=120),
+    base_every=st.integers(1, 6),
+)
+def test_the_members_at_each_seq_are_the_replayed_set(changes: list[tuple[int, str, bool]], base_every: int) -> None:
+    old = moment_mod.BASE_EVERY_MIN
+    moment_mod.BASE_EVERY_MIN = base_every
+    try:
+        members = _Members(0)
+        expected: dict[int, set[str]] = {0: set()}
+        now: set[str] = set()
+        seq = 0
+        for step, key, add in changes:
+            seq += step  # several changes at one seq (a configuration event re-routes many)
+            if add:
+                members.add(key, seq)
+                now.add(key)
+            else:
+                members.discard(key, seq)
+                now.discard(key)
+            expected[seq] = set(now)
+        last: set[str] = set()
+        for s in range(seq + 1):
+            last = expected.get(s, last)
+            assert members.at(s) == last, s
+            assert members.size_at(s) == len(last), s
+        assert members.now == now
+    finally:
+        moment_mod.BASE_EVERY_MIN = old
+
+
+def test_copies_are_kept_in_proportion_to_the_changes() -> None:
+    members = _Members(0)
+    for i in range(10_000):
+        members.add(f"k{i}", i)
+    for i in range(10_000, 30_000):  # a steady queue: one in, one out
+        members.add(f"k{i}", i)
+        members.discard(f"k{i - 10_000}", i)
+    assert len(members.now) == 10_000
+    changes = 10_000 + 2 * 20_000
+    assert members.cells <= 3 * changes  # each copy of n members comes after at least n changes
+    assert members.at(15_000) == {f"k{i}" for i in range(5_001, 15_001)}
+
+
+def test_a_timeline_covers_only_what_it_saw_and_starts_a_new_span_past_half_its_budget() -> None:
+    from daemon.domain import events as ev  # noqa: PLC0415
+    from daemon.domain.model import Namespace  # noqa: PLC0415
+
+    state = State()
+    timeline = Timeline(budget_bytes=2 * 2_000, check_every=1)
+    assert timeline.start is None and not timeline.covers(1)
+    for seq in range(1, 401):
+        e = ev.NamespaceObserved(namespace=Namespace(name=f"ns{seq}"))
+        state.apply(e, seq)
+        timeline.observe(e, seq, state)
+    assert timeline.seq == 400 and timeline.covers(400) and not timeline.covers(401)
+    start = timeline.start
+    assert start is not None and start > 1 and not timeline.covers(start - 1)  # the oldest span was forgotten
+    got = timeline.whole(start)
+    assert got is not None and len(got.namespaces) == start
+    got = timeline.whole(400)
+    assert got is not None and sorted(got.namespaces) == sorted(state.namespaces)
