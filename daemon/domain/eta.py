@@ -93,9 +93,7 @@ def _forward(
     give the same run without running it: the run is deterministic and reads the runtimes only through `drawn`).
 
     It stops once every workload that can start has (one without a ClusterQueue to route it to cannot, with no
-    observation to come), and runs cycles at an instant as the admit stage does: after a cycle that admitted or
-    preempted (or left work for the next, `AdmissionEngine.deferred`), another, until one admits and preempts
-    nothing.
+    observation to come), and runs cycles at an instant as the admit stage does (`AdmissionEngine.follow_up`).
     `tests/unit/test_eta_fast.py` compares it with the plain loop on random states. (Not done: playing each quota
     tree on its own, or no longer playing a tree whose waiting workloads have all started. Trees are not quite
     independent in the forward run: a cycle that preempts in one tree ends the call for all, and the next instant's
@@ -139,23 +137,20 @@ def _forward(
         if left == 0:
             break
         decisions = engine.decide(world.view(), t)
-        again = engine.deferred
         for d in decisions:
             world.apply(d)
             if isinstance(d, ev.WorkloadAdmitted):
-                again = True
                 key = d.workload
                 if key in started and started[key] is None:
                     started[key] = t
                     left -= 1
                 schedule(key, t, 0)
             elif isinstance(d, ev.WorkloadPreempted):
-                again = True
                 generation[d.workload] = generation.get(d.workload, 0) + 1  # its scheduled end is void
                 world.apply(ev.WorkloadEvicted(workload=d.workload, at=t, reason="Preempted"))
         if left == 0:
             break
-        if again:
+        if engine.follow_up:
             continue  # the next cycle at the same instant sees what this one did
         if engine.retry_at is not None:
             t = max(t, engine.retry_at)

@@ -148,7 +148,7 @@ class Admit:
         self.cycles += 1
         if not decisions:
             return
-        if self.engine.deferred or any(isinstance(d, ev.WorkloadAdmitted | ev.WorkloadPreempted) for d in decisions):
+        if self.engine.follow_up:
             self._dirty = True  # a cycle follows on a fold that holds these decisions (see the module's docstring)
         self._guard_loops(now, decisions)
         self.decisions += len(decisions)

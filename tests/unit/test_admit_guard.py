@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from daemon.domain.events import Event, WorkloadPreempted
+from daemon.domain.events import Event, WorkloadAdmitted, WorkloadPreempted
 from daemon.domain.state import State
 from daemon.stages.admit import Admit, PreemptionLoop
 
@@ -32,12 +32,16 @@ def preempted(victim: str, by: str) -> WorkloadPreempted:
 class Script:
     deferred = False  # no cycle of the script leaves a preemptor for the next one
     retry_at = None  # nor holds a workload back
+    follow_up = False
 
     def __init__(self, *cycles: list[Event]) -> None:
         self.cycles = list(cycles)
 
     def decide(self, view: Any, now: int) -> list[Event]:
-        return self.cycles.pop(0)
+        events = self.cycles.pop(0)
+        # As the engine: a cycle that admitted or preempted asks for another (`AdmissionEngine.follow_up`).
+        self.follow_up = any(isinstance(e, WorkloadAdmitted | WorkloadPreempted) for e in events)
+        return events
 
 
 class Recorder:

@@ -7,7 +7,7 @@ from daemon.domain.admission.cycle import Cycle
 from daemon.domain.admission.memo import InadmissibleMemo
 from daemon.domain.admission.optimisations import ALL_OPTIMISATIONS, Optimisations
 from daemon.domain.config import DEFAULT_CONFIG, EngineConfig
-from daemon.domain.events import Event
+from daemon.domain.events import Event, WorkloadAdmitted, WorkloadPreempted
 from daemon.domain.model import ClusterQueue, Cohort, FlavorResource, Millis, ResourceFlavor, StopPolicy
 from daemon.domain.quota import QuotaTree
 from daemon.domain.view import ClusterView
@@ -38,6 +38,11 @@ class AdmissionEngine:
         """Whether the last call left work for the next one (it preempted, so it ended there; or with fair sharing
         a preemptor was left, see `Kind.DEFERRED`): run another call once its decisions are in the fold, even if
         nothing is observed meanwhile."""
+        self.follow_up = False
+        """Whether the caller must run another call at this instant once this call's decisions are in the fold: it
+        admitted or preempted, or left work for the next (`deferred`). A fresh call is not always a continuation of
+        the last (it offers every queue from its head again), so only a call that admits and preempts nothing is
+        known to leave a fixed point (the admit stage, the eta forward run)."""
         self.retry_at: Millis | None = None
         """When the last call held back a workload stopped at its instant (`PendingWorkload.evicted_now`): the next
         instant, at which a call must run even if nothing is observed, or the workload would wait for whatever
@@ -45,7 +50,7 @@ class AdmissionEngine:
 
     def decide(self, view: ClusterView, now: Millis) -> list[Event]:
         if self._opt.idle and nothing_to_decide(view):
-            self.deferred = False
+            self.deferred = self.follow_up = False
             self.retry_at = None
             return []
         key = (dict(view.cluster_queues), dict(view.cohorts), dict(view.flavors), dict(view.rejected or {}))
@@ -59,6 +64,7 @@ class AdmissionEngine:
         cycle = Cycle(view, now, self._config, self._tree, self._usage_cache, memo, self._opt)
         events = cycle.run()
         self.deferred = cycle.deferred
+        self.follow_up = self.deferred or any(isinstance(e, WorkloadAdmitted | WorkloadPreempted) for e in events)
         self.retry_at = now + 1 if cycle.held_back else None
         return events
 
