@@ -74,6 +74,19 @@ class Switches:
     is an order within an instant: a queue's newer workload may be admitted one pass later than Kueue would, after
     another queue's borrower (one pass earlier it would have been admitted before it)."""
 
+    borrowers_after_the_trees_own: bool = True
+    """In a cycle where a workload that does not borrow was admitted in a Cohort tree, or preempted for its room (or
+    waits for it), the tree's borrowing entries are skipped (requeued at once: heads again in the next cycle), and
+    their ClusterQueues are parked: in the cycles that follow, a parked queue's head is nominated only after the
+    cycle's entries that do not borrow were processed (against the snapshot as it stands then), and only if none of
+    its tree acted; otherwise it is skipped again unassessed. (The engine assesses nothing for them meanwhile.)
+    Room freed in a tree goes first to the queues taking back their own quota, as deep as their pending workloads
+    go; only what is left is lent. Kueue v0.17 lends it in the same cycle and reclaims it in the next (one head per
+    ClusterQueue per cycle): an eviction for nothing, repeated under eviction latency. Kueue up to v0.3 skipped
+    every borrower of a Cohort that admitted in the cycle; `schedule()` still carries the comment saying why
+    ("there can be other workloads deeper in a clusterQueue whose head got admitted that should be scheduled in
+    the cohort before the heads of other clusterQueues")."""
+
     no_hold_when_a_cohort_limit_blocks: bool = True
     """Kueue's reserveCapacityForUnreclaimablePreempt holds resourcesToReserve for every preemptor without
     candidates. admitd holds nothing when what keeps it out is a Cohort's borrowingLimit (it would fit if the
@@ -153,6 +166,7 @@ class KueueModel:
         self.cq_of: dict[str, str] = {}
         self.admitted: dict[str, AdmittedWorkload] = {}
         self.held: set[str] = set()
+        self.parked: set[str] = set()  # `borrowers_after_the_trees_own`: ClusterQueues whose head was skipped
         self.decisions: list[Decision] = []
         self.cycles = 0
         self._structure = QuotaTree.build(self.cluster_queues, self.cohorts, self.flavors)
@@ -247,6 +261,7 @@ class KueueModel:
                 if key in self.pending:
                     self.queues[self.cq_of[key]].active.add(key)
             self.held = set()
+            self.parked = set()  # each engine call starts with no queue parked
         return len(self.decisions)
 
     def wants_next_instant(self) -> bool:
@@ -254,7 +269,7 @@ class KueueModel:
 
     def _state(self) -> tuple[object, ...]:
         queues = [(frozenset(q.active), frozenset(q.inadmissible), q.preemptor, q.sticky) for q in self.queues.values()]
-        return (*queues, frozenset(self.held))
+        return (*queues, frozenset(self.held), frozenset(self.parked))
 
     # --- one cycle: Scheduler.schedule ---------------------------------------------------------------------------
 
@@ -277,8 +292,9 @@ class KueueModel:
         for key, aw in self.admitted.items():
             by_cq.setdefault(aw.admission.cluster_queue, {})[key] = aw
         snap = Snapshot(tree, by_cq, {}, None)
-        # 3. nominate.
-        entries, inadmissible = self._nominate(heads, tree, snap)
+        # 3. nominate (parked queues' heads later: `borrowers_after_the_trees_own`).
+        parked = [(name, pw) for name, pw in heads if name in self.parked]
+        entries, inadmissible = self._nominate([h for h in heads if h[0] not in self.parked], tree, snap)
         # 4. makeClassicalIterator: not borrowing (lower level) first, then priority, then FIFO (ties: the key,
         # where Kueue's order is that of a Go map).
         entries.sort(key=_iterator_order)
@@ -286,8 +302,27 @@ class KueueModel:
         preempted: dict[str, AdmittedWorkload] = {}
         victims: list[tuple[str, str]] = []
         held: list[tuple[Node, dict[FlavorResource, int]]] = []  # usage added for entries not admitted
-        for e in entries:
-            self._process_entry(e, tree, snap, preempted, victims, held, now)
+        own: set[str] = set()  # `borrowers_after_the_trees_own`: trees where a non-borrower acted in this cycle
+        if parked:
+            first = [e for e in entries if _borrowing(e) == 0]
+            for e in first:
+                self._process_entry(e, tree, snap, preempted, victims, held, own, now)
+            late: list[tuple[str, PendingWorkload]] = []
+            for name, pw in parked:
+                if tree.cqs[name].root().name in own:
+                    entries.append(_Entry(pw=pw, cq=name, status="skipped"))  # skipped unassessed; stays parked
+                else:
+                    self.parked.discard(name)
+                    late.append((name, pw))
+            more, more_inadmissible = self._nominate(late, tree, snap)
+            inadmissible += more_inadmissible
+            entries += more
+            done = {id(e) for e in first}
+            rest = sorted((e for e in entries if e.assignment is not None and id(e) not in done), key=_iterator_order)
+        else:
+            rest = entries
+        for e in rest:
+            self._process_entry(e, tree, snap, preempted, victims, held, own, now)
         # 6. requeueAndUpdate for every entry not assumed.
         for e in [*entries, *inadmissible]:
             if e.status != "assumed":
@@ -357,6 +392,7 @@ class KueueModel:
         preempted: dict[str, AdmittedWorkload],
         victims: list[tuple[str, str]],
         held: list[tuple[Node, dict[FlavorResource, int]]],
+        own: set[str],
         now: Millis,
     ) -> None:
         """Scheduler.processEntry. `held`: the usage this cycle added to the snapshot for entries it did not admit
@@ -380,6 +416,13 @@ class KueueModel:
         if self.switches.hold_evicted_until_next_instant and e.pw.evicted_now(now):
             e.requeue_reason = HELD  # admitd: not admitted again, nor preempting, at the instant it stopped
             return
+        root = node.root().name
+        if self.switches.borrowers_after_the_trees_own and a.borrowing and root in own:
+            e.status = "skipped"  # admitd: a queue of its tree takes back its own quota in this cycle
+            self.parked.add(e.cq)
+            return
+        # `acted(root)` where it is admitted, preempts or holds its room
+        acted = own.add if self.switches.borrowers_after_the_trees_own and not a.borrowing else _nothing
         if any(t.victim.key in preempted for t in e.targets):
             e.status = "skipped"  # "Workload has overlapping preemption targets with another workload"
             return
@@ -394,11 +437,13 @@ class KueueModel:
         ):
             snap.add_usage(node, a.usage)  # admitd: it waits for the victims, holding its room
             held.append((node, dict(a.usage)))
+            acted(root)
             e.status = "skipped"
             return
         for t in e.targets:
             preempted[t.victim.key] = t.victim
         snap.add_usage(node, a.usage)
+        acted(root)
         if a.mode is Mode.PREEMPT:
             held.append((node, dict(a.usage)))
             for t in e.targets:  # Preemptor.IssuePreemptions
@@ -457,6 +502,14 @@ class KueueModel:
             q.active.add(key)
         elif key not in q.active:
             q.inadmissible.add(key)
+
+
+def _borrowing(e: _Entry) -> int:
+    return e.assignment.borrowing if e.assignment is not None else 0
+
+
+def _nothing(root: str) -> None:
+    pass
 
 
 def _iterator_order(e: _Entry) -> tuple[int, int, int, str]:

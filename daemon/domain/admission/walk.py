@@ -111,6 +111,7 @@ class Queue:
     rest_blocked: bool = False  # StrictFIFO: the rest's `BlockedByHead` (and the head's reason) written this call
     emitted: bool = False  # any event about this queue's pending workloads this cycle
     acted: bool = False  # offered an entry this cycle
+    parked: bool = False  # its head was a borrower skipped in the last pass (`Processor.own_first`)
     volatile: bool = False  # some outcome depended on the instant (see `Outcome.volatile`): not memoised
     equivalent: dict[ClassKey, Outcome] = field(default_factory=dict)  # (state, shape, who) -> unfit outcome
 
