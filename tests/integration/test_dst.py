@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.kueue_shapes import Shape, WorkloadClass, scenario
 from daemon.domain import events as ev
 from daemon.eventlog import LogReader, replay
 from daemon.sim import faulty
@@ -403,8 +404,6 @@ def test_under_eviction_latency_a_queue_taking_back_its_quota_does_not_lend_it_a
     the freed room, which its next heads reclaimed a pass later: 64 such evictions for nothing (churn), 86
     preemptions, the last job done at 16.9 s. Borrowers now wait for the passes in which their tree's own queues
     take back their quota (README, `borrowers_after_the_trees_own`)."""
-    from bench.kueue_shapes import Shape, WorkloadClass, scenario
-
     shape = Shape(
         "one-cohort",
         1,
