@@ -79,3 +79,40 @@ def test_a_timeline_covers_only_what_it_saw_and_starts_a_new_span_past_half_its_
     assert got is not None and len(got.namespaces) == start
     got = timeline.whole(400)
     assert got is not None and sorted(got.namespaces) == sorted(state.namespaces)
+
+
+def test_a_timeline_pauses_while_a_new_span_would_not_fit_and_follows_the_rows_seqs_meanwhile() -> None:
+    """A new span costs O(live workloads) on the fold's thread: with more live than a quarter of the budget holds,
+    the timeline pauses (no span started every few events), covers nothing from there, and starts again once they
+    fit, with each job's row seqs as a timeline that never paused has them."""
+    from daemon.domain import events as ev  # noqa: PLC0415
+    from daemon.domain.model import PodSet, Workload  # noqa: PLC0415
+
+    def job(i: int) -> ev.JobObserved:
+        pod_sets = (PodSet(name="main", count=1, requests={"cpu": 1000}),)
+        wl = Workload(namespace="ns", name=f"j-{i}", uid=f"u{i}", created_at=i, queue_name="lq", pod_sets=pod_sets)
+        return ev.JobObserved(workload=wl)
+
+    events: list[ev.Event] = [job(i) for i in range(9)]  # nine live: more than a new span may take
+    events += [job(9), ev.JobDeleted(job="ns/j-0", at=9), job(0)]  # while paused: a new job's row, one back
+    events += [ev.JobDeleted(job=f"ns/j-{i}", at=10 + i) for i in range(9)]  # one left: fits again
+    events += [job(2), job(10), job(11), job(9)]  # one back after its deletion, two new, one observed again
+    state, reference = State(), Timeline(budget_bytes=10**9, check_every=1)
+    timeline = Timeline(budget_bytes=16_000, check_every=1)
+    paused_at: list[int] = []
+    for seq, e in enumerate(events, start=1):
+        state.apply(e, seq)
+        timeline.observe(e, seq, state)
+        reference.observe(e, seq, state)
+        if timeline.paused:
+            paused_at.append(seq)
+    assert paused_at and paused_at[-1] < len(events) and not timeline.paused, paused_at
+    assert all(not timeline.covers(s) for s in paused_at)
+    resumed = paused_at[-1] + 1
+    assert timeline.covers(resumed) and timeline.covers(len(events))
+    keys = sorted({e.workload.key for e in events if isinstance(e, ev.JobObserved)})
+    for seq in range(resumed, len(events) + 1):
+        got, want = timeline.row_seqs(seq), reference.row_seqs(seq)
+        assert got is not None and want is not None
+        assert [got(k) for k in keys] == [want(k) for k in keys], seq
+        assert [timeline.record_at(k, seq) for k in keys] == [reference.record_at(k, seq) for k in keys], seq
