@@ -552,9 +552,29 @@ class Daemon:
             seq=feed.live_state.seq,
             seconds=round(time.perf_counter() - started, 3),
         )
+        paused = self._timeline_paused(False)
         while True:
             await asyncio.sleep(METRICS_REFRESH_S)
             fed.refresh()
+            paused = self._timeline_paused(paused)
+
+    def _timeline_paused(self, was: bool) -> bool:
+        """Whether the web view's timeline is paused, said in the log when that changes (`Timeline.observe`: its
+        next span would take more than a quarter of --ui-past-memory; the pages at moments from then on read the
+        file, seconds each on a large log, until it starts again)."""
+        timeline = self._timeline
+        now = timeline is not None and timeline.paused
+        if timeline is not None and now != was:
+            if now:
+                log.warning(
+                    "web view: the timeline of the past paused (the live workloads need more than a quarter of "
+                    "--ui-past-memory for a new span): pages at later moments read the file",
+                    covered_to_seq=timeline.seq,
+                    budget_mib=timeline.budget_bytes // 2**20,
+                )
+            else:
+                log.info("web view: the timeline of the past kept again", from_seq=timeline.seq)
+        return now
 
     async def _serve_health(self, opts: RunOptions, fed: metrics.FedMetrics) -> web.AppRunner:
         async def scrape_fed() -> tuple[int, bytes, str]:

@@ -6,6 +6,8 @@ tests/unit/test_web.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -116,3 +118,38 @@ def test_a_timeline_pauses_while_a_new_span_would_not_fit_and_follows_the_rows_s
         assert got is not None and want is not None
         assert [got(k) for k in keys] == [want(k) for k in keys], seq
         assert [timeline.record_at(k, seq) for k in keys] == [reference.record_at(k, seq) for k in keys], seq
+
+
+def test_the_daemon_says_when_its_timeline_pauses_and_when_it_keeps_again(tmp_path: Any) -> None:
+    """`admitd run --ui`: a paused timeline makes the pages at later moments read the file (seconds each on a large
+    log), which an operator must be able to see: one warning when it pauses, one line when it keeps again."""
+    from structlog.testing import capture_logs  # noqa: PLC0415
+
+    from daemon.domain import events as ev  # noqa: PLC0415
+    from daemon.domain.model import PodSet, Workload  # noqa: PLC0415
+    from daemon.kube import run as kube_run  # noqa: PLC0415
+
+    daemon = kube_run.Daemon(kube_run.RunOptions(db=tmp_path / "a.db", ui=True))
+    timeline = daemon._timeline = Timeline(budget_bytes=16_000, check_every=1)
+    state = State()
+    pod_sets = (PodSet(name="main", count=1, requests={"cpu": 1000}),)
+    jobs: list[ev.Event] = [
+        ev.JobObserved(
+            workload=Workload(
+                namespace="ns", name=f"j-{i}", uid=f"u{i}", created_at=i, queue_name="lq", pod_sets=pod_sets
+            )
+        )
+        for i in range(10)
+    ]
+    events = [*jobs, *(ev.JobDeleted(job=f"ns/j-{i}", at=20 + i) for i in range(9))]
+    paused, said = False, []
+    with capture_logs() as logs:
+        for seq, e in enumerate(events, start=1):
+            state.apply(e, seq)
+            timeline.observe(e, seq, state)
+            paused = daemon._timeline_paused(paused)
+            said.append(paused)
+    assert True in said and said[-1] is False, said  # it paused, then kept again
+    lines = [(x["log_level"], x["event"]) for x in logs]
+    assert [level for level, _ in lines] == ["warning", "info"], lines
+    assert "pages at later moments read the file" in lines[0][1] and "kept again" in lines[1][1]
