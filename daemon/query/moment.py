@@ -537,8 +537,9 @@ class _Span:
 
     # --- following the fold ---
 
-    def one(self, state: State, key: str, seq: int) -> None:
-        """Record workload `key` as the fold holds it after event `seq`."""
+    def one(self, state: State, key: str, seq: int, *, equal: bool = False) -> None:
+        """Record workload `key` as the fold holds it after event `seq`; `equal`: not again if its record equals the
+        last one kept (`resync`)."""
         rec = state.workloads.get(key)
         recs = self._recs.get(key)
         if recs is None:
@@ -547,7 +548,7 @@ class _Span:
             self._seqs[key] = array("q", [seq])
             self._recs[key] = [rec]
             self.versions += 1
-        elif recs[-1] is not rec:
+        elif recs[-1] is not rec and not (equal and recs[-1] == rec):
             seqs = self._seqs[key]
             if seqs[-1] == seq:
                 recs[-1] = rec
@@ -580,13 +581,16 @@ class _Span:
 
     def resync(self, state: State, seq: int) -> None:
         """Record every workload after event `seq` (a configuration event: it may re-route, re-prioritise or release
-        any of them). O(live workloads): configuration changes are rare."""
+        any of them). O(live workloads): configuration changes are rare. A record equal to the last one kept but
+        another object (the daemon's: the catch-up's records until the hand-over, the live state's after, equal
+        then) is not kept again: a configuration event after the hand-over would otherwise add a version of every
+        live workload."""
         one = self.one
         for key in list(self._alive.now):
             if key not in state.workloads:
-                one(state, key, seq)
+                one(state, key, seq, equal=True)
         for key in state.workloads:
-            one(state, key, seq)
+            one(state, key, seq, equal=True)
 
     def config(self, state: State, seq: int) -> None:
         got = _config_of(state)

@@ -153,3 +153,35 @@ def test_the_daemon_says_when_its_timeline_pauses_and_when_it_keeps_again(tmp_pa
     lines = [(x["log_level"], x["event"]) for x in logs]
     assert [level for level, _ in lines] == ["warning", "info"], lines
     assert "pages at later moments read the file" in lines[0][1] and "kept again" in lines[1][1]
+
+
+def test_a_configuration_event_after_a_hand_over_keeps_no_version_of_the_workloads_it_did_not_change() -> None:
+    """The daemon's timeline follows the catch-up's state, then the live one (equal records, other objects): the
+    first configuration event after that (which records every workload again) keeps no second copy of each."""
+    from daemon.domain import events as ev  # noqa: PLC0415
+    from daemon.domain.model import Namespace, PodSet, Workload  # noqa: PLC0415
+
+    pod_sets = (PodSet(name="main", count=1, requests={"cpu": 1000}),)
+    events: list[ev.Event] = [
+        ev.JobObserved(
+            workload=Workload(
+                namespace="ns", name=f"j-{i}", uid=f"u{i}", created_at=i, queue_name="lq", pod_sets=pod_sets
+            )
+        )
+        for i in range(50)
+    ]
+    catch_up, live = State(), State()
+    timeline = Timeline(budget_bytes=10**9, check_every=1)
+    for seq, e in enumerate(events, start=1):
+        catch_up.apply(e, seq)
+        live.apply(e, seq)
+        timeline.observe(e, seq, catch_up)
+    versions = timeline._spans[-1].versions
+    assert live.workloads["ns/j-0"] == catch_up.workloads["ns/j-0"]
+    assert live.workloads["ns/j-0"] is not catch_up.workloads["ns/j-0"]
+    config = ev.NamespaceObserved(namespace=Namespace(name="ns"))
+    live.apply(config, 51)
+    timeline.observe(config, 51, live)  # handed over: the live state from here
+    assert timeline._spans[-1].versions == versions
+    got = timeline.whole(51)
+    assert got is not None and got.workloads == live.workloads
