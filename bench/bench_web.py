@@ -13,6 +13,14 @@ ready; then the whole-log estimates are let finish, as in the background of a ru
 timed. Each figure is the median of `--runs` requests of a page (the first of each is not counted), the whole HTTP
 round trip from a client on the same event loop. `--no-timeline`: the series keeps none (pages at past moments
 from the file; for the memory and the fold time it costs). Prints one JSON object.
+
+`--daemon` (the pages at past moments only): served as `admitd run --ui` serves them instead, by a `WebView` on a
+series and a timeline fed by the daemon's one fold (`views.follow.CatchingUp`, wired as daemon.kube.run wires it):
+a live state from the log at `--live-from` of its events (a restarted daemon's, from the file's snapshot and tail),
+the catch-up folding the log up to there in a worker thread (the timeline fed on the way), the hand-over, then the
+rest of the log fed event by event as its recorder feeds it (the feed, the queues, the state, then the feed's
+`folded`), timed apart. `--past-memory MIB`: the timeline's budget (default the daemon's, 128 MiB); with
+`--no-timeline` the daemon's view keeps none (its past pages the file's answers, as before issue 27's last step).
 """
 
 from __future__ import annotations
@@ -182,6 +190,129 @@ def _result(v: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def measure_daemon(db: Path, runs: int, timeline: bool, budget_bytes: int, live_from: float) -> dict[str, Any]:
+    """The pages at past moments as `admitd run --ui` serves them (see the module's docstring)."""
+    from daemon.answers.answer import Answers  # noqa: PLC0415
+    from daemon.domain.state import State  # noqa: PLC0415
+    from daemon.eventlog import codec  # noqa: PLC0415
+    from daemon.query.moment import Timeline, state_at  # noqa: PLC0415
+    from daemon.views.follow import CatchingUp  # noqa: PLC0415
+    from daemon.views.queues import Queues  # noqa: PLC0415
+    from daemon.views.series import QueueSeries  # noqa: PLC0415
+    from daemon.web.server import WebView  # noqa: PLC0415
+
+    observed = [0.0, 0]
+
+    def timed(observe: Any) -> Any:
+        def inner(event: Any, seq: int, state: State) -> None:
+            t = time.perf_counter()
+            observe(event, seq, state)
+            observed[0] += time.perf_counter() - t
+            observed[1] += 1
+
+        return inner
+
+    with LogReader(db) as reader:
+        clock = clock_of(reader)
+        start = max(1, int(clock.last_seq * live_from))
+        t0 = time.perf_counter()
+        live = state_at(reader, start)  # a restarted daemon's state: the snapshot, then the tail
+        live_state_s = time.perf_counter() - t0
+        rest = [
+            (seq, at, codec.decode(t, v, p if isinstance(p, bytes) else p.encode(), seq=seq))
+            for seq, at, t, v, p in reader.iter_timed_payloads(start)
+        ]
+    now = [clock.first_ms]
+    queues = Queues.of(live)
+    feed = CatchingUp(db, live, queues, lambda: now[0])
+    assert feed.state is not None and feed.queues is not None
+    series = QueueSeries(feed.state, feed.queues)
+    feed.add(series)
+    tl = Timeline(budget_bytes=budget_bytes) if timeline else None
+    if tl is not None:
+        feed.add_folded(timed(tl.observe))
+    rss_before = _rss_mib()
+    t1 = time.perf_counter()
+    await asyncio.to_thread(feed.catch_up)
+    feed.hand_over()
+    catch_up_s = time.perf_counter() - t1
+    observed_catch_up = list(observed)
+    t2 = time.perf_counter()
+    for seq, at, event in rest:  # the recorder's order (daemon.stages.recorder.Recorder.append)
+        now[0] = at
+        feed.apply(event, seq)
+        queues.apply(event, seq)
+        live.apply(event, seq)
+        feed.folded(event, seq)
+    live_s = time.perf_counter() - t2
+    rss_after = _rss_mib()
+    view = WebView(db, Answers(db), series=series, series_lock=feed.lock, timeline=tl)
+    view.series_ready.set()
+    app = web.Application()
+    view.add_routes(app)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    base = f"http://127.0.0.1:{port}/ui"
+    pending = live.view().pending_by_cq
+    deepest = max(pending, key=lambda c: len(pending[c]))
+    bucket = pending[deepest]
+    job = bucket[len(bucket) // 2].key
+    past: dict[str, Any] = {}
+    try:
+        async with aiohttp.ClientSession() as session:
+            first = quote(clock.show(clock.first_ms) or "", safe="")
+            async with session.get(base + f"/clusterqueue/{deepest}?at={first}") as r:  # starts the preemptions
+                await r.read()
+            await view._preemptions.wait()
+            for part in PAST:
+                ms = clock.first_ms + int((clock.last_ms - clock.first_ms) * part)
+                at = quote(clock.show(ms) or "", safe="")
+                with LogReader(db) as reader:
+                    seq = reader.seq_at(ms)
+                    then = admitted_at(reader, seq, deepest)
+                for name, path in {
+                    "overview": f"/?at={at}",
+                    "ClusterQueue, the deepest now": f"/clusterqueue/{deepest}?at={at}",
+                    "job pending in the middle of the deepest queue now": f"/job/{job}?at={at}",
+                    "job admitted then": f"/job/{then}?at={at}",
+                }.items():
+                    key = f"{name} (at {part:g} of the span)"
+                    got = await _time(session, base + path, runs)
+                    past[key] = {**got, "path": path, "from": "memory" if view._timeline_for(seq) else "file"}
+                    print(json.dumps({key: past[key]}), file=sys.stderr, flush=True)
+    finally:
+        await runner.cleanup()
+    return {
+        "log": str(db),
+        "events": clock.last_seq,
+        "mode": "daemon",
+        "live_from_seq": start,
+        "live_state_s": round(live_state_s, 1),
+        "catch_up_s": round(catch_up_s, 1),
+        "live_feed": {"events": len(rest), "s": round(live_s, 2)},
+        "timeline": None
+        if tl is None
+        else {
+            "budget_mib": round(budget_bytes / 2**20),
+            "start": tl.start,
+            "seq": tl.seq,
+            "paused": tl.paused,
+            "spans": [(sp.start, sp.seq) for sp in tl._spans],
+            "estimated_mib": round(tl.nbytes / 2**20, 1),
+            "observed_in_catch_up": observed_catch_up[1],
+            "observe_in_catch_up_s": round(observed_catch_up[0], 1),
+            "observed_live": observed[1] - observed_catch_up[1],
+            "observe_live_s": round(observed[0] - observed_catch_up[0], 2),
+        },
+        "rss_mib": {"before_catch_up": rss_before, "after_live_feed": rss_after},
+        "deepest_pending": len(bucket),
+        "pages_past": past,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
@@ -190,13 +321,22 @@ def main() -> None:
     parser.add_argument("--until", type=float, default=0.5, help="... and simulated until this part of its arrivals")
     parser.add_argument("--no-timeline", action="store_true", help="the series keeps no timeline")
     parser.add_argument("--past-only", action="store_true", help="time the pages at past moments only")
+    parser.add_argument("--daemon", action="store_true", help="as `admitd run --ui` serves them (past pages)")
+    parser.add_argument("--past-memory", type=int, default=None, metavar="MIB", help="--daemon: the timeline's budget")
+    parser.add_argument("--live-from", type=float, default=0.9, help="--daemon: where its live state begins")
     args = parser.parse_args()
     configure_logging(level="warning")
     out: dict[str, Any] = {}
     if not args.db.exists():
         args.db.parent.mkdir(parents=True, exist_ok=True)
         out["build"] = build(args.db, scaled(BIG, args.scale), args.until)
-    out.update(asyncio.run(measure(args.db, args.runs, not args.no_timeline, not args.past_only)))
+    if args.daemon:
+        from daemon.web.server import DAEMON_PAST_BUDGET_BYTES  # noqa: PLC0415
+
+        budget = DAEMON_PAST_BUDGET_BYTES if args.past_memory is None else args.past_memory * 2**20
+        out.update(asyncio.run(measure_daemon(args.db, args.runs, not args.no_timeline, budget, args.live_from)))
+    else:
+        out.update(asyncio.run(measure(args.db, args.runs, not args.no_timeline, not args.past_only)))
     print(json.dumps(out, indent=2))
 
 

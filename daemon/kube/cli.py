@@ -134,6 +134,14 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
         "Off by default",
     )
     p.add_argument(
+        "--ui-past-memory",
+        type=_past_mib,
+        default=None,
+        metavar="MIB",
+        help="memory the web view's timeline of the past (its pages at past moments, from memory instead of the "
+        "log's snapshots) may take, in MiB (default 128); with less it covers fewer moments (the others read the file)",
+    )
+    p.add_argument(
         "--local-queue-metrics",
         action="store_true",
         help="also serve Kueue's kueue_local_queue_* metrics (off by default, as Kueue's LocalQueueMetrics)",
@@ -200,6 +208,16 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     p.set_defaults(func=_cmd_run)
 
 
+def _past_mib(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--ui-past-memory takes a whole number of MiB, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--ui-past-memory must be at least 1 (MiB), got {value}")
+    return value
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
         engine, warnings = (EngineConfig(), ()) if args.config is None else load_config(args.config)
@@ -231,6 +249,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         metrics_auth=args.metrics_auth,
         local_queue_metrics=args.local_queue_metrics,
         ui=args.ui or engine.web_ui,
+        ui_past_bytes=None if args.ui_past_memory is None else args.ui_past_memory * 2**20,
         leader_elect=args.leader_elect,
         leader_election_lease=args.leader_election_lease,
         identity=args.identity,

@@ -70,9 +70,19 @@ from daemon.views.queues import Queues
 from daemon.views.series import QueueSeries
 
 if TYPE_CHECKING:
+    from daemon.query.moment import Timeline
     from daemon.web.server import WebView
 
 log = get_logger("admitd.run")
+
+
+def _ui_timeline(budget_bytes: int | None) -> Timeline:
+    """The web view's timeline of the past (`--ui`), within `budget_bytes` (None: the web view's default)."""
+    from daemon.query.moment import Timeline  # noqa: PLC0415  (only with --ui)
+    from daemon.web.server import DAEMON_PAST_BUDGET_BYTES  # noqa: PLC0415
+
+    return Timeline(budget_bytes=DAEMON_PAST_BUDGET_BYTES if budget_bytes is None else budget_bytes)
+
 
 KUEUE_KINDS = {  # watched in this order, queue objects before Jobs: plural -> kind
     "resourceflavors": "ResourceFlavor",
@@ -109,6 +119,7 @@ class RunOptions:
     health_port: int = 8080
     local_queue_metrics: bool = False  # Kueue's kueue_local_queue_* on /metrics
     ui: bool = False  # the read-only web view (daemon.web) at /ui/ beside the answers, for callers RBAC allows
+    ui_past_bytes: int | None = None  # what its timeline of the past may take (None: DAEMON_PAST_BUDGET_BYTES)
     actuation_parallelism: int = 16  # the actuator's API calls in flight at once
     actuation_lanes: int = 512  # jobs whose orders are carried out at once, each in its own lane
     cert_check_s: float = 12 * 3600  # how often the webhook's certificate is checked for renewal
@@ -207,6 +218,7 @@ class Daemon:
         self._view: Callable[[], ClusterView] | None = None
         self._feed: CatchingUp | None = None  # the views counting from the log's first event, fed live once caught up
         self._series: QueueSeries | None = None  # with --ui: the web view's plots' series, one of them
+        self._timeline: Timeline | None = None  # with --ui: the records over the log (its pages at past moments)
         self._web_view: WebView | None = None
 
     async def run(self) -> int:
@@ -270,6 +282,11 @@ class Daemon:
             if opts.ui:
                 self._series = QueueSeries(feed.state, feed.queues)
                 feed.add(self._series)
+                # The pages at a past moment from memory: every record's versions over the log, told of each event
+                # after the fold applied it (the catch-up's state, then the daemon's own after the hand-over).
+                self._timeline = _ui_timeline(opts.ui_past_bytes)
+                feed.add_folded(self._timeline.observe)
+                recorder.listeners.insert(0, feed.folded)
             recorder.projections.insert(0, feed.apply)
             self._feed = feed
             metrics.status_backlog_is(status.backlog)
@@ -535,9 +552,29 @@ class Daemon:
             seq=feed.live_state.seq,
             seconds=round(time.perf_counter() - started, 3),
         )
+        paused = self._timeline_paused(False)
         while True:
             await asyncio.sleep(METRICS_REFRESH_S)
             fed.refresh()
+            paused = self._timeline_paused(paused)
+
+    def _timeline_paused(self, was: bool) -> bool:
+        """Whether the web view's timeline is paused, said in the log when that changes (`Timeline.observe`: its
+        next span would take more than a quarter of --ui-past-memory; the pages at moments from then on read the
+        file, seconds each on a large log, until it starts again)."""
+        timeline = self._timeline
+        now = timeline is not None and timeline.paused
+        if timeline is not None and now != was:
+            if now:
+                log.warning(
+                    "web view: the timeline of the past paused (the live workloads need more than a quarter of "
+                    "--ui-past-memory for a new span): pages at later moments read the file",
+                    covered_to_seq=timeline.seq,
+                    budget_mib=timeline.budget_bytes // 2**20,
+                )
+            else:
+                log.info("web view: the timeline of the past kept again", from_seq=timeline.seq)
+        return now
 
     async def _serve_health(self, opts: RunOptions, fed: metrics.FedMetrics) -> web.AppRunner:
         async def scrape_fed() -> tuple[int, bytes, str]:
@@ -593,6 +630,7 @@ class Daemon:
             background_every_s=UI_BACKGROUND_S,
             series=self._series,  # fed by the recorder (`_keep_views` sets series_ready at the hand-over)
             series_lock=self._feed.lock,
+            timeline=self._timeline,  # fed by the catch-up, then by the recorder
         )
         if self._feed.live:
             view.series_ready.set()

@@ -537,8 +537,9 @@ class _Span:
 
     # --- following the fold ---
 
-    def one(self, state: State, key: str, seq: int) -> None:
-        """Record workload `key` as the fold holds it after event `seq`."""
+    def one(self, state: State, key: str, seq: int, *, equal: bool = False) -> None:
+        """Record workload `key` as the fold holds it after event `seq`; `equal`: not again if its record equals the
+        last one kept (`resync`)."""
         rec = state.workloads.get(key)
         recs = self._recs.get(key)
         if recs is None:
@@ -547,7 +548,7 @@ class _Span:
             self._seqs[key] = array("q", [seq])
             self._recs[key] = [rec]
             self.versions += 1
-        elif recs[-1] is not rec:
+        elif recs[-1] is not rec and not (equal and recs[-1] == rec):
             seqs = self._seqs[key]
             if seqs[-1] == seq:
                 recs[-1] = rec
@@ -580,13 +581,16 @@ class _Span:
 
     def resync(self, state: State, seq: int) -> None:
         """Record every workload after event `seq` (a configuration event: it may re-route, re-prioritise or release
-        any of them). O(live workloads): configuration changes are rare."""
+        any of them). O(live workloads): configuration changes are rare. A record equal to the last one kept but
+        another object (the daemon's: the catch-up's records until the hand-over, the live state's after, equal
+        then) is not kept again: a configuration event after the hand-over would otherwise add a version of every
+        live workload."""
         one = self.one
         for key in list(self._alive.now):
             if key not in state.workloads:
-                one(state, key, seq)
+                one(state, key, seq, equal=True)
         for key in state.workloads:
-            one(state, key, seq)
+            one(state, key, seq, equal=True)
 
     def config(self, state: State, seq: int) -> None:
         got = _config_of(state)
@@ -608,21 +612,14 @@ class _Span:
 
     def row_seqs(self, event: ev.Event, seq: int) -> None:
         """`pending_seqs`' rule, event by event on the job's own (its subject): the event that put it in its queue
-        (its first observation, or its latest eviction) and its latest `workload.pending` since."""
-        kind = event.TYPE
-        if kind not in _ROW_TYPES:
+        (its first observation, or its latest eviction) and its latest `workload.pending` since (`_row_step`)."""
+        step = _row_step(event, seq)
+        if step is None:
             return
-        subject = event.subject
-        if not subject.startswith("job/"):
-            return
-        key = subject[4:]
+        key, kind = step
         vals = self._row_vals.get(key)
-        queued = vals[-2] if vals is not None else 0
-        if kind == _EVICTED or (kind == _OBSERVED and not queued):
-            got = (seq, 0)
-        elif kind == _PENDING:
-            got = (queued, seq)
-        else:
+        got = _row_next(kind, vals[-2] if vals is not None else 0, seq)
+        if got is None:
             return
         if vals is None:
             self._row_seqs[key] = array("q", [seq])
@@ -722,12 +719,38 @@ class _Span:
         return PartialState(self.state_at(seq, chosen, c), counts, whole if first is None else frozenset())
 
 
+def _span_estimate(workloads: int, jobs: int) -> int:
+    """About what `_Span.nbytes` is when it starts from a state of `workloads` live workloads, carrying the row seqs
+    of `jobs` jobs: a version and its containers per workload and a membership or two (alive; admitted or pending),
+    two seqs and their containers per job. The configuration is left out (small beside them)."""
+    return workloads * (VERSION_BYTES + KEY_BYTES + 2 * CHANGE_BYTES) + jobs * (KEY_BYTES + 2 * CHANGE_BYTES)
+
+
 def _first_config(item: tuple[int, _Config]) -> int:
     return item[0]
 
 
 _OBSERVED, _EVICTED, _PENDING = ev.JobObserved.TYPE, ev.WorkloadEvicted.TYPE, ev.WorkloadPending.TYPE
 _ROW_TYPES = frozenset({_OBSERVED, _EVICTED, _PENDING})
+
+
+def _row_step(event: ev.Event, seq: int) -> tuple[str, str] | None:
+    """The job whose row seqs `event` may change and the event's type, None for an event that changes none."""
+    kind = event.TYPE
+    if kind not in _ROW_TYPES:
+        return None
+    subject = event.subject
+    return (subject[4:], kind) if subject.startswith("job/") else None
+
+
+def _row_next(kind: str, queued: int, seq: int) -> tuple[int, int] | None:
+    """A job's row seqs (queued, reason; 0: None) after an event of type `kind` at `seq`, `queued` before it; None:
+    unchanged."""
+    if kind == _EVICTED or (kind == _OBSERVED and not queued):
+        return (seq, 0)
+    if kind == _PENDING:
+        return (queued, seq)
+    return None
 
 
 class Timeline:
@@ -742,7 +765,15 @@ class Timeline:
     has members have passed (`_Members`). Nothing is copied per moment. When what it keeps (`nbytes`, an estimate)
     passes half of `budget_bytes`, it starts a new span from the fold's state then and keeps the previous one, whose
     predecessor it forgets: memory stays under the budget, and moments before the older span's start are the file's
-    answers again (`covers`)."""
+    answers again (`covers`).
+
+    Threads: one feeds it (`observe`), others read it at once (the web view's pages, in worker threads), without a
+    lock (a reader must not hold up the fold, which in a daemon is the recorder's). That is safe because what a
+    reader reads is never changed: `observe` only appends what happened at a seq after the last one covered, or
+    replaces entries of that new seq, and sets the span's `seq` (what `covers` reads) once all of the event is
+    kept; a new span is built whole before it replaces the list of spans. A reader at a covered seq finds each
+    record, set change, copy and configuration at or before it as they were (bisections bounded by it), and never
+    part of a later event (tests/integration/test_daemon_past_pages.py feeds one thread while another reads)."""
 
     def __init__(self, *, budget_bytes: int = TIMELINE_BUDGET_BYTES, check_every: int = 1024) -> None:
         """`check_every`: events between two looks at `nbytes` (a sum over the queues)."""
@@ -750,6 +781,12 @@ class Timeline:
         self.check_every = check_every
         self._spans: list[_Span] = []  # at most two, oldest first; replaced whole (a reader may be in a thread)
         self._new_span = True
+        self._rows: dict[str, tuple[int, int]] | None = None  # paused: each job's row seqs now (`row_seqs_now`)
+
+    @property
+    def paused(self) -> bool:
+        """Whether it keeps nothing now (the live workloads alone would take more than a new span may: `observe`)."""
+        return self._rows is not None
 
     @property
     def nbytes(self) -> int:
@@ -776,13 +813,34 @@ class Timeline:
         return None
 
     def observe(self, event: ev.Event, seq: int, state: State) -> None:
-        """After `state.apply(event, seq)` by the fold this is kept for."""
+        """After `state.apply(event, seq)` by the fold this is kept for.
+
+        A new span costs O(live workloads) (each one's record, once) on the fold's thread (in a daemon, its
+        recorder's), so it is started only while the live workloads take at most a quarter of the budget
+        (`_span_estimate`): the span then has at least that much room before the next one, and a backlog too large
+        for the budget does not start a span every `check_every` events. Otherwise the timeline pauses: it keeps
+        its spans as they are and follows only each job's row seqs (O(1) an event), and looks again every
+        `check_every` events; the moments from there on are the file's answers until a new span starts."""
+        rows = self._rows
+        if rows is not None:
+            if seq % self.check_every == 0 and self._fits(state, rows):
+                self._rows = None
+                self._start(event, seq, state, rows)
+            else:
+                step = _row_step(event, seq)
+                if step is not None:
+                    got = _row_next(step[1], rows.get(step[0], (0, 0))[0], seq)
+                    if got is not None:
+                        rows[step[0]] = got
+            return
         if self._new_span:
             self._new_span = False
             before = self._spans[-1].row_seqs_now() if self._spans else None
-            span = _Span(seq, state, before)
-            span.row_seqs(event, seq)
-            self._spans = [*self._spans[-1:], span]
+            if before is not None and not self._fits(state, before):
+                self._rows = before
+                self.observe(event, seq, state)  # paused from this event on
+                return
+            self._start(event, seq, state, before)
             return
         span = self._spans[-1]
         span.row_seqs(event, seq)
@@ -799,6 +857,16 @@ class Timeline:
         span.seq = seq
         if seq % self.check_every == 0 and span.nbytes > self.budget_bytes // 2:
             self._new_span = True
+
+    def _start(self, event: ev.Event, seq: int, state: State, before: dict[str, tuple[int, int]] | None) -> None:
+        """A new span from `state` after `event`, kept with the last one (the one before that forgotten)."""
+        span = _Span(seq, state, before)
+        span.row_seqs(event, seq)
+        self._spans = [*self._spans[-1:], span]  # whole: a reader in a thread sees the old list or the new
+
+    def _fits(self, state: State, rows: dict[str, tuple[int, int]]) -> bool:
+        """Whether a span started from `state` now would take at most a quarter of the budget (`_span_estimate`)."""
+        return _span_estimate(len(state.workloads), len(rows)) <= self.budget_bytes // 4
 
     def row_seqs(self, seq: int) -> Callable[[str], tuple[int | None, int | None]] | None:
         """What `daemon.query.listing.pending_seqs(reader, seq)` gives each job, without reading the file (the fold

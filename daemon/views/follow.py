@@ -82,6 +82,10 @@ class Late(Timed, Protocol):
         ...
 
 
+Folded = Callable[[Event, int, State], None]
+"""A reader told of each event after a state folded it, with that state (`CatchingUp.add_folded`)."""
+
+
 class CatchingUp:
     """Projections that count from the log's first event (Kueue's counters, the plots' series) or from a point of it
     (`Late`: the answers' windows), in a process whose state began at a snapshot: the live feeder's, once they have
@@ -94,8 +98,15 @@ class CatchingUp:
     log was read once at the start for all of them. Each event goes only to the handlers its type has
     (`views.dispatch`), each new recorded_at once to every part's `tick`.
 
-    Threads: `apply` and `hand_over` run on the live feeder's thread (the recorder's event loop); `catch_up` on
-    a worker thread, folding under `lock` (readers of the projections hold it until the hand-over)."""
+    Besides the projections (told of an event before the state folds it), readers of the fold told of it after,
+    with the state (`add_folded`: the web view's timeline of the records, `daemon.query.moment.Timeline`): with the
+    catch-up's own state as it folds, then, once handed over, with the live state, when the live feeder has folded
+    the event (`folded`, a listener of the recorder's: it is called after the state applied the event). Each event
+    reaches them once, in the log's order: before the hand-over the live feeder's events are kept and folded here,
+    and `folded` ignores them; the hand-over runs between two of its events.
+
+    Threads: `apply`, `folded` and `hand_over` run on the live feeder's thread (the recorder's event loop);
+    `catch_up` on a worker thread, folding under `lock` (readers of the projections hold it until the hand-over)."""
 
     BUFFER_LEFT = 1_000  # `catch_up` returns once fewer events than this wait for it: `hand_over` folds those
 
@@ -126,6 +137,7 @@ class CatchingUp:
         self._table: dict[type[Event], tuple[Handler, ...]] = join([])
         self._ticks: tuple[Callable[[int], None], ...] = ()
         self._at: int | None = None  # the recorded_at the parts were last told of
+        self._folded: tuple[Folded, ...] = ()
 
     def stop(self) -> None:
         """Make a `catch_up` under way return at its next chunk (the process is stopping)."""
@@ -141,6 +153,12 @@ class CatchingUp:
         """A projection that begins where its `plan` says, on the catch-up's state there (before `catch_up`)."""
         self._before_catch_up()
         self.late.append(part)
+
+    def add_folded(self, reader: Folded) -> None:
+        """A reader told of each event from the log's first after the state folded it, with that state (before
+        `catch_up`; the live feeder's listener is then `folded`)."""
+        self._before_catch_up()
+        self._folded = (*self._folded, reader)
 
     def _before_catch_up(self) -> None:
         if self.live or (self.state is not None and self.state.seq) or self._starts or self.rows_read:
@@ -165,6 +183,14 @@ class CatchingUp:
         with self._kept_lock:
             self._kept.append((event, seq, at))
 
+    def folded(self, event: Event, seq: int) -> None:
+        """The live feeder's, after its state folded `event`: the `add_folded` readers told, once handed over (before,
+        the event was kept by `apply` and is folded by `catch_up` or `hand_over`, which tell them)."""
+        if self.live:
+            state = self.live_state
+            for reader in self._folded:
+                reader(event, seq, state)
+
     def _fold(self, event: Event, seq: int, at: int) -> None:
         state, queues = self.state, self.queues
         assert state is not None and queues is not None
@@ -176,6 +202,8 @@ class CatchingUp:
             h(event, seq)
         queues.apply(event, seq)
         state.apply(event, seq)
+        for reader in self._folded:
+            reader(event, seq, state)
 
     def _plan(self, reader: LogReader | None) -> None:
         """Each late part's start; those at the log's start begun at once."""

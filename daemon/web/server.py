@@ -14,7 +14,10 @@ answers (`daemon.answers.Answers`: the daemon's live fold at the present, the fi
 starts, preemptions) are computed in the background once per new head and shown when ready. At a past moment the
 series has folded past, a page's answers are built from the series' in-memory timeline instead of the file's
 snapshot: its `Timeline` holds every record as it was then (`_past`: the same functions, the same JSON, nothing
-decoded or folded instead of a snapshot decoded and up to 20,000 events).
+decoded or folded instead of a snapshot decoded and up to 20,000 events). In `admitd run --ui` the timeline is the
+daemon's (`timeline=`), fed by its one fold (`views.follow.CatchingUp.add_folded`: the catch-up, then the
+recorder). Only a moment the timeline does not cover (forgotten, or while it was paused: `Timeline.observe`; or not
+folded yet) is the file's answer.
 """
 
 from __future__ import annotations
@@ -137,17 +140,20 @@ class WebView:
         series: QueueSeries | None = None,
         series_lock: threading.Lock | None = None,
         past_budget_bytes: int = DAEMON_PAST_BUDGET_BYTES,
+        timeline: Timeline | None = None,
     ) -> None:
         """`background_every_s`: how often the whole-log answers (estimated starts, preemptions) are computed again
         while the log grows; each is a fold of the whole log in a worker thread (minutes on a log of a million
         events, bench/RESULTS.md), so a daemon, whose admission loop shares the process, asks it seldom.
 
         `series`: the plots' series fed by someone else (`admitd run --ui`: by the recorder, `views.follow.CatchingUp`,
-        whose `lock` is `series_lock`; it sets `series_ready` at the hand-over), instead of one folded here. A fed
-        series keeps no timeline: its pages at a past moment are the file's answers.
+        whose `lock` is `series_lock`; it sets `series_ready` at the hand-over), instead of one folded here. With
+        it, `timeline`: the records over the log kept by the same fold (`CatchingUp.add_folded`), for the pages at
+        a past moment (None: they are the file's answers).
 
         `past_budget_bytes`: what the own series' timeline (the pages at past moments) may take; the default
-        is a daemon's, whose pod has 1 GiB in all (config/manager); `admitd ui` gives them more."""
+        is a daemon's, whose pod has 1 GiB in all (config/manager); `admitd ui` gives them more. A daemon passes
+        its `timeline` made within its own budget (`admitd run --ui-past-memory`)."""
         self.db = db
         self.answers = answers
         self.policy: Policy = policy if policy is not None else Everyone()
@@ -158,6 +164,7 @@ class WebView:
             self._own = series = Series(past_budget_bytes=past_budget_bytes)
         self.series: QueueSeries = series
         self._fed = self._own is None  # the daemon's: not folded here, at its live state once `series_ready`
+        self._fed_timeline = timeline if self._fed else None
         self._series_lock = threading.Lock() if series_lock is None else series_lock
         self._reader: LogReader | None = None
         self._series_reader: LogReader | None = None
@@ -276,10 +283,17 @@ class WebView:
         return body
 
     def _timeline_for(self, seq: int) -> Timeline | None:
-        """The series' timeline when it covers `seq` (the series has folded past it, since the timeline's start)."""
-        own = self._own  # a series fed by the daemon keeps none
+        """The series' timeline when it covers `seq` (the series has folded past it, since the timeline's start);
+        None: the page is the file's answer.
+
+        The daemon's (`timeline=`) is asked without the series' lock, which its catch-up holds while it folds a
+        chunk (this runs on the event loop): a timeline only adds what comes after the last seq it covers, and
+        says it covers an event only once all of it is kept (`Timeline`), so a moment it covers is read whole while
+        it is fed on another thread."""
+        own = self._own
         if own is None:
-            return None
+            fed = self._fed_timeline
+            return fed if fed is not None and fed.covers(seq) else None
         with self._series_lock:
             return own.timeline if own.seq >= seq and own.timeline.covers(seq) else None
 

@@ -8,8 +8,11 @@ roles (config/rbac/user_roles.yaml). Faked: nothing. (Named to run after test_cr
 
 from __future__ import annotations
 
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -56,7 +59,7 @@ def test_the_web_view_shows_each_viewer_what_rbac_allows(crds: KubeCluster, tmp_
         "--clusterrole=kueue-workload-viewer-role", f"--serviceaccount={ns}:oncall",
     )  # fmt: skip
     try:
-        with running_daemon(crds, tmp_path, "--ui") as d:
+        with running_daemon(crds, tmp_path, "--ui", "--ui-past-memory", "64") as d:
             one_running_one_waiting(crds, ns, cq)
             token = {
                 sa: kubectl(crds, "create", "token", sa, "-n", ns).strip() for sa in ("oncall", "queues-only", "nosy")
@@ -68,6 +71,13 @@ def test_the_web_view_shows_each_viewer_what_rbac_allows(crds: KubeCluster, tmp_
                 return status == 200 and f'data-job="{ns}/second"' in html and "WaitingForQuota" in html
 
             wait_for("the second job to wait, on the ClusterQueue's page", second_waits)
+            # A past moment (now, as a time: the page is built as of the log's seq then, from the daemon's timeline).
+            then = urllib.parse.quote(datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"))
+            time.sleep(0.05)
+            status, html = page(f"{base}/job/{ns}/second?at={then}", token["oncall"])
+            assert status == 200 and 'id="job-reason">WaitingForQuota<' in html, html[-2000:]
+            status, html = page(f"{base}/clusterqueue/{cq}?at={then}", token["oncall"])
+            assert status == 200 and f'data-job="{ns}/second"' in html
             status, html = page(f"{base}/clusterqueue/{cq}", token["queues-only"])
             assert status == 200 and f"{ns}/second" not in html and "a job in a namespace you may not see" in html
             status, html = page(f"{base}/", token["oncall"])

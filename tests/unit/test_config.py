@@ -199,3 +199,29 @@ def test_admitd_run_serves_the_web_view_when_the_flag_or_the_key_says_so(
         args = parser.parse_args(["run", "--config", str(config), *(["--ui"] if flag else [])])
         assert args.func(args) == 0
     assert seen == [False, True, True, True]
+
+
+def test_ui_past_memory_reaches_the_daemons_timeline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`admitd run --ui-past-memory MIB`: the budget of the web view's timeline (default the web view's own)."""
+    import argparse  # noqa: PLC0415
+
+    from daemon.kube import cli as kube_cli  # noqa: PLC0415
+    from daemon.kube import run as kube_run  # noqa: PLC0415
+    from daemon.web.server import DAEMON_PAST_BUDGET_BYTES  # noqa: PLC0415
+
+    seen: list[int] = []
+
+    async def fake_run(options: kube_run.RunOptions) -> int:
+        seen.append(kube_run._ui_timeline(options.ui_past_bytes).budget_bytes)
+        return 0
+
+    monkeypatch.setattr(kube_run, "run_daemon", fake_run)
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    kube_cli.add_run_parser(sub, db_default=tmp_path / "a.db", db_help="")
+    for extra in ([], ["--ui-past-memory", "300"]):
+        args = parser.parse_args(["run", "--ui", *extra])
+        assert args.func(args) == 0
+    assert seen == [DAEMON_PAST_BUDGET_BYTES, 300 * 2**20]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--ui-past-memory", "0"])
