@@ -113,6 +113,13 @@ class Nominator:
                 # no other queue (none offers anything more): it steps aside at once (`Optimisations.lone_holds`).
                 result = Outcome(Kind.NO_FIT, reason=result.reason)
             if result.kind is Kind.NO_TARGETS and not q.reserved and not self._holds_anything(q, result):
+                if q.strict:
+                    # A StrictFIFO head is its queue's head in every cycle (Kueue requeues it at once): with nothing
+                    # to hold in this pass, it may hold in a later one, once what this pass admits changed its tree.
+                    assert result.reason is not None
+                    processor.no_fit(q, pw, result.reason)
+                    processor.block_behind(q, pw)
+                    return None
                 q.reserved = True  # the first such workload, but it has nothing to hold: no entry needed
             if result.kind is Kind.NO_TARGETS and q.reserved:
                 result = Outcome(Kind.NO_FIT, reason=result.reason)
