@@ -14,6 +14,24 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 
 from daemon.domain.admission import EngineConfig
+from daemon.domain.model import (
+    ClusterQueue,
+    Cohort,
+    FlavorFungibility,
+    FlavorQuotas,
+    FungibilityPolicy,
+    FungibilityPreference,
+    LabelSelector,
+    LocalQueue,
+    Namespace,
+    Preemption,
+    PreemptionPolicy,
+    QueueingStrategy,
+    ResourceFlavor,
+    ResourceGroup,
+    ResourceQuota,
+    StopPolicy,
+)
 from tests.reference.differential import (
     CI_SPACE,
     SPACES,
@@ -102,4 +120,287 @@ def test_a_strict_fifo_head_held_back_at_its_eviction_instant_is_assessed_again_
     specs = [("q2", 0, 1), ("q0", 0, 3), ("q2", 1, 3), ("q0", 0, 1), ("q0", 0, 1)]
     specs += [("q2", 1, 2), ("q2", 1, 4), ("q2", 0, 1), ("q0", 0, 1), ("q0", 1, 3)]
     sc = Scenario(items, _jobs(*specs))
+    assert first_difference(run_engine(sc), run_model(sc), trees(sc)) is None
+
+
+def test_a_borrower_meets_the_queue_taking_back_its_quota_in_the_cycle_kueue_v018_would() -> None:
+    """Found by `bench_model_diff` (best-effort part) once borrowers waited for their tree's own queues: cq1's 2-GPU
+    heads j0, j6 and j1 are alike once j0 is found NoFit; the engine's walk steps them aside together, so cq1's j7
+    (1 GPU, within cq1's quota) met cq0's borrower j9 in one pass and j9 waited. The model popped them one per
+    cycle, admitted j9 and preempted it for j7 a cycle later. The model now steps alike unfit heads aside together
+    (`Switches.unfit_classes_step_aside_together`, Kueue v0.18's equivalence hashing)."""
+    items: list[object] = [
+        ResourceFlavor(name="f0", node_labels={}, node_taints=(), tolerations=()),
+        Namespace(name="default", labels={}),
+        Cohort(
+            name="co00",
+            parent=None,
+            resource_groups=(
+                ResourceGroup(
+                    covered_resources=("gpu",),
+                    flavors=(
+                        FlavorQuotas(
+                            name="f0",
+                            resources=(ResourceQuota(name="gpu", nominal=0, borrowing_limit=3000, lending_limit=None),),
+                        ),
+                    ),
+                ),
+            ),
+            fair_sharing_weight=1000,
+        ),
+        Cohort(name="co20", parent="co00", resource_groups=(), fair_sharing_weight=1000),
+        ClusterQueue(
+            name="cq0",
+            cohort="co20",
+            namespace_selector=LabelSelector(match_labels={}, match_expressions=()),
+            queueing_strategy=QueueingStrategy.BEST_EFFORT_FIFO,
+            resource_groups=(
+                ResourceGroup(
+                    covered_resources=("gpu",),
+                    flavors=(
+                        FlavorQuotas(
+                            name="f0",
+                            resources=(
+                                ResourceQuota(name="gpu", nominal=1000, borrowing_limit=2000, lending_limit=3000),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            preemption=Preemption(
+                within_cluster_queue=PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY,
+                reclaim_within_cohort=PreemptionPolicy.LOWER_PRIORITY,
+                borrow_within_cohort=PreemptionPolicy.NEVER,
+                borrow_max_priority_threshold=None,
+            ),
+            flavor_fungibility=FlavorFungibility(
+                when_can_borrow=FungibilityPolicy.MAY_STOP_SEARCH,
+                when_can_preempt=FungibilityPolicy.TRY_NEXT_FLAVOR,
+                preference=FungibilityPreference.BORROWING_OVER_PREEMPTION,
+            ),
+            stop_policy=StopPolicy.NONE,
+            fair_sharing_weight=1000,
+        ),
+        LocalQueue(namespace="default", name="q0", cluster_queue="cq0", stop_policy=StopPolicy.NONE),
+        ClusterQueue(
+            name="cq1",
+            cohort="co20",
+            namespace_selector=LabelSelector(match_labels={}, match_expressions=()),
+            queueing_strategy=QueueingStrategy.BEST_EFFORT_FIFO,
+            resource_groups=(
+                ResourceGroup(
+                    covered_resources=("gpu",),
+                    flavors=(
+                        FlavorQuotas(
+                            name="f0",
+                            resources=(
+                                ResourceQuota(name="gpu", nominal=1000, borrowing_limit=None, lending_limit=None),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            preemption=Preemption(
+                within_cluster_queue=PreemptionPolicy.LOWER_PRIORITY,
+                reclaim_within_cohort=PreemptionPolicy.ANY,
+                borrow_within_cohort=PreemptionPolicy.NEVER,
+                borrow_max_priority_threshold=None,
+            ),
+            flavor_fungibility=FlavorFungibility(
+                when_can_borrow=FungibilityPolicy.MAY_STOP_SEARCH,
+                when_can_preempt=FungibilityPolicy.MAY_STOP_SEARCH,
+                preference=FungibilityPreference.BORROWING_OVER_PREEMPTION,
+            ),
+            stop_policy=StopPolicy.NONE,
+            fair_sharing_weight=1000,
+        ),
+        LocalQueue(namespace="default", name="q1", cluster_queue="cq1", stop_policy=StopPolicy.NONE),
+        ClusterQueue(
+            name="cq2",
+            cohort=None,
+            namespace_selector=LabelSelector(match_labels={}, match_expressions=()),
+            queueing_strategy=QueueingStrategy.BEST_EFFORT_FIFO,
+            resource_groups=(
+                ResourceGroup(
+                    covered_resources=("gpu",),
+                    flavors=(
+                        FlavorQuotas(
+                            name="f0",
+                            resources=(
+                                ResourceQuota(name="gpu", nominal=5000, borrowing_limit=1000, lending_limit=None),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            preemption=Preemption(
+                within_cluster_queue=PreemptionPolicy.LOWER_PRIORITY,
+                reclaim_within_cohort=PreemptionPolicy.LOWER_PRIORITY,
+                borrow_within_cohort=PreemptionPolicy.NEVER,
+                borrow_max_priority_threshold=None,
+            ),
+            flavor_fungibility=FlavorFungibility(
+                when_can_borrow=FungibilityPolicy.MAY_STOP_SEARCH,
+                when_can_preempt=FungibilityPolicy.MAY_STOP_SEARCH,
+                preference=FungibilityPreference.PREEMPTION_OVER_BORROWING,
+            ),
+            stop_policy=StopPolicy.NONE,
+            fair_sharing_weight=1000,
+        ),
+        LocalQueue(namespace="default", name="q2", cluster_queue="cq2", stop_policy=StopPolicy.NONE),
+    ]
+    jobs: list[tuple[int, JobBuilder, int | None]] = [
+        (2000, job("j0").queue("q1").priority(2).at(2000).gpus(2), None),
+        (0, job("j1").queue("q1").priority(1).at(0).gpus(2), 4000),
+        (2000, job("j2").queue("q2").priority(0).at(2000).gpus(4), None),
+        (0, job("j3").queue("q2").priority(1).at(0).gpus(1), None),
+        (2000, job("j4").queue("q1").priority(2).at(2000).gpus(3), 3000),
+        (2000, job("j5").queue("q0").priority(2).at(2000).gpus(2), None),
+        (2000, job("j6").queue("q1").priority(2).at(2000).gpus(2), None),
+        (2000, job("j7").queue("q1").priority(1).at(2000).gpus(1), None),
+        (0, job("j8").queue("q0").priority(0).at(0).gpus(2), None),
+        (2000, job("j9").queue("q0").priority(0).at(2000).gpus(1), None),
+        (2000, job("j10").queue("q0").priority(0).at(2000).gpus(2), 3000),
+        (0, job("j11").queue("q0").priority(1).at(0).gpus(1), None),
+    ]
+    sc = Scenario(items, jobs)
+    assert first_difference(run_engine(sc), run_model(sc), trees(sc)) is None
+
+
+def test_a_strict_fifo_head_without_candidates_and_nothing_to_hold_holds_in_a_later_pass() -> None:
+    """Found by `bench_model_diff` (one-flavor part): cq1 (StrictFIFO) has j2, which needs preemption and finds no
+    candidates; in its first pass it has nothing to hold (its Cohort's borrowingLimit keeps it out). The engine took
+    that for the whole call and closed cq1; Kueue requeues a StrictFIFO head at once, and once cq0's j3 was admitted
+    j2 held its room in the next cycle, keeping cq0's j5 out. The engine now offers it again in the next pass."""
+    items: list[object] = [
+        ResourceFlavor(name="f0", node_labels={}, node_taints=(), tolerations=()),
+        Namespace(name="default", labels={}),
+        Cohort(
+            name="co00",
+            parent=None,
+            resource_groups=(
+                ResourceGroup(
+                    covered_resources=("gpu",),
+                    flavors=(
+                        FlavorQuotas(
+                            name="f0",
+                            resources=(
+                                ResourceQuota(name="gpu", nominal=1000, borrowing_limit=None, lending_limit=None),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            fair_sharing_weight=1000,
+        ),
+        Cohort(
+            name="co10",
+            parent="co00",
+            resource_groups=(
+                ResourceGroup(
+                    covered_resources=("gpu",),
+                    flavors=(
+                        FlavorQuotas(
+                            name="f0",
+                            resources=(
+                                ResourceQuota(name="gpu", nominal=3000, borrowing_limit=None, lending_limit=None),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            fair_sharing_weight=1000,
+        ),
+        Cohort(name="co11", parent="co00", resource_groups=(), fair_sharing_weight=1000),
+        Cohort(
+            name="co20",
+            parent="co11",
+            resource_groups=(
+                ResourceGroup(
+                    covered_resources=("gpu",),
+                    flavors=(
+                        FlavorQuotas(
+                            name="f0",
+                            resources=(ResourceQuota(name="gpu", nominal=4000, borrowing_limit=0, lending_limit=None),),
+                        ),
+                    ),
+                ),
+            ),
+            fair_sharing_weight=1000,
+        ),
+        ClusterQueue(
+            name="cq0",
+            cohort="co00",
+            namespace_selector=LabelSelector(match_labels={}, match_expressions=()),
+            queueing_strategy=QueueingStrategy.BEST_EFFORT_FIFO,
+            resource_groups=(
+                ResourceGroup(
+                    covered_resources=("gpu",),
+                    flavors=(
+                        FlavorQuotas(
+                            name="f0",
+                            resources=(
+                                ResourceQuota(name="gpu", nominal=1000, borrowing_limit=None, lending_limit=1000),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+            preemption=Preemption(
+                within_cluster_queue=PreemptionPolicy.LOWER_PRIORITY,
+                reclaim_within_cohort=PreemptionPolicy.LOWER_PRIORITY,
+                borrow_within_cohort=PreemptionPolicy.NEVER,
+                borrow_max_priority_threshold=None,
+            ),
+            flavor_fungibility=FlavorFungibility(
+                when_can_borrow=FungibilityPolicy.MAY_STOP_SEARCH,
+                when_can_preempt=FungibilityPolicy.TRY_NEXT_FLAVOR,
+                preference=FungibilityPreference.BORROWING_OVER_PREEMPTION,
+            ),
+            stop_policy=StopPolicy.NONE,
+            fair_sharing_weight=1000,
+        ),
+        LocalQueue(namespace="default", name="q0", cluster_queue="cq0", stop_policy=StopPolicy.NONE),
+        ClusterQueue(
+            name="cq1",
+            cohort="co20",
+            namespace_selector=LabelSelector(match_labels={}, match_expressions=()),
+            queueing_strategy=QueueingStrategy.STRICT_FIFO,
+            resource_groups=(
+                ResourceGroup(
+                    covered_resources=("gpu",),
+                    flavors=(
+                        FlavorQuotas(
+                            name="f0",
+                            resources=(ResourceQuota(name="gpu", nominal=3000, borrowing_limit=None, lending_limit=0),),
+                        ),
+                    ),
+                ),
+            ),
+            preemption=Preemption(
+                within_cluster_queue=PreemptionPolicy.LOWER_PRIORITY,
+                reclaim_within_cohort=PreemptionPolicy.LOWER_PRIORITY,
+                borrow_within_cohort=PreemptionPolicy.LOWER_PRIORITY,
+                borrow_max_priority_threshold=None,
+            ),
+            flavor_fungibility=FlavorFungibility(
+                when_can_borrow=FungibilityPolicy.MAY_STOP_SEARCH,
+                when_can_preempt=FungibilityPolicy.TRY_NEXT_FLAVOR,
+                preference=FungibilityPreference.BORROWING_OVER_PREEMPTION,
+            ),
+            stop_policy=StopPolicy.NONE,
+            fair_sharing_weight=1000,
+        ),
+        LocalQueue(namespace="default", name="q1", cluster_queue="cq1", stop_policy=StopPolicy.NONE),
+    ]
+    jobs: list[tuple[int, JobBuilder, int | None]] = [
+        (2000, job("j0").queue("q1").priority(2).at(2000).gpus(4), None),
+        (2000, job("j1").queue("q0").priority(1).at(2000).gpus(1), 4000),
+        (2000, job("j2").queue("q1").priority(0).at(2000).gpus(4), 1000),
+        (2000, job("j3").queue("q0").priority(0).at(2000).gpus(2), 2000),
+        (2000, job("j4").queue("q0").priority(1).at(2000).gpus(3), 2000),
+        (2000, job("j5").queue("q0").priority(0).at(2000).gpus(1), 4000),
+        (2000, job("j6").queue("q1").priority(0).at(2000).gpus(4), None),
+    ]
+    sc = Scenario(items, jobs)
     assert first_difference(run_engine(sc), run_model(sc), trees(sc)) is None
