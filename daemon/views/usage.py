@@ -41,18 +41,6 @@ class _Holding:
     per_resource: tuple[tuple[str, int], ...] = ()  # `usage` with flavors summed, the resources it uses (not 0)
 
 
-def _per_resource(usage: dict[FlavorResource, int]) -> tuple[tuple[str, int], ...]:
-    out: dict[str, int] = {}
-    for (_, resource), v in usage.items():
-        if v:
-            out[resource] = out.get(resource, 0) + v
-    return tuple(out.items())
-
-
-def _usage(a: Admission) -> tuple[dict[FlavorResource, int], int]:
-    return a.usage(), sum(ps.count for ps in a.pod_sets)
-
-
 def _add(acc: Acc, resource: str, v: int) -> None:
     if v:
         acc[resource] = acc.get(resource, 0) + v
@@ -98,17 +86,20 @@ class Usage:
 
     def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
         at, key = event.at, event.workload
-        self._advance(at)
-        self._release(key, at)
+        self.now = max(self.now, at)
+        if key in self.holding:
+            self._release(key, at)
         self._hold(key, event.admission, at)
 
     def _released(self, event: ev.WorkloadEvicted, seq: int) -> None:
-        self._advance(event.at)
-        self._release(event.workload, event.at)
+        at = event.at
+        self.now = max(self.now, at)
+        self._release(event.workload, at)
 
     def _gone(self, event: ev.JobFinished | ev.JobDeleted, seq: int) -> None:
-        self._advance(event.at)
-        self._release(event.job, event.at)
+        at = event.at
+        self.now = max(self.now, at)
+        self._release(event.job, at)
 
     def _config(self, event: ev.Event, seq: int) -> None:
         # Quotas or the trees may change: settle every tree with the figures of before (the state takes the new
@@ -174,15 +165,21 @@ class Usage:
         if rec is None:
             return
         wl = rec.workload
-        usage, pods = _usage(admission)
+        usage = admission.usage()
+        pods = 0
+        for ps in admission.pod_sets:
+            pods += ps.count
         cq = admission.cluster_queue
         self._settle_cq(cq, at)
-        self.holding[key] = _Holding(
-            cq, f"{wl.namespace}/{wl.queue_name}", wl.namespace, usage, pods, max(at, self.start), _per_resource(usage)
-        )
         u = self._cq_usage[cq]
+        per: dict[str, int] = {}  # `_per_resource`, in the same pass
         for fr, v in usage.items():
             u[fr] = u.get(fr, 0) + v
+            if v:
+                per[fr[1]] = per.get(fr[1], 0) + v
+        start = self.start
+        lq = f"{wl.namespace}/{wl.queue_name}"
+        self.holding[key] = _Holding(cq, lq, wl.namespace, usage, pods, max(at, start), (*per.items(),))
 
     def _release(self, key: str, at: Millis) -> None:
         h = self.holding.pop(key, None)
@@ -243,12 +240,21 @@ class Usage:
             self._settle_tree(tree, members, at)
 
     def _settle_cq(self, cq_name: str, at: Millis) -> None:
-        """Bring `cq_name`'s tree's borrowing and lending to `at` with the figures of now."""
+        """Bring `cq_name`'s tree's borrowing and lending to `at` with the figures of now (`_settle_tree`, inlined:
+        at every admission and release)."""
         tree = self._tree_of.get(cq_name)
         if tree is None:
             tree = self._tree_of[cq_name] = self.state.tree_of_cq(cq_name)  # until the next change of the trees
-        members = self.trees().get(tree)
-        self._settle_tree(tree, [cq_name] if members is None else members, at)
+        start, tree_at = self.start, self._tree_at
+        since = tree_at.get(tree, start)
+        since = max(since, start)
+        if at <= since:
+            tree_at[tree] = since
+            return
+        tree_at[tree] = at
+        trees = self._trees if self._trees is not None else self.trees()
+        members = trees.get(tree)
+        self._integrate([cq_name] if members is None else members, at - since, self.borrowed, self.lent)
 
     def _settle_tree(self, tree: str, members: list[str], at: Millis) -> None:
         since = max(self._tree_at.get(tree, self.start), self.start)
