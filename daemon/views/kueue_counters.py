@@ -97,7 +97,6 @@ class KueueCounters:
         self.dirty: set[tuple[str, str]] = set()  # (cluster queue, group of metrics) changed since the last render
         self.lq_dirty: set[str] = set()  # LocalQueues ("ns/name") whose figures may have changed since then
         self.config_changed = True
-        self._pending_marks: dict[str, tuple[str, str]] = {}  # cq -> (cq, "pending"), made once
         self._marks: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, str], ...]] = {}  # `_touch`'s, made once
         self._admit_marks: dict[str, tuple[tuple[str, str], ...]] = {}  # an admission's, made once per queue
         self._cohorts: dict[str, list[str]] = {}  # `_cohorts_above`, for configuration generation `_cohorts_of`
@@ -209,6 +208,8 @@ class KueueCounters:
         self.config_changed = True  # queues, cohorts, flavors, namespaces: every queue may change
 
     def _pending(self, event: ev.WorkloadPending, seq: int) -> None:
+        # Counted; the ClusterQueue's pending figures are found changed by the renderer (the state's pending
+        # versions), only a LocalQueue is marked here.
         by_type = self.events_by_type
         by_type["workload.pending"] = by_type.get("workload.pending", 0) + 1
         if self.lq_marks:
@@ -217,44 +218,23 @@ class KueueCounters:
                 wl = rec.workload
                 if wl.queue_name is not None:
                     self.lq_dirty.add(f"{wl.namespace}/{wl.queue_name}")
-        cq = event.cluster_queue
-        if cq is not None:
-            self.dirty.add(self._pending_mark(cq))
-
-    def _pending_mark(self, cq: str) -> tuple[str, str]:
-        mark = self._pending_marks.get(cq)
-        if mark is None:
-            mark = self._pending_marks[cq] = (cq, "pending")
-        return mark
 
     def _observed(self, event: ev.JobObserved, seq: int) -> None:
+        # Counted; the LocalQueues it leaves (as folded so far) and joins (as the event says) are marked. The
+        # ClusterQueues' pending figures are found changed by the renderer (the state's pending versions).
         by_type = self.events_by_type
         by_type["job.observed"] = by_type.get("job.observed", 0) + 1
-        state = self.state
+        if not self.lq_marks:
+            return
         wl = event.workload
-        # The queues it leaves (as folded so far) and the ones it joins (as the event says) may change.
-        ns, queue = wl.namespace, wl.queue_name
-        lq_key = f"{ns}/{queue}" if queue is not None else None
-        rec = state.workloads.get(f"{ns}/{wl.name}")
-        dirty, marks = self.dirty, self.lq_marks
+        queue = wl.queue_name
+        rec = self.state.workloads.get(f"{wl.namespace}/{wl.name}")
         if rec is not None:
-            old_wl = rec.workload
-            if old_wl.queue_name == queue and old_wl.namespace == ns:
-                old_lq = lq_key  # observed again in the same queue (most are)
-            else:
-                old_lq = f"{old_wl.namespace}/{old_wl.queue_name}" if old_wl.queue_name is not None else None
-            if old_lq is not None and marks:
-                self.lq_dirty.add(old_lq)
-            if rec.admission is not None:
-                dirty.add(self._pending_mark(rec.admission.cluster_queue))
-            elif old_lq is not None and old_lq != lq_key and (via := state.local_queues.get(old_lq)) is not None:
-                dirty.add(self._pending_mark(via.cluster_queue))
-        if lq_key is not None:
-            if marks:
-                self.lq_dirty.add(lq_key)
-            lq = state.local_queues.get(lq_key)
-            if lq is not None:
-                dirty.add(self._pending_mark(lq.cluster_queue))
+            old = rec.workload
+            if old.queue_name is not None and (old.queue_name != queue or old.namespace != wl.namespace):
+                self.lq_dirty.add(f"{old.namespace}/{old.queue_name}")
+        if queue is not None:
+            self.lq_dirty.add(f"{wl.namespace}/{queue}")
 
     def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
         by_type = self.events_by_type

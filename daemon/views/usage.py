@@ -185,30 +185,40 @@ class Usage:
         h = self.holding.pop(key, None)
         if h is None:
             return
-        self._settle_cq(h.cluster_queue, at)
-        self._charge(h, at)
-        u = self._cq_usage[h.cluster_queue]
+        cq = h.cluster_queue
+        self._settle_cq(cq, at)
+        dt = at - max(h.since, self.start)
+        if dt > 0:
+            # What it used, charged to its ClusterQueue, LocalQueue and namespace: written out for each (at every
+            # release; a loop over the three made a tuple of tuples each time). Per resource, flavors summed: the
+            # same sums as each flavor's v * dt added in turn (v, dt > 0).
+            used, pod_ms, per, pods = self.used, self.pod_ms, h.per_resource, h.pods * dt
+            groups, by_group = used["clusterqueue"], pod_ms["clusterqueue"]
+            acc = groups.get(cq)
+            if acc is None:
+                acc = groups[cq] = {}
+            for resource, v in per:
+                acc[resource] = acc.get(resource, 0) + v * dt
+            by_group[cq] = by_group.get(cq, 0) + pods
+            lq = h.local_queue
+            groups, by_group = used["localqueue"], pod_ms["localqueue"]
+            acc = groups.get(lq)
+            if acc is None:
+                acc = groups[lq] = {}
+            for resource, v in per:
+                acc[resource] = acc.get(resource, 0) + v * dt
+            by_group[lq] = by_group.get(lq, 0) + pods
+            ns = h.namespace
+            groups, by_group = used["namespace"], pod_ms["namespace"]
+            acc = groups.get(ns)
+            if acc is None:
+                acc = groups[ns] = {}
+            for resource, v in per:
+                acc[resource] = acc.get(resource, 0) + v * dt
+            by_group[ns] = by_group.get(ns, 0) + pods
+        u = self._cq_usage[cq]
         for fr, v in h.usage.items():
             u[fr] = u.get(fr, 0) - v
-
-    def _charge(self, h: _Holding, until: Millis) -> None:
-        dt = until - max(h.since, self.start)
-        if dt <= 0:
-            return
-        used, pod_ms, per, pods = self.used, self.pod_ms, h.per_resource, h.pods * dt
-        for kind, group in (
-            ("clusterqueue", h.cluster_queue),
-            ("localqueue", h.local_queue),
-            ("namespace", h.namespace),
-        ):
-            groups = used[kind]
-            acc = groups.get(group)
-            if acc is None:
-                acc = groups[group] = {}
-            for resource, v in per:  # the same sums as each flavor's v * dt added in turn (v, dt > 0)
-                acc[resource] = acc.get(resource, 0) + v * dt
-            by_group = pod_ms[kind]
-            by_group[group] = by_group.get(group, 0) + pods
 
     # --- borrowing and lending -----------------------------------------------------------------------------------
 
