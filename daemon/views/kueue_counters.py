@@ -6,7 +6,8 @@ restarted process that follows the log again reports exactly what it reported be
 bounded: queue, priority class, reason, never a job name.
 
 `dirty`, `lq_dirty` and `config_changed` say what changed since a renderer last looked (`daemon.metrics`): marks for
-a cache of rendered text, consumed by it, not figures (`figures()` leaves them out).
+a cache of rendered text, consumed by it, not figures (`figures()` leaves them out). A ClusterQueue's pending figures
+need no mark from a pending reason or an observed job: the renderer reads the state's pending versions for them.
 """
 
 from __future__ import annotations
