@@ -87,6 +87,8 @@ class Windows:
         self._clock: Clock | None = None
         self._table: dict[type[ev.Event], Handler | None] = {}
         self._subs: dict[type[ev.Event], tuple[Handler, ...]] = {}
+        self._parts: list[dict[type[ev.Event], Handler | None]] = []  # the projections' tables, in their order
+        self._clock_table: dict[type[ev.Event], Handler | None] = {}  # `_move_clocks` for every event with a time
 
     @property
     def ready(self) -> bool:
@@ -111,27 +113,20 @@ class Windows:
             h(event, seq)
 
     def tables(self) -> list[dict[type[ev.Event], Handler | None]]:
-        """The projections' handlers by event type, joined (`views.dispatch`): an event with a time first takes the
-        usage windows' checkpoint when one is due, then goes to each projection that takes part in it, then the
-        ledger is pruned when due."""
+        """The projections' handlers by event type (`views.dispatch`), for a feeder to join with its others: an
+        event with a time first moves the clocks (`_move_clocks`), then goes to each projection taking part in it."""
         assert self.ledger is not None, "begin first"
-        return [dict(self._table)]
+        return [dict(self._clock_table), *(dict(t) for t in self._parts)]
 
     def _timed(self, event: Any, seq: int) -> None:
-        at: int = event.at
-        usage = self.usage
-        assert usage is not None
-        if at >= usage.due:
-            usage.checkpoint(at)  # the figures as of before this event
-        core = usage.usage
-        core.now = max(core.now, at)
+        self._move_clocks(event, seq)
         for h in self._subs[type(event)]:
             h(event, seq)
-        if at >= self._prune_at:
-            self._prune(at)
 
-    def _clock_only(self, event: Any, seq: int) -> None:
-        """`_timed` for an event no projection takes part in (a pending reason, a suspension): the clocks only."""
+    def _move_clocks(self, event: Any, seq: int) -> None:
+        """Every event with a time, before the projections: the usage windows' checkpoint when one is due (the
+        figures as of before this event), the usage clock, the ledger's pruning when due (what it forgets is older
+        than any preemption or rerun this event records, so before or after them is the same)."""
         at: int = event.at
         usage = self.usage
         assert usage is not None
@@ -173,10 +168,12 @@ class Windows:
         timed = usage.usage.timed
         # The usage clock's move (`Usage.timed`) is done by `_timed` itself, for every event with a time.
         parts = [ledger.handlers(), {t: None if h == timed else h for t, h in core.items()}, runtimes.handlers()]
+        self._parts = parts
         self._subs = join(parts)
         with_at = events_with_at()
         timed_h: Handler = self._timed
-        clock_h: Handler = self._clock_only
+        clock_h: Handler = self._move_clocks
+        self._clock_table = {t: clock_h if t in with_at else None for t in self._subs}
         self._table = {
             t: (timed_h if subs else clock_h) if t in with_at else (subs[0] if subs else None)
             for t, subs in self._subs.items()

@@ -44,7 +44,7 @@ class FedMetrics:
         fair_sharing: bool = False,
     ) -> None:
         self.db = db
-        self.fm = FoldedMetrics(state, queues)
+        self.fm = FoldedMetrics(state, queues, lq_marks=local_queue_metrics)
         self._role = replica_role
         self.renderer = Renderer(replica_role(), local_queue_metrics=local_queue_metrics, fair_sharing=fair_sharing)
         self.ready = False

@@ -18,11 +18,13 @@ class FoldedMetrics(Following):
     """A state and its metric projections. Building one from a log means following it from its first event, so
     that the counters cover the whole log."""
 
-    def __init__(self, state: State | None = None, queues: Queues | None = None) -> None:
-        """`queues`: a `Queues` of `state` fed by someone else (`admitd run`: the one the status writer renders)."""
+    def __init__(self, state: State | None = None, queues: Queues | None = None, *, lq_marks: bool = True) -> None:
+        """`queues`: a `Queues` of `state` fed by someone else (`admitd run`: the one the status writer renders).
+        `lq_marks`: the counters mark the LocalQueues they change (`KueueCounters`; only LocalQueue metrics read
+        them)."""
         state = State(pending_indexes=False) if state is None else state  # the metrics never walk the cycle's runs
         self.queues = Queues(state) if queues is None else queues
-        self.counters = KueueCounters(state)
+        self.counters = KueueCounters(state, lq_marks=lq_marks)
         self.ledger = Preemptions(state, entries=False)  # issue 26: the ledger's per-queue totals (metrics/answers.py)
         super().__init__(state, (self.queues, self.counters, self.ledger))
         self.last_recorded_at: int | None = None

@@ -20,6 +20,7 @@ from daemon.domain.fairsharing import dominant_resource_share
 from daemon.domain.model import ClusterQueue, FlavorResource, ResourceQuota
 from daemon.domain.quota import Node, QuotaTree
 from daemon.domain.reasons import NO_RESERVATION
+from daemon.domain.state import State
 from daemon.metrics.answers import answers_text
 from daemon.metrics.families import (
     COHORT_FAMILIES,
@@ -112,6 +113,11 @@ class Renderer:
         self._in_cycles: set[str] = set()
         self._cq_objects: Mapping[str, ClusterQueue] = {}
         self._cohorts = b""
+        # The pending figures of each queue as last rendered, by the state's version of its pending workloads
+        # (`ClusterView.pending_version`, bumped whenever they change): the counters need not mark a queue at each
+        # pending reason and observed job (60% of a busy log's events) for `refresh` to find it.
+        self._pending_seen: dict[str, int | None] = {}
+        self._versions_of: object = None  # the versions' mapping those are of (another state's: all afresh)
         self._hist_templates: dict[tuple[str, str], bytes] = {}  # (family, labels) -> its lines with %-slots
         self._hist_text: dict[tuple[str, str], tuple[int, bytes]] = {}  # (family, labels) -> (observations, text)
         self._twin_text: dict[tuple[str, str], tuple[bytes, bytes]] = {}  # (family, labels) -> (text, its twin's)
@@ -192,6 +198,7 @@ class Renderer:
             todo: Iterable[tuple[str, str]] = [(n, g) for n in order for g in GROUPS]
         else:
             todo = [(n, g) for n, g in fm.dirty if n in names]
+        todo = self._pending_changed(state, names, todo)
         fm.dirty.clear()
         pieces, pos = self._pieces, self._pos
         for name, group in todo:
@@ -206,6 +213,25 @@ class Renderer:
             self._local_queues(ctx, config)
         else:
             fm.counters.lq_dirty.clear()
+
+    def _pending_changed(
+        self, state: State, names: set[str], todo: Iterable[tuple[str, str]]
+    ) -> Iterable[tuple[str, str]]:
+        """`todo` with the pending group of every queue whose pending workloads changed since the last refresh."""
+        versions = state.view().pending_version or {}
+        seen = self._pending_seen
+        if versions is not self._versions_of:
+            self._versions_of = versions
+            seen.clear()
+            todo = [*todo, *((n, "pending") for n in names)]
+        else:
+            todo = list(todo)
+        for n in names:
+            v = versions.get(n)
+            if seen.get(n, -1) != v:
+                seen[n] = v
+                todo.append((n, "pending"))
+        return dict.fromkeys(todo)  # each once, in order
 
     def _label(self, cq: str, pc: str | None) -> str:
         """`replica_role,cluster_queue[,priority_class]` of a queue, escaped once and kept."""

@@ -6,7 +6,8 @@ restarted process that follows the log again reports exactly what it reported be
 bounded: queue, priority class, reason, never a job name.
 
 `dirty`, `lq_dirty` and `config_changed` say what changed since a renderer last looked (`daemon.metrics`): marks for
-a cache of rendered text, consumed by it, not figures (`figures()` leaves them out).
+a cache of rendered text, consumed by it, not figures (`figures()` leaves them out). A ClusterQueue's pending figures
+need no mark from a pending reason or an observed job: the renderer reads the state's pending versions for them.
 """
 
 from __future__ import annotations
@@ -68,8 +69,11 @@ def priority_class_of(wl: Workload) -> str:
 class KueueCounters:
     """Counters per ClusterQueue, LocalQueue and Cohort, of the events seen, reading `state` as of each event."""
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, *, lq_marks: bool = True) -> None:
+        """`lq_marks`: keep `lq_dirty` (a renderer of the LocalQueue families reads it; without them nothing does,
+        and marking a LocalQueue at each pending reason was a tenth of the counters' cost per event)."""
         self.state = state
+        self.lq_marks = lq_marks
         self.events_by_type: dict[str, int] = {}
         self.admitted: dict[tuple[str, str], int] = {}  # (cluster_queue, priority_class)
         self.finished: dict[tuple[str, str], int] = {}
@@ -94,8 +98,8 @@ class KueueCounters:
         self.dirty: set[tuple[str, str]] = set()  # (cluster queue, group of metrics) changed since the last render
         self.lq_dirty: set[str] = set()  # LocalQueues ("ns/name") whose figures may have changed since then
         self.config_changed = True
-        self._pending_marks: dict[str, tuple[str, str]] = {}  # cq -> (cq, "pending"), made once
         self._marks: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, str], ...]] = {}  # `_touch`'s, made once
+        self._admit_marks: dict[str, tuple[tuple[str, str], ...]] = {}  # an admission's, made once per queue
         self._cohorts: dict[str, list[str]] = {}  # `_cohorts_above`, for configuration generation `_cohorts_of`
         self._cohorts_of = -1
         self._table = bind(self, self.ON)
@@ -148,6 +152,8 @@ class KueueCounters:
         self._cohorts_of = -1
 
     def _touch_lq(self, key: str) -> None:
+        if not self.lq_marks:
+            return
         rec = self.state.workloads.get(key)
         if rec is not None and rec.workload.queue_name is not None:
             self.lq_dirty.add(f"{rec.workload.namespace}/{rec.workload.queue_name}")
@@ -203,69 +209,84 @@ class KueueCounters:
         self.config_changed = True  # queues, cohorts, flavors, namespaces: every queue may change
 
     def _pending(self, event: ev.WorkloadPending, seq: int) -> None:
+        # Counted; the ClusterQueue's pending figures are found changed by the renderer (the state's pending
+        # versions), only a LocalQueue is marked here.
         by_type = self.events_by_type
         by_type["workload.pending"] = by_type.get("workload.pending", 0) + 1
-        rec = self.state.workloads.get(event.workload)
-        if rec is not None:
-            wl = rec.workload
-            if wl.queue_name is not None:
-                self.lq_dirty.add(f"{wl.namespace}/{wl.queue_name}")
-        cq = event.cluster_queue
-        if cq is not None:
-            mark = self._pending_marks.get(cq)
-            if mark is None:
-                mark = self._pending_marks[cq] = (cq, "pending")
-            self.dirty.add(mark)
+        if self.lq_marks:
+            rec = self.state.workloads.get(event.workload)
+            if rec is not None:
+                wl = rec.workload
+                if wl.queue_name is not None:
+                    self.lq_dirty.add(f"{wl.namespace}/{wl.queue_name}")
 
     def _observed(self, event: ev.JobObserved, seq: int) -> None:
+        # Counted; the LocalQueues it leaves (as folded so far) and joins (as the event says) are marked. The
+        # ClusterQueues' pending figures are found changed by the renderer (the state's pending versions).
         by_type = self.events_by_type
         by_type["job.observed"] = by_type.get("job.observed", 0) + 1
-        state = self.state
+        if not self.lq_marks:
+            return
         wl = event.workload
-        # The queues it leaves (as folded so far) and the ones it joins (as the event says) may change.
-        rec = state.workloads.get(wl.key)
+        queue = wl.queue_name
+        rec = self.state.workloads.get(f"{wl.namespace}/{wl.name}")
         if rec is not None:
-            old_wl = rec.workload
-            old_lq = f"{old_wl.namespace}/{old_wl.queue_name}" if old_wl.queue_name is not None else None
-            if old_lq is not None:
-                self.lq_dirty.add(old_lq)
-            if rec.admission is not None:
-                self.dirty.add((rec.admission.cluster_queue, "pending"))
-            elif old_lq is not None and (via := state.local_queues.get(old_lq)) is not None:
-                self.dirty.add((via.cluster_queue, "pending"))
-        if wl.queue_name is not None:
-            lq_key = f"{wl.namespace}/{wl.queue_name}"
-            self.lq_dirty.add(lq_key)
-            lq = state.local_queues.get(lq_key)
-            if lq is not None:
-                self.dirty.add((lq.cluster_queue, "pending"))
+            old = rec.workload
+            if old.queue_name is not None and (old.queue_name != queue or old.namespace != wl.namespace):
+                self.lq_dirty.add(f"{old.namespace}/{old.queue_name}")
+        if queue is not None:
+            self.lq_dirty.add(f"{wl.namespace}/{queue}")
 
     def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
         by_type = self.events_by_type
         by_type["workload.admitted"] = by_type.get("workload.admitted", 0) + 1
-        key, at, adm = event.workload, event.at, event.admission
+        key, at = event.workload, event.at
         rec = self.state.workloads.get(key)
         if rec is not None and rec.phase is Phase.PENDING:
-            label = (adm.cluster_queue, priority_class_of(rec.workload))
-            if label not in self.admitted:
-                self.priority_classes.setdefault(label[0], set()).add(label[1])
-                self.counted_queues.add(label[0])
-            self.admitted[label] = self.admitted.get(label, 0) + 1
-            since = self._queued_at.pop(key, rec.workload.created_at)
-            waited = max(0, at - since) / 1000
-            _observe(self.wait, label, waited, ADMISSION_WAIT_BUCKETS)
-            _observe(self.qr_wait, label, waited, WAIT_BUCKETS)  # admitd reserves quota and admits at once
+            cq = event.admission.cluster_queue
             wl = rec.workload
-            if wl.queue_name is not None:
-                lq3 = (wl.namespace, wl.queue_name, label[1])
-                self.counted_lqs.add(f"{wl.namespace}/{wl.queue_name}")
+            pc = wl.priority_class or wl.pod_priority_class or ""  # `priority_class_of`
+            label = (cq, pc)
+            admitted = self.admitted
+            n = admitted.get(label)
+            if n is None:
+                self.priority_classes.setdefault(cq, set()).add(pc)
+                self.counted_queues.add(cq)
+                n = 0
+            admitted[label] = n + 1
+            since = self._queued_at.pop(key, wl.created_at)
+            waited = max(0, at - since) / 1000
+            h = self.wait.get(label)
+            if h is None:
+                h = self.wait[label] = Hist(ADMISSION_WAIT_BUCKETS)
+            h.observe(waited)
+            h = self.qr_wait.get(label)  # admitd reserves quota and admits at once
+            if h is None:
+                h = self.qr_wait[label] = Hist(WAIT_BUCKETS)
+            h.observe(waited)
+            queue = wl.queue_name
+            if queue is not None:
+                ns = wl.namespace
+                lq3 = (ns, queue, pc)
+                lq_key = f"{ns}/{queue}"
+                self.counted_lqs.add(lq_key)
                 self.lq_admitted[lq3] = self.lq_admitted.get(lq3, 0) + 1
-                _observe(self.lq_wait, lq3, max(0, at - since) / 1000, WAIT_BUCKETS)
-                self.lq_dirty.add(f"{wl.namespace}/{wl.queue_name}")
-            for cohort in self._cohorts_above(adm.cluster_queue):
-                c2 = (cohort, label[1])
-                self.cohort_admitted[c2] = self.cohort_admitted.get(c2, 0) + 1
-            self._touch(adm.cluster_queue, "pending", "admitted", "admissions")
+                h = self.lq_wait.get(lq3)
+                if h is None:
+                    h = self.lq_wait[lq3] = Hist(WAIT_BUCKETS)
+                h.observe(waited)
+                if self.lq_marks:
+                    self.lq_dirty.add(lq_key)
+            cohorts = self._cohorts_above(cq)
+            if cohorts:
+                by_cohort = self.cohort_admitted
+                for cohort in cohorts:
+                    c2 = (cohort, pc)
+                    by_cohort[c2] = by_cohort.get(c2, 0) + 1
+            marks = self._admit_marks.get(cq)
+            if marks is None:
+                marks = self._admit_marks[cq] = ((cq, "pending"), (cq, "admitted"), (cq, "admissions"))
+            self.dirty.update(marks)
 
     def _adopted(self, event: ev.WorkloadAdopted, seq: int) -> None:
         by_type = self.events_by_type

@@ -153,26 +153,31 @@ class Preemptions:
         self._open.pop(event.job, None)
 
     def _preempted(self, event: ev.WorkloadPreempted, seq: int) -> None:
-        rec = self.state.workloads.get(event.workload)
+        key, at = event.workload, event.at
+        rec = self.state.workloads.get(key)
         admission = rec.admission if rec is not None else None
-        ran_from = self._ran_from.pop(event.workload, None)
-        ran = max(0, event.at - ran_from) if ran_from is not None else 0
-        pods = 0
+        ran_from = self._ran_from.pop(key, None)
+        ran = max(0, at - ran_from) if ran_from is not None else 0
+        keep = self.keep
+        pods = gpu = 0
         lost: dict[str, int] = {}
         if admission is not None:
             for ps in admission.pod_sets:
                 pods += ps.count
                 if ran:
                     for resource, amount in ps.usage.items():
-                        lost[resource] = lost.get(resource, 0) + amount * ran
-        t = self.totals.get((event.cluster_queue, event.reason))
+                        if keep:
+                            lost[resource] = lost.get(resource, 0) + amount * ran
+                        if resource in GPU_RESOURCES:
+                            gpu += amount * ran
+        label = (event.cluster_queue, event.reason)
+        t = self.totals.get(label)
         if t is None:
-            t = self.totals[(event.cluster_queue, event.reason)] = [0, 0, 0]
+            t = self.totals[label] = [0, 0, 0]
         t[0] += 1
         t[1] += pods * ran
-        if lost:
-            t[2] += sum(lost.get(r, 0) for r in GPU_RESOURCES)
-        if not self.keep:
+        t[2] += gpu
+        if not keep:
             return  # the totals only (the metrics): no entry, so no meeting point either
         cohort, level = self._meeting_point(event.cluster_queue, event.preemptor_cluster_queue)
         p = Preemption(

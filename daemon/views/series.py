@@ -22,6 +22,7 @@ from daemon.domain.state import State
 from daemon.views.dispatch import QUEUE_OBJECTS, Spec, Table, bind
 from daemon.views.queues import Queues
 
+_NONE: dict[FlavorResource, int] = {}  # read, never written
 ADMISSIONS_KEPT = 200  # the latest admissions kept per ClusterQueue (a page shows those up to its moment)
 
 
@@ -73,21 +74,36 @@ class QueueSeries:
         self.state, self.queues = state, queues
 
     def _record(self, t: int) -> None:
+        """A point for each ClusterQueue at `t` (`Points.add`, inlined: this runs for every queue at each new
+        bucket). A queue's usage is kept as the previous point's dict when it has not changed (points are never
+        changed once taken, so they may share it): no copy per queue and bucket."""
         view = self.state.view()
-        usage = self.queues.usage
+        usage, pending_by, admitted_by = self.queues.usage, view.pending_by_cq, view.admitted_by_cq
+        width, points = self.width, self.points
+        b = t // width
         grow = False
         for cq in self.state.cluster_queues:
-            pts = self.points.get(cq)
+            pts = points.get(cq)
             if pts is None:
-                pts = self.points[cq] = Points()
-            pts.add(
-                t,
-                len(view.pending_by_cq.get(cq, ())),
-                len(view.admitted_by_cq.get(cq, {})),
-                dict(usage.get(cq, {})),
-                self.width,
-            )
-            grow = grow or len(pts) > self.limit
+                pts = points[cq] = Points()
+            now = usage.get(cq, _NONE)
+            used_ = pts.used
+            pending, admitted = len(pending_by.get(cq, ())), len(admitted_by.get(cq, ()))
+            if used_:
+                last = used_[-1]
+                used = last if last == now else dict(now)
+                ts = pts.t
+                if ts[-1] // width == b:
+                    ts[-1], pts.pending[-1], pts.admitted[-1], used_[-1] = t, pending, admitted, used
+                    continue
+                ts.append(t)
+            else:
+                used = dict(now)
+                pts.t.append(t)
+            pts.pending.append(pending)
+            pts.admitted.append(admitted)
+            used_.append(used)
+            grow = grow or len(used_) > self.limit
         while grow:
             self.width *= 2
             self.points = {cq: p.merged(self.width) for cq, p in self.points.items()}

@@ -41,18 +41,6 @@ class _Holding:
     per_resource: tuple[tuple[str, int], ...] = ()  # `usage` with flavors summed, the resources it uses (not 0)
 
 
-def _per_resource(usage: dict[FlavorResource, int]) -> tuple[tuple[str, int], ...]:
-    out: dict[str, int] = {}
-    for (_, resource), v in usage.items():
-        if v:
-            out[resource] = out.get(resource, 0) + v
-    return tuple(out.items())
-
-
-def _usage(a: Admission) -> tuple[dict[FlavorResource, int], int]:
-    return a.usage(), sum(ps.count for ps in a.pod_sets)
-
-
 def _add(acc: Acc, resource: str, v: int) -> None:
     if v:
         acc[resource] = acc.get(resource, 0) + v
@@ -98,17 +86,20 @@ class Usage:
 
     def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
         at, key = event.at, event.workload
-        self._advance(at)
-        self._release(key, at)
+        self.now = max(self.now, at)
+        if key in self.holding:
+            self._release(key, at)
         self._hold(key, event.admission, at)
 
     def _released(self, event: ev.WorkloadEvicted, seq: int) -> None:
-        self._advance(event.at)
-        self._release(event.workload, event.at)
+        at = event.at
+        self.now = max(self.now, at)
+        self._release(event.workload, at)
 
     def _gone(self, event: ev.JobFinished | ev.JobDeleted, seq: int) -> None:
-        self._advance(event.at)
-        self._release(event.job, event.at)
+        at = event.at
+        self.now = max(self.now, at)
+        self._release(event.job, at)
 
     def _config(self, event: ev.Event, seq: int) -> None:
         # Quotas or the trees may change: settle every tree with the figures of before (the state takes the new
@@ -174,44 +165,60 @@ class Usage:
         if rec is None:
             return
         wl = rec.workload
-        usage, pods = _usage(admission)
+        usage = admission.usage()
+        pods = 0
+        for ps in admission.pod_sets:
+            pods += ps.count
         cq = admission.cluster_queue
         self._settle_cq(cq, at)
-        self.holding[key] = _Holding(
-            cq, f"{wl.namespace}/{wl.queue_name}", wl.namespace, usage, pods, max(at, self.start), _per_resource(usage)
-        )
         u = self._cq_usage[cq]
+        per: dict[str, int] = {}  # `_per_resource`, in the same pass
         for fr, v in usage.items():
             u[fr] = u.get(fr, 0) + v
+            if v:
+                per[fr[1]] = per.get(fr[1], 0) + v
+        start = self.start
+        lq = f"{wl.namespace}/{wl.queue_name}"
+        self.holding[key] = _Holding(cq, lq, wl.namespace, usage, pods, max(at, start), (*per.items(),))
 
     def _release(self, key: str, at: Millis) -> None:
         h = self.holding.pop(key, None)
         if h is None:
             return
-        self._settle_cq(h.cluster_queue, at)
-        self._charge(h, at)
-        u = self._cq_usage[h.cluster_queue]
+        cq = h.cluster_queue
+        self._settle_cq(cq, at)
+        dt = at - max(h.since, self.start)
+        if dt > 0:
+            # What it used, charged to its ClusterQueue, LocalQueue and namespace: written out for each (at every
+            # release; a loop over the three made a tuple of tuples each time). Per resource, flavors summed: the
+            # same sums as each flavor's v * dt added in turn (v, dt > 0).
+            used, pod_ms, per, pods = self.used, self.pod_ms, h.per_resource, h.pods * dt
+            groups, by_group = used["clusterqueue"], pod_ms["clusterqueue"]
+            acc = groups.get(cq)
+            if acc is None:
+                acc = groups[cq] = {}
+            for resource, v in per:
+                acc[resource] = acc.get(resource, 0) + v * dt
+            by_group[cq] = by_group.get(cq, 0) + pods
+            lq = h.local_queue
+            groups, by_group = used["localqueue"], pod_ms["localqueue"]
+            acc = groups.get(lq)
+            if acc is None:
+                acc = groups[lq] = {}
+            for resource, v in per:
+                acc[resource] = acc.get(resource, 0) + v * dt
+            by_group[lq] = by_group.get(lq, 0) + pods
+            ns = h.namespace
+            groups, by_group = used["namespace"], pod_ms["namespace"]
+            acc = groups.get(ns)
+            if acc is None:
+                acc = groups[ns] = {}
+            for resource, v in per:
+                acc[resource] = acc.get(resource, 0) + v * dt
+            by_group[ns] = by_group.get(ns, 0) + pods
+        u = self._cq_usage[cq]
         for fr, v in h.usage.items():
             u[fr] = u.get(fr, 0) - v
-
-    def _charge(self, h: _Holding, until: Millis) -> None:
-        dt = until - max(h.since, self.start)
-        if dt <= 0:
-            return
-        used, pod_ms, per, pods = self.used, self.pod_ms, h.per_resource, h.pods * dt
-        for kind, group in (
-            ("clusterqueue", h.cluster_queue),
-            ("localqueue", h.local_queue),
-            ("namespace", h.namespace),
-        ):
-            groups = used[kind]
-            acc = groups.get(group)
-            if acc is None:
-                acc = groups[group] = {}
-            for resource, v in per:  # the same sums as each flavor's v * dt added in turn (v, dt > 0)
-                acc[resource] = acc.get(resource, 0) + v * dt
-            by_group = pod_ms[kind]
-            by_group[group] = by_group.get(group, 0) + pods
 
     # --- borrowing and lending -----------------------------------------------------------------------------------
 
@@ -243,12 +250,21 @@ class Usage:
             self._settle_tree(tree, members, at)
 
     def _settle_cq(self, cq_name: str, at: Millis) -> None:
-        """Bring `cq_name`'s tree's borrowing and lending to `at` with the figures of now."""
+        """Bring `cq_name`'s tree's borrowing and lending to `at` with the figures of now (`_settle_tree`, inlined:
+        at every admission and release)."""
         tree = self._tree_of.get(cq_name)
         if tree is None:
             tree = self._tree_of[cq_name] = self.state.tree_of_cq(cq_name)  # until the next change of the trees
-        members = self.trees().get(tree)
-        self._settle_tree(tree, [cq_name] if members is None else members, at)
+        start, tree_at = self.start, self._tree_at
+        since = tree_at.get(tree, start)
+        since = max(since, start)
+        if at <= since:
+            tree_at[tree] = since
+            return
+        tree_at[tree] = at
+        trees = self._trees if self._trees is not None else self.trees()
+        members = trees.get(tree)
+        self._integrate([cq_name] if members is None else members, at - since, self.borrowed, self.lent)
 
     def _settle_tree(self, tree: str, members: list[str], at: Millis) -> None:
         since = max(self._tree_at.get(tree, self.start), self.start)

@@ -69,11 +69,17 @@ def test_every_event_with_a_time_moves_the_usage_clock() -> None:
 def test_the_windows_take_every_timed_event_through_their_clock() -> None:
     w = Windows(hold=False)
     w.begin(State(pending_indexes=False), 0, whole=True)
-    (table,) = w.tables()
-    assert set(table) == set(ev.EVENT_TYPES)
-    for t, h in table.items():
-        if t in dispatch.events_with_at():
-            assert h in (w._timed, w._clock_only), t.__name__
+    clock, *parts = w.tables()  # a feeder joins them: the clock first, then the projections
+    assert len(parts) == 3  # the ledger, the usage, the runtimes
+    with_at = dispatch.events_with_at()
+    for table in (clock, *parts):
+        assert set(table) == set(ev.EVENT_TYPES)
+    for t, h in clock.items():
+        assert h == (w._move_clocks if t in with_at else None), t.__name__
+    assert all(h != w.usage.usage.timed for table in parts for h in table.values())  # moved by `_move_clocks`, once
+    for t, h in w._table.items():  # fed on its own (`_Direct`): the same, through one handler per type
+        if t in with_at:
+            assert h in (w._timed, w._move_clocks), t.__name__
         else:
             assert h is None or getattr(h, "__self__", None) is w.usage.usage, t.__name__  # type: ignore[union-attr]
 
