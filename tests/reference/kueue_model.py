@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from daemon.domain.admission.ledger import blocked_above  # the switch's rule is the engine's own
-from daemon.domain.admission.memo import who  # the classes of `unfit_classes_step_aside_together`, the engine's
 from daemon.domain.flavors import Assignment, FlavorAssigner, Mode
 from daemon.domain.model import (
     Admission,
@@ -44,7 +43,7 @@ from daemon.domain.model import (
 )
 from daemon.domain.preemption import Preemptor, Target, classical_targets, oracle_mode
 from daemon.domain.quota import Node, QuotaTree, Snapshot, fits
-from daemon.domain.view import AdmittedWorkload, PendingWorkload, shape_of
+from daemon.domain.view import AdmittedWorkload, PendingWorkload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,14 +86,6 @@ class Switches:
     every borrower of a Cohort that admitted in the cycle; `schedule()` still carries the comment saying why
     ("there can be other workloads deeper in a clusterQueue whose head got admitted that should be scheduled in
     the cohort before the heads of other clusterQueues")."""
-
-    unfit_classes_step_aside_together: bool = True
-    """A BestEffortFIFO head alike to one found NoFit in the same state of its tree (same shape; same priority, and
-    age under LowerOrNewerEqualPriority, when its queue may preempt: `memo.who`) is not assessed again: it goes to
-    the inadmissible set at once and its queue's next workload is popped in its place, in the same cycle (Kueue
-    v0.17 pops them one per cycle; its equivalence hashing, on by default from v0.18, moves them together). The
-    engine's walk does this (`Nominator._walk`, `known`); with `borrowers_after_the_trees_own` which workloads meet
-    in one cycle matters, so the model does it too."""
 
     no_hold_when_a_cohort_limit_blocks: bool = True
     """Kueue's reserveCapacityForUnreclaimablePreempt holds resourcesToReserve for every preemptor without
@@ -176,8 +167,6 @@ class KueueModel:
         self.admitted: dict[str, AdmittedWorkload] = {}
         self.held: set[str] = set()
         self.parked: set[str] = set()  # `borrowers_after_the_trees_own`: ClusterQueues whose head was skipped
-        # `unfit_classes_step_aside_together`: (ClusterQueue, shape, who) -> the tree's admitted set it was NoFit in
-        self.unfit: dict[tuple[str, object, tuple[int, ...]], frozenset[str]] = {}
         self.decisions: list[Decision] = []
         self.cycles = 0
         self._structure = QuotaTree.build(self.cluster_queues, self.cohorts, self.flavors)
@@ -289,19 +278,12 @@ class KueueModel:
         self.cycles += 1
         # 1. Manager.Heads: one Pop per ClusterQueue with a non-empty heap.
         heads: list[tuple[str, PendingWorkload]] = []
-        stepped: list[_Entry] = []  # `unfit_classes_step_aside_together`: popped and requeued as NoFit unassessed
         for name, q in self.queues.items():
-            while q.active:
+            if q.active:
                 key = min(q.active, key=self._heap_order_in(q))
                 q.active.discard(key)
                 q.pop_cycle += 1  # ClusterQueue.Pop
-                if self._known_unfit(name, q, self.pending[key]):
-                    stepped.append(_Entry(pw=self.pending[key], cq=name, requeue_reason=NO_FIT))
-                    continue
                 heads.append((name, self.pending[key]))
-                break
-        for e in stepped:
-            self._requeue(e)
         if not heads:
             return False
         # 2. cache.Snapshot: a fresh one every cycle.
@@ -341,10 +323,6 @@ class KueueModel:
             rest = entries
         for e in rest:
             self._process_entry(e, tree, snap, preempted, victims, held, own, now)
-        if self.switches.unfit_classes_step_aside_together:
-            for e in entries:
-                if e.assignment is not None and e.assignment.mode is Mode.NO_FIT:
-                    self.unfit[self._class_of(e.cq, e.pw)] = self._admitted_in(e.cq)
         # 6. requeueAndUpdate for every entry not assumed.
         for e in [*entries, *inadmissible]:
             if e.status != "assumed":
@@ -353,21 +331,6 @@ class KueueModel:
         for key, _ in victims:
             self._evict(key, now)
         return bool(victims)
-
-    def _class_of(self, cq: str, pw: PendingWorkload) -> tuple[str, object, tuple[int, ...]]:
-        return (cq, shape_of(pw.workload), who(self.cluster_queues[cq], pw.priority, pw.queue_order_at))
-
-    def _admitted_in(self, cq: str) -> frozenset[str]:
-        """The state of `cq`'s quota tree as far as an assessment goes: the workloads admitted in it."""
-        root = self._structure.cqs[cq].root()
-        names = set(_cqs_under(root))
-        return frozenset(k for k, aw in self.admitted.items() if aw.admission.cluster_queue in names)
-
-    def _known_unfit(self, name: str, q: _CQueue, pw: PendingWorkload) -> bool:
-        if not self.switches.unfit_classes_step_aside_together or q.strict:
-            return False
-        seen = self.unfit.get(self._class_of(name, pw))
-        return seen is not None and seen == self._admitted_in(name)
 
     def _heap_order_in(self, q: _CQueue) -> Callable[[str], tuple[int, int, int, str]]:
         """baseCompareFunc: the sticky preemptor first (BestEffortFIFO), higher priority, earlier queue order
