@@ -1,7 +1,8 @@
 """End to end against real Kueue: the same Jobs through admitd and through Kueue, each on a fresh local cluster.
 
 Usage (from the repository root, with the project's venv):
-  python -m bench.e2e compare --scale 10 --runs 3 --settings shipped,lifted [--systems admitd,kueue] [--no-results]
+  python -m bench.e2e compare --scale 10 --runs 3 --settings shipped,lifted [--systems admitd,kueue,kueue-tuned]
+      [--creator python|go] [--no-results]
   python -m bench.e2e run --system kueue --setting lifted --scale 1
   python -m bench.e2e results bench/out/e2e-<time>.json      (the table again from a saved comparison)
 
@@ -17,6 +18,13 @@ not bind both), `lifted` (1000 / 2000 for all three) and `stock` (as shipped, ku
 30 included). Work and cluster state go under --work (default /tmp/admitd/e2e-work). Kueue is built on first use by
 tests/cluster/kueue/build-kueue.sh (about 2 minutes); the Jobs are the baseline shape of Kueue's scheduler
 performance test read from its module (bench/e2e/shape.py).
+
+Systems: `admitd`; `kueue` (its shipped Configuration and webhooks, what running outside a cluster needs aside, only
+the batch/job integration); `kueue-tuned` (only what the scenario needs: the Job and Kueue webhooks, no controllers
+or feature gates for what it does not use, the performance runner's client limits, logging at info; systems.py
+KueueTuned). Creators: `python` (this process, 64 creates in flight, JSON) or `go` (tests/cluster/creator: client-go,
+protobuf, one goroutine per workload set, as Kueue's performance runner). Every run records the work lost to
+preemption: the pod-seconds (cpu core-seconds, GPU-seconds) its victims had been unsuspended when re-suspended.
 """
 
 from __future__ import annotations
@@ -32,14 +40,28 @@ from pathlib import Path
 from typing import Any
 
 from bench.e2e.results import write_results
-from bench.e2e.runner import System, aggregate, caused, log, make_plan, ratios, run_once, settings_named
-from bench.e2e.systems import SETTINGS, Admitd, Kueue, NoScheduler, RunFailed
+from bench.e2e.runner import (
+    CREATORS,
+    System,
+    aggregate,
+    caused,
+    log,
+    make_plan,
+    ratios,
+    run_once,
+    settings_named,
+)
+from bench.e2e.systems import SETTINGS, Admitd, Kueue, KueueTuned, NoScheduler, RunFailed, build_creator
 
 DEFAULT_WORK = Path("/tmp/admitd/e2e-work")
 
 
+SCHEDULERS = ("admitd", "kueue", "kueue-tuned")
+KUEUES = ("kueue", "kueue-tuned")
+
+
 def systems_named(names: str, admitd: Admitd, kueue: Kueue) -> list[System]:
-    known: dict[str, System] = {"admitd": admitd, "kueue": kueue, "none": NoScheduler()}
+    known: dict[str, System] = {"admitd": admitd, "kueue": kueue, "kueue-tuned": KueueTuned(), "none": NoScheduler()}
     out: list[System] = []
     for name in names.split(","):
         if name not in known:
@@ -79,6 +101,13 @@ def main() -> int:
         sp.add_argument(
             "--admitd-args", default="", help="more `admitd run` options, space-separated (e.g. --no-workload-objects)"
         )
+        sp.add_argument(
+            "--creator",
+            choices=CREATORS,
+            default="python",
+            help="who creates the Jobs: this process (python, the default) or tests/cluster/creator (go: client-go, "
+            "protobuf, one goroutine per workload set, as Kueue's performance runner)",
+        )
     cmp_p = sub.choices["compare"]
     cmp_p.add_argument("--runs", type=int, default=3)
     cmp_p.add_argument("--settings", default="shipped,lifted")
@@ -94,7 +123,7 @@ def main() -> int:
     res_p = sub.add_parser("results", help="write bench/RESULTS.md from a saved comparison (bench/out/e2e-*.json)")
     res_p.add_argument("file", type=Path)
     run_p = sub.choices["run"]
-    run_p.add_argument("--system", choices=("admitd", "kueue", "none"), required=True)
+    run_p.add_argument("--system", choices=(*SCHEDULERS, "none"), required=True)
     run_p.add_argument("--setting", choices=tuple(SETTINGS), default="lifted")
     args = parser.parse_args()
     if args.command == "results":
@@ -107,13 +136,21 @@ def main() -> int:
     systems = systems_named(args.system if args.command == "run" else args.systems, admitd, kueue)
     for s in systems:
         s.prepare()
+    if args.creator == "go":
+        build_creator()
     p = make_plan(kueue.generator_config(), args.scale)
     command = "python -m bench.e2e " + " ".join(sys.argv[1:])
     log(f"{len(p.jobs)} Jobs in {len(p.queues)} ClusterQueues at {args.scale:g}%")
 
     if args.command == "run":
         result = run_once(
-            systems[0], SETTINGS[args.setting], p, args.work / "run", timeout_s=args.timeout, keep=args.keep
+            systems[0],
+            SETTINGS[args.setting],
+            p,
+            args.work / "run",
+            timeout_s=args.timeout,
+            keep=args.keep,
+            creator=args.creator,
         )
         json.dump(result, sys.stdout, indent=2)
         print()
@@ -138,11 +175,12 @@ def main() -> int:
             base = [r for r in runs if r["system"] == "none" and r["setting"] == setting.name and "failed" not in r]
             if base:
                 per["none"] = aggregate(base)
-                for name in ("admitd", "kueue"):
+                for name in SCHEDULERS:
                     if per.get(name, {}).get("runs"):
                         per[name].update(caused(per[name], per["none"]))
-            if per.get("admitd", {}).get("runs") and per.get("kueue", {}).get("runs"):
-                per["admitd/kueue"] = ratios(per["admitd"], per["kueue"])
+            for k in KUEUES:
+                if per.get("admitd", {}).get("runs") and per.get(k, {}).get("runs"):
+                    per[f"admitd/{k}"] = ratios(per["admitd"], per[k])
             summary[setting.name] = per
         return {
             "benchmark": "e2e",
@@ -150,6 +188,7 @@ def main() -> int:
             "command": command,
             "versions": {"systems": [s.version() for s in systems], "kubernetes": kube_version()},
             "scale_pct": args.scale,
+            "creator": args.creator,
             "jobs": len(p.jobs),
             "cluster_queues": len(p.queues),
             "cpus": os.cpu_count(),
@@ -163,7 +202,14 @@ def main() -> int:
         for i in range(args.baseline_runs):
             try:
                 runs.append(
-                    run_once(baseline, setting, p, args.work / f"{setting.name}-none-{i}", timeout_s=args.timeout)
+                    run_once(
+                        baseline,
+                        setting,
+                        p,
+                        args.work / f"{setting.name}-none-{i}",
+                        timeout_s=args.timeout,
+                        creator=args.creator,
+                    )
                 )
             except RunFailed as e:
                 log(f"baseline / {setting.name} run {i + 1} failed: {e}")
@@ -173,7 +219,9 @@ def main() -> int:
             for system in systems:
                 work = args.work / f"{setting.name}-{system.name}-{i}"
                 try:
-                    runs.append(run_once(system, setting, p, work, timeout_s=args.timeout, keep=args.keep))
+                    runs.append(
+                        run_once(system, setting, p, work, timeout_s=args.timeout, keep=args.keep, creator=args.creator)
+                    )
                 except RunFailed as e:  # recorded, and the comparison goes on (everything it started is stopped)
                     log(f"{system.name} / {setting.name} run {i + 1} failed: {e}")
                     runs.append({"system": system.name, "setting": setting.name, "failed": str(e)})

@@ -9,7 +9,11 @@ Definitions (the same for both systems):
 - makespan: from the first Job's creation to the last Job's completion;
 - time to admission of a Job: from its creation to its first unsuspend; mean and p90 per class;
 - admissions/s: unsuspends (readmissions included) divided by the makespan;
-- evictions: re-suspends of a Job that had been unsuspended.
+- evictions: re-suspends of a Job that had been unsuspended;
+- work lost to preemption: for every re-suspend, the time since the unsuspend before it times the Job's pods
+  (parallelism), in pod-seconds, and the same weighted by the pod's cpu request (core-seconds) and GPU request
+  (GPU-seconds); an upper bound of what the victims had run, since their pods start a little after the unsuspend.
+  Its share is of all the pod-seconds the Jobs were unsuspended (lost + the last unsuspend to completion).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 from bench.e2e.shape import CLASS_LABEL
 from daemon.kube.client import KubeClient
 
+GPU_RESOURCE = "nvidia.com/gpu"
+
 
 @dataclass(slots=True)
 class JobRecord:
@@ -33,6 +39,59 @@ class JobRecord:
     resuspends: list[float] = field(default_factory=list)
     completed: float | None = None
     suspended: bool = True
+    pods: int = 1  # spec.parallelism
+    cpu_milli_per_pod: int = 0
+    gpus_per_pod: int = 0
+
+
+def cpu_milli(quantity: object) -> int:
+    """A cpu quantity ("2", "500m", "0.5") in millicores; raises ValueError naming it if it is something else."""
+    text = str(quantity).strip()
+    try:
+        if text.endswith("m"):
+            return int(text[:-1])
+        return round(float(text) * 1000)
+    except ValueError:
+        raise ValueError(f"cpu quantity {quantity!r} is not a number of cores or millicores") from None
+
+
+def pod_requests(spec: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(pods, cpu millicores per pod, GPUs per pod) of a Job's spec: parallelism, and the sum over the template's
+    containers of their requests."""
+    pods = int(spec.get("parallelism") or 1)
+    cpu = gpus = 0
+    for container in ((spec.get("template") or {}).get("spec") or {}).get("containers") or ():
+        requests = (container.get("resources") or {}).get("requests") or {}
+        if "cpu" in requests:
+            cpu += cpu_milli(requests["cpu"])
+        if GPU_RESOURCE in requests:
+            gpus += int(str(requests[GPU_RESOURCE]))
+    return pods, cpu, gpus
+
+
+def lost_work(t: Timeline) -> dict[str, Any]:
+    """What the victims of preemption had run when re-suspended (pod-, core- and GPU-seconds), and its share of
+    all the time the Jobs' pods were unsuspended."""
+    lost_pod = lost_cpu = lost_gpu = total_pod = 0.0
+    for key, r in t.jobs.items():
+        if len(r.resuspends) > len(r.unsuspends):
+            raise ValueError(f"Job {key}: {len(r.resuspends)} re-suspends after {len(r.unsuspends)} unsuspends")
+        for started, stopped in zip(r.unsuspends, r.resuspends, strict=False):
+            ran = max(0.0, stopped - started)
+            lost_pod += ran * r.pods
+            lost_cpu += ran * r.pods * r.cpu_milli_per_pod / 1000
+            lost_gpu += ran * r.pods * r.gpus_per_pod
+        if r.completed is not None and len(r.unsuspends) > len(r.resuspends):
+            total_pod += max(0.0, r.completed - r.unsuspends[-1]) * r.pods
+    total_pod += lost_pod
+    return {
+        "lost_pod_s": round(lost_pod, 2),
+        "lost_cpu_core_s": round(lost_cpu, 2),
+        "lost_gpu_s": round(lost_gpu, 2),
+        "lost_share": round(lost_pod / total_pod, 4) if total_pod > 0 else 0.0,
+        "run_pod_s": round(total_pod, 2),
+        "victims": sum(1 for r in t.jobs.values() if r.resuspends),
+    }
 
 
 @dataclass(slots=True)
@@ -48,9 +107,13 @@ class Timeline:
             return  # not one of the benchmark's Jobs
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         rec = self.jobs.get(key)
+        spec = obj.get("spec") or {}
         if rec is None:
-            rec = self.jobs[key] = JobRecord(klass=str(klass), created=at)
-        suspended = bool((obj.get("spec") or {}).get("suspend"))
+            pods, cpu, gpus = pod_requests(spec)
+            rec = self.jobs[key] = JobRecord(
+                klass=str(klass), created=at, pods=pods, cpu_milli_per_pod=cpu, gpus_per_pod=gpus
+            )
+        suspended = bool(spec.get("suspend"))
         if rec.suspended and not suspended:
             rec.unsuspends.append(at)
         elif not rec.suspended and suspended:
@@ -95,6 +158,7 @@ def summarize(t: Timeline) -> dict[str, Any]:
         "admissions": admissions,
         "admissions_per_s": round(admissions / makespan, 3) if makespan > 0 else None,
         "evictions": sum(len(r.resuspends) for r in t.jobs.values()),
+        "lost_work": lost_work(t),
         "time_to_admission_s": {
             k: {
                 "jobs": len(v),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import statistics
@@ -15,13 +16,15 @@ from typing import Any, Protocol
 
 from bench.e2e import procs
 from bench.e2e.recorder import JobWatcher, summarize
-from bench.e2e.shape import Plan, job_object, plan, queue_objects
-from bench.e2e.systems import SETTINGS, LocalCluster, RunFailed, Setting
+from bench.e2e.shape import Plan, creator_plan, job_object, plan, queue_objects
+from bench.e2e.systems import CREATOR_BIN, SETTINGS, LocalCluster, RunFailed, Setting
 from daemon.kube.client import KubeClient, load_configuration
 from tests.integration.conftest import KubeCluster
 from tests.integration.daemon_harness import apply, kubectl
 
 CREATE_PARALLELISM = 64
+CREATORS = ("python", "go")
+GO_CREATOR_LEAD_S = 1.5  # the Go creator starts this long before the plan's offset 0 (its start-up, its client)
 
 
 class System(Protocol):
@@ -56,10 +59,78 @@ def wait_queues_active(c: KubeCluster, names: set[str], timeout: float = 120) ->
     raise RunFailed(f"{len(inactive)} ClusterQueues not Active after {timeout:.0f} s, e.g. {sorted(inactive)[:3]}")
 
 
+async def create_with_python(cclient: KubeClient, p: Plan, *, managed: bool) -> tuple[float, list[float]]:
+    """Each Job at its offset from t0, from one asyncio loop (CREATE_PARALLELISM creates in flight, JSON); t0
+    (monotonic) and each create's lag behind its target."""
+    sem = asyncio.Semaphore(CREATE_PARALLELISM)
+    lags: list[float] = []
+
+    async def create(body: dict[str, Any], target: float) -> None:
+        async with sem:
+            lags.append(time.monotonic() - target)
+            ns = body["metadata"]["namespace"]
+            await cclient.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=body)
+
+    t0 = time.monotonic() + 0.5
+    creations: list[asyncio.Task[None]] = []
+    for j in p.jobs:
+        target = t0 + j.create_at_s
+        delay = target - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        creations.append(asyncio.create_task(create(job_object(j, managed=managed), target)))
+    await asyncio.gather(*creations)
+    return t0, lags
+
+
+async def create_with_go(
+    c: KubeCluster, p: Plan, *, managed: bool, workdir: Path
+) -> tuple[float, list[float], dict[str, Any]]:
+    """The same Jobs through tests/cluster/creator (client-go, protobuf, one goroutine per workload set, qps 1000
+    / burst 2000 as Kueue's runner); t0 (monotonic), the lags it reports (max only) and its report."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan_path = workdir / "creator-plan.json"
+    plan_path.write_text(json.dumps(creator_plan(p, managed=managed)))
+    lead = GO_CREATOR_LEAD_S
+    start_unix, t0 = time.time() + lead, time.monotonic() + lead
+    proc = await asyncio.create_subprocess_exec(
+        str(CREATOR_BIN),
+        "-kubeconfig", str(c.kubeconfig), "-plan", str(plan_path), "-start", f"{start_unix:.6f}",
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise RunFailed(f"{CREATOR_BIN} exited with {proc.returncode}: {err.decode(errors='replace')[-2000:]}")
+    try:
+        report: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise RunFailed(f"{CREATOR_BIN} printed no report: {out.decode(errors='replace')[-500:]!r}") from None
+    if report.get("created") != len(p.jobs):
+        raise RunFailed(f"{CREATOR_BIN} created {report.get('created')} of {len(p.jobs)} Jobs: {report}")
+    return t0, [float(report["lag_max_s"])], report
+
+
 async def drive(
-    c: KubeCluster, p: Plan, pids: dict[str, int], timeout_s: float, *, managed: bool = True
+    c: KubeCluster,
+    p: Plan,
+    pids: dict[str, int],
+    timeout_s: float,
+    *,
+    managed: bool = True,
+    creator: str = "python",
+    workdir: Path | None = None,
 ) -> dict[str, Any]:
-    """Creates the Jobs on the plan's schedule and waits for every one to complete; the figures."""
+    """Creates the Jobs on the plan's schedule (with `creator`) and waits for every one to complete; the figures."""
+    if creator not in CREATORS:
+        raise RunFailed(f"creator {creator!r}: expected one of {', '.join(CREATORS)}")
     cfg = await load_configuration(c.kubeconfig)
     pki = c.state_dir / "pki"
     async with KubeClient(cfg, user_agent="e2e-watch") as wclient, KubeClient(cfg, user_agent="e2e-create") as cclient:
@@ -69,24 +140,11 @@ async def drive(
         requests0 = await asyncio.to_thread(procs.scrape_requests, c.apiserver_url, pki)
         cpu0 = {name: procs.cpu_seconds(pid) for name, pid in pids.items()}
         load0 = os.getloadavg()
-        sem = asyncio.Semaphore(CREATE_PARALLELISM)
-        lags: list[float] = []
-
-        async def create(body: dict[str, Any], target: float) -> None:
-            async with sem:
-                lags.append(time.monotonic() - target)
-                ns = body["metadata"]["namespace"]
-                await cclient.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=body)
-
-        t0 = time.monotonic() + 0.5
-        creations: list[asyncio.Task[None]] = []
-        for j in p.jobs:
-            target = t0 + j.create_at_s
-            delay = target - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            creations.append(asyncio.create_task(create(job_object(j, managed=managed), target)))
-        await asyncio.gather(*creations)
+        creator_report: dict[str, Any] = {}
+        if creator == "go":
+            t0, lags, creator_report = await create_with_go(c, p, managed=managed, workdir=workdir)
+        else:
+            t0, lags = await create_with_python(cclient, p, managed=managed)
         created_all = time.monotonic() - t0
         deadline = time.monotonic() + timeout_s
         while watcher.timeline.completed() < len(p.jobs):
@@ -116,6 +174,8 @@ async def drive(
             "creation_s": round(created_all, 2),
             "settle_s": round(settle_s, 1),
             "creation_lag_max_s": round(max(lags), 3) if lags else 0.0,
+            "creator": creator,
+            **({"creator_report": creator_report} if creator_report else {}),
             "cpu_s": {name: round(cpu1[name] - cpu0[name], 2) for name in pids},
             "peak_rss_mib": {name: round(procs.peak_rss_mib(pid), 1) for name, pid in pids.items()},
             "api_requests": total,
@@ -160,7 +220,14 @@ async def settle(apiserver_url: str, pki: Path) -> Counter[str]:
 
 
 def run_once(
-    system: System, setting: Setting, p: Plan, work: Path, *, timeout_s: float, keep: bool = False
+    system: System,
+    setting: Setting,
+    p: Plan,
+    work: Path,
+    *,
+    timeout_s: float,
+    keep: bool = False,
+    creator: str = "python",
 ) -> dict[str, Any]:
     """One system on a fresh cluster; everything started here is stopped before this returns or raises."""
     shutil.rmtree(work, ignore_errors=True)  # a kept folder of an earlier run (its event log) must not be reused
@@ -179,7 +246,17 @@ def run_once(
             apply(c, *(d for d in queue_objects(p) if d["kind"] == "Namespace"))
         pids = {**({"scheduler": sched_pid} if sched_pid else {}), **lc.pids()}
         log(f"{system.name} / {setting.name}: {len(p.jobs)} Jobs")
-        figures = asyncio.run(drive(c, p, pids, timeout_s, managed=getattr(system, "manages_jobs", True)))
+        figures = asyncio.run(
+            drive(
+                c,
+                p,
+                pids,
+                timeout_s,
+                managed=getattr(system, "manages_jobs", True),
+                creator=creator,
+                workdir=work / "creator",
+            )
+        )
         report = getattr(system, "report", None)
         if report is not None:
             try:
@@ -211,6 +288,15 @@ def median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
+def median_of_present(values: list[float | None]) -> float | None:
+    """The median of the values a run recorded; None if none did (a run saved before the figure existed)."""
+    present = [v for v in values if v is not None]
+    return median(present) if present else None
+
+
+LOST_FIGURES = ("lost_pod_s", "lost_cpu_core_s", "lost_gpu_s", "lost_share")
+
+
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over the runs of one system at one setting."""
     classes = sorted(runs[0]["time_to_admission_s"])
@@ -232,6 +318,9 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             for kind in sorted({k for r in runs for k in r["api_requests_by_kind"]})
         },
         "loadavg_1m": [r["loadavg_1m_start_end"] for r in runs],
+        **{f: median_of_present([(r.get("lost_work") or {}).get(f) for r in runs]) for f in LOST_FIGURES},
+        "lost_pod_s_all": [(r.get("lost_work") or {}).get("lost_pod_s") for r in runs],
+        "creators": sorted({r.get("creator", "python") for r in runs}),
     }
 
 
@@ -253,7 +342,7 @@ def caused(a: dict[str, Any], none: dict[str, Any]) -> dict[str, Any]:
 
 
 def ratios(a: dict[str, Any], k: dict[str, Any]) -> dict[str, Any]:
-    """admitd / Kueue of each aggregated figure."""
+    """admitd / Kueue (either configuration) of each aggregated figure."""
 
     def r(x: float, y: float) -> float | None:
         return round(x / y, 3) if y else None
@@ -262,6 +351,9 @@ def ratios(a: dict[str, Any], k: dict[str, Any]) -> dict[str, Any]:
         "makespan_s": r(a["makespan_s"], k["makespan_s"]),
         "admissions_per_s": r(a["admissions_per_s"], k["admissions_per_s"]),
         "evictions": r(a["evictions"], k["evictions"]),
+        "lost_pod_s": r(a["lost_pod_s"], k["lost_pod_s"])
+        if a.get("lost_pod_s") is not None and k.get("lost_pod_s")
+        else None,
         "mean_tta_s": {c: r(a["mean_tta_s"][c], k["mean_tta_s"][c]) for c in a["mean_tta_s"]},
         "p90_tta_s": {c: r(a["p90_tta_s"][c], k["p90_tta_s"][c]) for c in a["p90_tta_s"]},
         "scheduler_cpu_s": r(a["scheduler_cpu_s"], k["scheduler_cpu_s"]),

@@ -49,6 +49,13 @@ class JobSpec:
     priority: int
     runtime_ms: int
     create_at_s: float  # offset from the start of the run
+    workload_set: int = 0  # index of the generator's workload set in its ClusterQueue (one creator thread each)
+
+    @property
+    def group(self) -> str:
+        """The creation sequence this Job belongs to: Kueue's generator creates each workload set of each queue
+        one after the other in its own goroutine (bench/e2e's Go creator does the same)."""
+        return f"{self.namespace}/{self.workload_set}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +139,7 @@ def plan(config: dict[str, Any], *, scale_pct: float, cpu_divisor: int = 10) -> 
                                         priority=priority,
                                         runtime_ms=int(_field(tpl, "runtimeMs", twhere)),
                                         create_at_s=round(step * interval_s, 6),
+                                        workload_set=wi,
                                     )
                                 )
     jobs.sort(key=lambda j: (j.create_at_s, j.namespace, j.name))
@@ -190,6 +198,12 @@ def queue_objects(p: Plan) -> list[dict[str, Any]]:
             }
         )
     return docs
+
+
+def creator_plan(p: Plan, *, managed: bool = True) -> dict[str, Any]:
+    """The plan as the Go creator (tests/cluster/creator) reads it: each Job's body (the same as the Python creator
+    sends), its creation sequence and its offset from the start."""
+    return {"jobs": [{"group": j.group, "at_s": j.create_at_s, "job": job_object(j, managed=managed)} for j in p.jobs]}
 
 
 def job_object(j: JobSpec, *, managed: bool = True) -> dict[str, Any]:

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from bench.e2e.procs import request_counts
-from bench.e2e.recorder import Timeline, percentile, summarize
+from bench.e2e.recorder import Timeline, cpu_milli, percentile, pod_requests, summarize
 from bench.e2e.results import markers, write_results
 from bench.e2e.runner import aggregate, caused, ratios, writes
-from bench.e2e.shape import CLASS_LABEL, ShapeError, job_object, plan, queue_objects, scaled
+from bench.e2e.shape import CLASS_LABEL, ShapeError, creator_plan, job_object, plan, queue_objects, scaled
 from bench.e2e.systems import sync_delays
 
 # The baseline generator configuration as Kueue v0.17.0 ships it (test/performance/scheduler/configs/baseline).
@@ -316,3 +316,95 @@ def test_settling_counts_writes_but_not_reads_watches_or_lease_renewals() -> Non
         }
     )
     assert writes(counts) == 6
+
+
+def test_the_go_creators_plan_has_the_python_creators_bodies_in_one_sequence_per_workload_set() -> None:
+    p = plan(BASELINE, scale_pct=10)
+    cp = creator_plan(p)
+    assert len(cp["jobs"]) == len(p.jobs) == 1500
+    assert [e["job"] for e in cp["jobs"]] == [job_object(j) for j in p.jobs]
+    groups = Counter(e["group"] for e in cp["jobs"])
+    assert len(groups) == 90  # 30 queues x 3 workload sets, as Kueue's generator runs one goroutine each
+    q = p.queues[0].name
+    assert (groups[f"{q}/0"], groups[f"{q}/1"], groups[f"{q}/2"]) == (35, 10, 5)
+    larges = [e["at_s"] for e in cp["jobs"] if e["group"] == f"{q}/2"]
+    assert larges == pytest.approx([1.2, 2.4, 3.6, 4.8, 6.0])
+    assert all(e["job"]["metadata"]["name"].startswith("large-2-") for e in cp["jobs"] if e["group"] == f"{q}/2")
+    bare = creator_plan(p, managed=False)
+    assert all(e["job"]["spec"]["suspend"] is False for e in bare["jobs"])
+
+
+def _sized(
+    ns: str, name: str, *, suspend: bool, parallelism: int, cpu: str, gpus: int = 0, complete: bool = False
+) -> dict[str, Any]:
+    obj = _job(ns, name, "large", suspend=suspend, complete=complete)
+    requests: dict[str, Any] = {"cpu": cpu, **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
+    obj["spec"].update(
+        {"parallelism": parallelism, "template": {"spec": {"containers": [{"resources": {"requests": requests}}]}}}
+    )
+    return obj
+
+
+def test_work_lost_to_preemption_is_the_time_since_each_unsuspend_before_a_resuspend_times_the_pods() -> None:
+    t = Timeline()
+    # v: 4 pods of 500m and 2 GPUs; runs 10-13 (preempted), 20-21 (preempted), 30-35 (completes)
+    for at, suspend in ((9.0, True), (10.0, False), (13.0, True), (20.0, False), (21.0, True), (30.0, False)):
+        t.observe(_sized("n", "v", suspend=suspend, parallelism=4, cpu="500m", gpus=2), at)
+    t.observe(_sized("n", "v", suspend=False, parallelism=4, cpu="500m", gpus=2, complete=True), 35.0)
+    # w: 1 pod of 2 cpu, never preempted: 10-12
+    t.observe(_sized("n", "w", suspend=True, parallelism=1, cpu="2"), 9.0)
+    t.observe(_sized("n", "w", suspend=False, parallelism=1, cpu="2"), 10.0)
+    t.observe(_sized("n", "w", suspend=False, parallelism=1, cpu="2", complete=True), 12.0)
+    lost = summarize(t)["lost_work"]
+    assert lost["lost_pod_s"] == 16.0  # (3 + 1) s x 4 pods
+    assert lost["lost_cpu_core_s"] == 8.0  # x 0.5 core
+    assert lost["lost_gpu_s"] == 32.0  # x 2 GPUs per pod
+    assert lost["run_pod_s"] == 16.0 + 20.0 + 2.0  # lost + v's last run (5 s x 4) + w's 2 s
+    assert lost["lost_share"] == round(16 / 38, 4)
+    assert lost["victims"] == 1
+    s = summarize(synthetic())  # a: unsuspended 12, re-suspended 13: 1 pod-second, no requests given
+    assert s["lost_work"]["lost_pod_s"] == 1.0 and s["lost_work"]["lost_cpu_core_s"] == 0.0
+
+
+def test_pod_requests_and_a_cpu_quantity_that_is_not_one_are_named() -> None:
+    assert cpu_milli("2") == 2000 and cpu_milli("250m") == 250 and cpu_milli("0.5") == 500
+    with pytest.raises(ValueError, match=r"'2Gi' is not a number of cores"):
+        cpu_milli("2Gi")
+    job = _sized("n", "x", suspend=True, parallelism=3, cpu="100m", gpus=1)
+    assert pod_requests(job["spec"]) == (3, 100, 1)
+    assert pod_requests({}) == (1, 0, 0)
+
+
+def test_the_results_block_has_kueue_tuned_and_lost_work_and_old_files_still_render(tmp_path: Any) -> None:
+    def with_lost(r: dict[str, Any], pod_s: float) -> dict[str, Any]:
+        return {**r, "lost_work": {"lost_pod_s": pod_s, "lost_cpu_core_s": pod_s / 10, "lost_gpu_s": 0.0,
+                                   "lost_share": pod_s / 1000}}  # fmt: skip
+
+    a = aggregate([with_lost(_run("admitd", m, 5.0, 1.0), 40.0) for m in (40.0, 50.0, 60.0)])
+    k = aggregate([with_lost(_run("kueue", m, 20.0, 2.0), 4.0) for m in (80.0, 100.0, 90.0)])
+    kt = aggregate([with_lost(_run("kueue-tuned", m, 10.0, 2.0), 2.0) for m in (60.0, 70.0)])
+    assert a["lost_pod_s"] == 40.0 and a["lost_share"] == 0.04 and a["lost_pod_s_all"] == [40.0, 40.0, 40.0]
+    summary = {"admitd": a, "kueue": k, "kueue-tuned": kt}
+    summary.update({"admitd/kueue": ratios(a, k), "admitd/kueue-tuned": ratios(a, kt)})
+    result = {**_result({"lifted": summary}), "creator": "go"}
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\n")
+    write_results(result, path)
+    text = path.read_text()
+    assert "| figure | admitd | kueue | kueue-tuned | admitd/Kueue | admitd/Kueue tuned |" in text
+    assert "| makespan, s | 50.0 | 90.0 | 65.0 | 0.556 | 0.769 |" in text
+    assert "| work lost to preemption, pod-s (unsuspend to re-suspend) | 40.0 | 4 | 2 | 10.0 | 20.0 |" in text
+    assert "Jobs created by the go creator" in text
+    assert "GPU-s" not in text  # no GPUs in the shape: no row
+    # A file saved before lost work, Kueue tuned and the creator existed: its old columns, "—" for lost work.
+    old_a = aggregate([_run("admitd", m, 5.0, 1.0) for m in (40.0, 50.0, 60.0)])
+    old_k = aggregate([_run("kueue", m, 20.0, 2.0) for m in (80.0, 100.0, 90.0)])
+    for old in (old_a, old_k):
+        for key in ("lost_pod_s", "lost_cpu_core_s", "lost_gpu_s", "lost_share", "lost_pod_s_all", "creators"):
+            old.pop(key)
+    path.write_text("# Results\n")
+    write_results(_result({"lifted": {"admitd": old_a, "kueue": old_k, "admitd/kueue": ratios(old_a, old_k)}}), path)
+    text = path.read_text()
+    assert "| figure | admitd | kueue | admitd/Kueue |" in text
+    assert "| work lost to preemption, pod-s (unsuspend to re-suspend) | — | — | — |" in text
+    assert "Jobs created by the python creator" in text
