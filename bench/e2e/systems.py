@@ -214,6 +214,8 @@ class Admitd:
         crds = sorted((self.src / "config" / "crd").glob("kueue.x-k8s.io_*.yaml"))
         kubectl(c, "apply", "--server-side", *(a for p in crds for a in ("-f", str(p))))
         kubectl(c, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        # One daemon per cluster: admitd takes the Lease admitd-system/admitd (a7746f9), as README's local run does.
+        kubectl(c, "create", "namespace", "admitd-system")
         webhook_port, health_port = free_port(), free_port()
         self.metrics_url = f"http://127.0.0.1:{health_port}/metrics"
         qps, burst = setting.admitd_status
