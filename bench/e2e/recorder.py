@@ -128,6 +128,102 @@ class Timeline:
         return sum(1 for r in self.jobs.values() if r.completed is not None)
 
 
+def fit_waits(jobs: Mapping[str, JobRecord], nominal: int) -> dict[str, float]:
+    """For each Job of one ClusterQueue (nominal cpu millicores, no borrowing), the longest time it was pending
+    while the queue's free quota by the watch held its cpu (see queue_figures)."""
+    events: list[tuple[float, int, str, str]] = []  # (at, order, kind, key); completions first at one instant
+    for k, r in jobs.items():
+        assert r.created is not None
+        events.append((r.created, 2, "create", k))
+        events += [(at, 3, "unsuspend", k) for at in r.unsuspends]
+        events += [(at, 1, "resuspend", k) for at in r.resuspends]
+        if r.completed is not None:
+            events.append((r.completed, 0, "complete", k))
+    events.sort()
+    used = 0
+    running: set[str] = set()
+    pending: set[str] = set()
+    fit_since: dict[str, float] = {}
+    longest: dict[str, float] = dict.fromkeys(jobs, 0.0)
+
+    def end_fit(key: str, at: float) -> None:
+        since = fit_since.pop(key, None)
+        if since is not None:
+            longest[key] = max(longest[key], at - since)
+
+    i = 0
+    while i < len(events):
+        at = events[i][0]
+        while i < len(events) and events[i][0] == at:
+            _, _, kind, k = events[i]
+            cpu = jobs[k].cpu_milli_per_pod * jobs[k].pods
+            if kind == "create":
+                pending.add(k)
+            elif kind == "unsuspend":
+                end_fit(k, at)
+                pending.discard(k)
+                running.add(k)
+                used += cpu
+            elif kind in ("resuspend", "complete") and k in running:
+                running.discard(k)
+                used -= cpu
+                if kind == "resuspend":
+                    pending.add(k)
+            i += 1
+        free = nominal - used
+        for k in pending:
+            fits = jobs[k].cpu_milli_per_pod * jobs[k].pods <= free
+            if fits and k not in fit_since:
+                fit_since[k] = at
+            elif not fits:
+                end_fit(k, at)
+    return longest
+
+
+def queue_figures(t: Timeline, quotas: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+    """Per ClusterQueue of `quotas` (its namespace -> nominal cpu millicores; queues that cannot borrow, so that the
+    watch alone says what is free): its admissions per minute (first admissions, from its first Job's creation to
+    its last first admission), and how long its pending Jobs waited while they fit: for each Job, the longest time
+    during which the queue's free quota (nominal minus the cpu of its unsuspended, uncompleted Jobs, by the watch)
+    held the Job's cpu and the Job was still pending. That is an upper bound of the time a workload that could be
+    admitted went without being admitted: it includes the scheduler's latency and the Job's unsuspend reaching the
+    watch, and another Job admitted into the same room ends it only when its unsuspend is seen."""
+    out: dict[str, dict[str, Any]] = {}
+    for ns, nominal in quotas.items():
+        jobs = {k: r for k, r in t.jobs.items() if k.split("/", 1)[0] == ns and r.created is not None}
+        if not jobs:
+            continue
+        longest = fit_waits(jobs, nominal)
+        first_admissions = [r.unsuspends[0] for r in jobs.values() if r.unsuspends]
+        start = min(r.created for r in jobs.values() if r.created is not None)
+        span = (max(first_admissions) - start) if first_admissions else 0.0
+        waits = list(longest.values())
+        out[ns] = {
+            "jobs": len(jobs),
+            "admissions_per_min": round(len(first_admissions) / span * 60, 2) if span > 0 else None,
+            "fit_wait_max_s": round(max(waits), 3),
+            "fit_wait_p99_s": round(percentile(waits, 99), 3),
+            "max_pending": max_pending(jobs.values()),
+        }
+    return out
+
+
+def max_pending(records: Any) -> int:
+    """The most Jobs of `records` pending (created, not unsuspended) at once."""
+    steps: list[tuple[float, int]] = []
+    for r in records:
+        if r.created is None:
+            continue
+        steps.append((r.created, 1))
+        if r.unsuspends:
+            steps.append((r.unsuspends[0], -1))
+    level = peak = 0
+    for _, d in sorted(steps, key=lambda s: (s[0], s[1])):
+        level += d
+        peak = max(peak, level)
+    return peak
+
+
 def percentile(values: list[float], pct: float) -> float:
     """Nearest-rank percentile (the smallest value with at least pct% of the values at or below it)."""
     if not values:

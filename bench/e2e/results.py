@@ -46,6 +46,22 @@ def _rows(per: dict[str, Any], systems: list[str]) -> list[tuple[str, Any]]:
         ("scheduler peak RSS, MiB", lambda a: a["scheduler_rss_mib"]),
         ("API requests per Job", lambda a: a["api_requests_per_job"]),
     ]
+    groups = sorted({g for s in systems for g in per[s].get("queue_groups") or {}})
+    for g in groups:
+        rows += [
+            (
+                f"{g} queues: admissions per minute",
+                lambda a, g=g: ((a.get("queue_groups") or {}).get(g) or {}).get("admissions_per_min"),
+            ),
+            (
+                f"{g} queues: longest wait of a pending Job while it fit, s",
+                lambda a, g=g: ((a.get("queue_groups") or {}).get(g) or {}).get("fit_wait_max_s"),
+            ),
+            (
+                f"{g} queues: p99 of those waits, s",
+                lambda a, g=g: ((a.get("queue_groups") or {}).get(g) or {}).get("fit_wait_p99_s"),
+            ),
+        ]
     if any(per[s].get("lost_gpu_s") for s in systems):
         rows.insert(rows.index(next(r for r in rows if r[0].endswith("cpu core-s"))) + 1, gpu_row)
     if "none" in per:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench.e2e import procs
-from bench.e2e.recorder import JobWatcher, summarize
-from bench.e2e.shape import Plan, creator_plan, job_object, plan, queue_objects
+from bench.e2e.recorder import JobWatcher, queue_figures, summarize
+from bench.e2e.shape import SHAPES, Plan, creator_plan, deep_config, job_object, plan, queue_objects
 from bench.e2e.systems import CREATOR_BIN, SETTINGS, LocalCluster, RunFailed, Setting
 from daemon.kube.client import KubeClient, load_configuration
 from tests.integration.conftest import KubeCluster
@@ -167,6 +167,9 @@ async def drive(
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await watch_task
     figures = summarize(watcher.timeline)
+    no_borrowing = {q.name: q.nominal_milli for q in p.queues if q.borrowing_limit_milli == 0}
+    if no_borrowing:  # the deep shape: its queues' throughput and waits can be read from the watch alone
+        figures["queues"] = queue_figures(watcher.timeline, no_borrowing)
     delta = requests1 - requests0  # Counter subtraction keeps positive counts only
     total = sum(delta.values())
     figures.update(
@@ -321,6 +324,29 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         **{f: median_of_present([(r.get("lost_work") or {}).get(f) for r in runs]) for f in LOST_FIGURES},
         "lost_pod_s_all": [(r.get("lost_work") or {}).get("lost_pod_s") for r in runs],
         "creators": sorted({r.get("creator", "python") for r in runs}),
+        **({"queue_groups": queue_groups(runs)} if any("queues" in r for r in runs) else {}),
+    }
+
+
+def queue_groups(runs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """The deep shape's per-queue figures by group of queues (the class its name begins with: `deep`, `shallow`),
+    medians over the runs of: admissions per minute (summed over the group's queues), the longest wait while fitting
+    (the group's maximum) and the 99th percentile of those waits (the group's maximum)."""
+    per_run: dict[str, list[dict[str, float]]] = {}
+    for r in runs:
+        groups: dict[str, dict[str, float]] = {}
+        for name, q in (r.get("queues") or {}).items():
+            g = groups.setdefault(
+                name.split("-", 1)[0], {"admissions_per_min": 0.0, "fit_wait_max_s": 0.0, "fit_wait_p99_s": 0.0}
+            )
+            g["admissions_per_min"] += q.get("admissions_per_min") or 0.0
+            g["fit_wait_max_s"] = max(g["fit_wait_max_s"], q["fit_wait_max_s"])
+            g["fit_wait_p99_s"] = max(g["fit_wait_p99_s"], q["fit_wait_p99_s"])
+        for name, g in groups.items():
+            per_run.setdefault(name, []).append(g)
+    return {
+        name: {f: median([g[f] for g in gs]) for f in ("admissions_per_min", "fit_wait_max_s", "fit_wait_p99_s")}
+        for name, gs in sorted(per_run.items())
     }
 
 
@@ -378,3 +404,12 @@ def settings_named(names: str) -> list[Setting]:
 
 def make_plan(kueue_config: dict[str, Any], scale: float) -> Plan:
     return plan(kueue_config, scale_pct=scale)
+
+
+def shape_config(shape: str, kueue_baseline: dict[str, Any]) -> dict[str, Any]:
+    """The generator configuration of `shape`: Kueue's baseline (read from its module) or the deep queue."""
+    if shape == "baseline":
+        return kueue_baseline
+    if shape == "deep":
+        return deep_config()
+    raise SystemExit(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")

@@ -146,6 +146,62 @@ def plan(config: dict[str, Any], *, scale_pct: float, cpu_divisor: int = 10) -> 
     return Plan(queues=tuple(queues), jobs=tuple(jobs), priorities=priorities)
 
 
+SHAPES = ("baseline", "deep")
+
+
+def deep_config() -> dict[str, Any]:
+    """The deep-queue shape (Kueue issue 14477 at this machine's scale), in the generator's format: one ClusterQueue
+    (`deep-0-0-deep-0`, nominal 200 cores before the divisor, no borrowing) whose 460 Jobs of three sizes (4, 20 and 80
+    cores; 2, 3 and 6 s) are all created in the first 4 s, so that about 450 wait while the quota holds at most 2.5
+    large or 50 small at once, and most heads do not fit when they reach the front; beside it, 4 shallow ClusterQueues
+    (nominal 20, no borrowing) each receiving a 4-core Job of 1 s every 2 s for 60 s. One priority for all: nothing is
+    preempted, the figures are the throughput of admission at depth. `scale_pct` applies as for the baseline."""
+
+    def wset(klass: str, count: int, interval_ms: int, runtime_ms: int, cores: int) -> dict[str, Any]:
+        return {
+            "count": count,
+            "creationIntervalMs": interval_ms,
+            "workloads": [{"className": klass, "runtimeMs": runtime_ms, "priority": 100, "request": cores}],
+        }
+
+    def qset(klass: str, count: int, nominal: int, sets: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "className": klass,
+            "count": count,
+            "nominalQuota": nominal,
+            "borrowingLimit": 0,
+            "reclaimWithinCohort": "Never",
+            "withinClusterQueue": "Never",
+            "workloadsSets": sets,
+        }
+
+    return {
+        "cohorts": [
+            {
+                "className": "deep",
+                "count": 1,
+                "queuesSets": [
+                    qset(
+                        "deep",
+                        1,
+                        200,
+                        [
+                            wset("small", 400, 10, 2000, 4),
+                            wset("medium", 40, 100, 3000, 20),
+                            wset("large", 20, 200, 6000, 80),
+                        ],
+                    )
+                ],
+            },
+            {
+                "className": "shallow",
+                "count": 1,
+                "queuesSets": [qset("shallow", 4, 20, [wset("shallow", 30, 2000, 1000, 4)])],
+            },
+        ]
+    }
+
+
 def _cpu(milli: int) -> str:
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 

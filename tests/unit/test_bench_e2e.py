@@ -7,11 +7,21 @@ from typing import Any
 
 import pytest
 
+from bench.e2e.__main__ import merge
 from bench.e2e.procs import request_counts
-from bench.e2e.recorder import Timeline, cpu_milli, percentile, pod_requests, summarize
+from bench.e2e.recorder import (
+    Timeline,
+    cpu_milli,
+    fit_waits,
+    max_pending,
+    percentile,
+    pod_requests,
+    queue_figures,
+    summarize,
+)
 from bench.e2e.results import markers, write_results
 from bench.e2e.runner import aggregate, caused, ratios, writes
-from bench.e2e.shape import CLASS_LABEL, ShapeError, creator_plan, job_object, plan, queue_objects, scaled
+from bench.e2e.shape import CLASS_LABEL, ShapeError, creator_plan, deep_config, job_object, plan, queue_objects, scaled
 from bench.e2e.systems import sync_delays
 
 # The baseline generator configuration as Kueue v0.17.0 ships it (test/performance/scheduler/configs/baseline).
@@ -408,3 +418,92 @@ def test_the_results_block_has_kueue_tuned_and_lost_work_and_old_files_still_ren
     assert "| figure | admitd | kueue | admitd/Kueue |" in text
     assert "| work lost to preemption, pod-s (unsuspend to re-suspend) | — | — | — |" in text
     assert "Jobs created by the python creator" in text
+
+
+def test_merged_comparisons_are_one_setting_with_every_run_and_the_ratios_to_both_kueues(tmp_path: Any) -> None:
+    def saved(creator: str, makespans: tuple[float, float, float]) -> dict[str, Any]:
+        runs = [
+            {**_run(system, m, 5.0, 1.0), "setting": "lifted", "creator": creator}
+            for system, m in zip(("admitd", "kueue", "kueue-tuned"), makespans, strict=True)
+        ]
+        return {**_result({}), "benchmark": "e2e", "creator": creator, "complete": True, "runs": runs}
+
+    merged = merge([saved("go", (50.0, 100.0, 80.0)), saved("go", (70.0, 120.0, 60.0))], "i28-go")
+    per = merged["summary"]["i28-go"]
+    assert set(per) == {"admitd", "kueue", "kueue-tuned", "admitd/kueue", "admitd/kueue-tuned"}
+    assert per["admitd"]["makespan_s_all"] == [50.0, 70.0] and per["admitd"]["makespan_s"] == 60.0
+    assert per["admitd/kueue-tuned"]["makespan_s"] == 0.857  # 60 / 70
+    assert {r["run_setting"] for r in merged["runs"]} == {"lifted"} and merged["creator"] == "go"
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\n")
+    write_results(merged, path)
+    assert "<!-- e2e:i28-go:begin" in path.read_text() and "<!-- e2e:lifted:begin" not in path.read_text()
+    other = {**saved("go", (1.0, 2.0, 3.0)), "scale_pct": 50.0}
+    with pytest.raises(SystemExit, match="different shapes or scales"):
+        merge([saved("go", (1.0, 2.0, 3.0)), other], "x")
+
+
+def test_the_deep_shape_is_one_queue_hundreds_deep_and_four_shallow_ones_without_borrowing() -> None:
+    p = plan(deep_config(), scale_pct=100)
+    deep = [j for j in p.jobs if j.namespace == "deep-0-0-deep-0"]
+    assert Counter(j.klass for j in deep) == {"small": 400, "medium": 40, "large": 20}
+    assert max(j.create_at_s for j in deep) == pytest.approx(4.0)  # all of them in the first 4 s
+    assert {j.cpu_milli for j in deep} == {400, 2000, 8000}
+    queues = {q.name: q for q in p.queues}
+    assert queues["deep-0-0-deep-0"].nominal_milli == 20000
+    assert sorted(queues) == ["deep-0-0-deep-0", *(f"shallow-0-{i}-shallow-0" for i in range(4))]
+    assert all(q.borrowing_limit_milli == 0 and q.within_cluster_queue == "Never" for q in p.queues)
+    assert len({j.priority for j in p.jobs}) == 1  # nothing is preempted
+    # The work in the deep queue is far more than its quota holds at once: it stays deep for most of the run.
+    work_core_s = sum(j.cpu_milli / 1000 * j.runtime_ms / 1000 for j in deep)
+    assert work_core_s / (queues["deep-0-0-deep-0"].nominal_milli / 1000) > 60
+
+
+def _q(ns: str, name: str, cpu: str, *, suspend: bool, complete: bool = False) -> dict[str, Any]:
+    return _sized(ns, name, suspend=suspend, parallelism=1, cpu=cpu, complete=complete)
+
+
+def test_queue_figures_time_a_pending_job_waiting_while_it_fit_and_admissions_per_minute() -> None:
+    t = Timeline()
+    # Queue "d", nominal 2 cpu. a (2 cpu) runs 0-10; b (2 cpu) waits from 1, fits from 10 (a completes), admitted
+    # at 13: 3 s waiting while it fit. c (1 cpu) created at 2, fits from 10, admitted at 10.5 into the same room:
+    # then b no longer fits at 10.5 (c took 1 of 2), so b's wait ends at 10.5; b fits again at 12 (c done), admitted
+    # at 13: its longest wait 1 s.
+    t.observe(_q("d", "a", "2", suspend=True), 0.0)
+    t.observe(_q("d", "a", "2", suspend=False), 0.0)
+    t.observe(_q("d", "b", "2", suspend=True), 1.0)
+    t.observe(_q("d", "c", "1", suspend=True), 2.0)
+    t.observe(_q("d", "a", "2", suspend=False, complete=True), 10.0)
+    t.observe(_q("d", "c", "1", suspend=False), 10.5)
+    t.observe(_q("d", "c", "1", suspend=False, complete=True), 12.0)
+    t.observe(_q("d", "b", "2", suspend=False), 13.0)
+    t.observe(_q("d", "b", "2", suspend=False, complete=True), 14.0)
+    t.observe(_q("other", "x", "1", suspend=True), 0.0)  # a queue not asked for
+    waits = fit_waits({k: r for k, r in t.jobs.items() if k.startswith("d/")}, 2000)
+    assert waits == {"d/a": 0.0, "d/b": 1.0, "d/c": 0.5}
+    figures = queue_figures(t, {"d": 2000})
+    assert set(figures) == {"d"}
+    assert figures["d"]["admissions_per_min"] == round(3 / 13 * 60, 2)  # 3 first admissions from 0 to 13
+    assert figures["d"]["fit_wait_max_s"] == 1.0 and figures["d"]["max_pending"] == 2
+    assert max_pending([]) == 0
+
+
+def test_the_deep_shapes_queue_groups_are_medians_over_runs_in_the_table(tmp_path: Any) -> None:
+    def run(apm: float, wait: float) -> dict[str, Any]:
+        queues = {
+            "deep-0-0-deep-0": {"admissions_per_min": apm, "fit_wait_max_s": wait, "fit_wait_p99_s": wait / 2},
+            "shallow-0-0-shallow-0": {"admissions_per_min": 10.0, "fit_wait_max_s": 0.5, "fit_wait_p99_s": 0.2},
+            "shallow-0-1-shallow-0": {"admissions_per_min": 12.0, "fit_wait_max_s": 0.7, "fit_wait_p99_s": 0.3},
+        }
+        return {**_run("admitd", 50.0, 5.0, 1.0), "queues": queues}
+
+    a = aggregate([run(300.0, 1.0), run(400.0, 3.0), run(500.0, 2.0)])
+    assert a["queue_groups"]["deep"] == {"admissions_per_min": 400.0, "fit_wait_max_s": 2.0, "fit_wait_p99_s": 1.0}
+    assert a["queue_groups"]["shallow"] == {"admissions_per_min": 22.0, "fit_wait_max_s": 0.7, "fit_wait_p99_s": 0.3}
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\n")
+    write_results({**_result({"lifted": {"admitd": a}}), "shape": "deep"}, path)
+    text = path.read_text()
+    assert "| deep queues: admissions per minute | 400.0 |" in text
+    assert "| shallow queues: longest wait of a pending Job while it fit, s | 0.7 |" in text
+    assert "of the deep shape" in text
