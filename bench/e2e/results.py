@@ -109,6 +109,10 @@ def table(result: dict[str, Any], setting: str) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     extra = [
         ("kube-apiserver CPU, s", [_fmt(per[s]["apiserver_cpu_s"]) for s in systems]),
+        (
+            "kube-apiserver mean time per write, ms (leases aside)",
+            [_fmt(per[s].get("apiserver_write_latency_ms")) for s in systems],
+        ),
         ("makespans of the runs, s", [", ".join(_fmt(x) for x in per[s]["makespan_s_all"]) for s in systems]),
         (
             "still writing after the last Job completed, s (each run; counted in the requests)",

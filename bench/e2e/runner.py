@@ -138,6 +138,7 @@ async def drive(
         await watcher.start_point()
         watch_task = asyncio.create_task(watcher.run())
         requests0 = await asyncio.to_thread(procs.scrape_requests, c.apiserver_url, pki)
+        latency0 = await asyncio.to_thread(procs.scrape_write_latency, c.apiserver_url, pki)
         cpu0 = {name: procs.cpu_seconds(pid) for name, pid in pids.items()}
         load0 = os.getloadavg()
         creator_report: dict[str, Any] = {}
@@ -161,6 +162,7 @@ async def drive(
         completed_at = time.monotonic()
         requests1 = await settle(c.apiserver_url, pki)
         settle_s = time.monotonic() - completed_at
+        latency1 = await asyncio.to_thread(procs.scrape_write_latency, c.apiserver_url, pki)
         cpu1 = {name: procs.cpu_seconds(pid) for name, pid in pids.items()}
         load1 = os.getloadavg()
         watch_task.cancel()
@@ -178,6 +180,10 @@ async def drive(
             "settle_s": round(settle_s, 1),
             "creation_lag_max_s": round(max(lags), 3) if lags else 0.0,
             "creator": creator,
+            # The API server's mean time per write over the run (leases aside): what a latency-bound scheduler waits.
+            "apiserver_write_latency_ms": round((latency1[0] - latency0[0]) / (latency1[1] - latency0[1]) * 1000, 2)
+            if latency1[1] > latency0[1]
+            else None,
             **({"creator_report": creator_report} if creator_report else {}),
             "cpu_s": {name: round(cpu1[name] - cpu0[name], 2) for name in pids},
             "peak_rss_mib": {name: round(procs.peak_rss_mib(pid), 1) for name, pid in pids.items()},
@@ -322,6 +328,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         },
         "loadavg_1m": [r["loadavg_1m_start_end"] for r in runs],
         **{f: median_of_present([(r.get("lost_work") or {}).get(f) for r in runs]) for f in LOST_FIGURES},
+        "apiserver_write_latency_ms": median_of_present([r.get("apiserver_write_latency_ms") for r in runs]),
         "lost_pod_s_all": [(r.get("lost_work") or {}).get("lost_pod_s") for r in runs],
         "creators": sorted({r.get("creator", "python") for r in runs}),
         **({"queue_groups": queue_groups(runs)} if any("queues" in r for r in runs) else {}),

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from bench.e2e.__main__ import merge
-from bench.e2e.procs import request_counts
+from bench.e2e.procs import request_counts, write_latency
 from bench.e2e.recorder import (
     Timeline,
     cpu_milli,
@@ -507,3 +507,26 @@ def test_the_deep_shapes_queue_groups_are_medians_over_runs_in_the_table(tmp_pat
     assert "| deep queues: admissions per minute | 400.0 |" in text
     assert "| shallow queues: longest wait of a pending Job while it fit, s | 0.7 |" in text
     assert "of the deep shape" in text
+
+
+def test_the_api_servers_write_latency_sums_the_writes_but_not_reads_watches_or_leases() -> None:
+    def line(what: str, verb: str, resource: str, value: float) -> str:
+        labels = f'component="apiserver",resource="{resource}",verb="{verb}"'
+        return f"apiserver_request_duration_seconds_{what}{{{labels}}} {value}"
+
+    text = "\n".join(
+        [
+            line("sum", "POST", "jobs", 2.0),
+            line("count", "POST", "jobs", 40),
+            line("sum", "PATCH", "workloads", 1.0),
+            line("count", "PATCH", "workloads", 10),
+            line("sum", "PUT", "leases", 9.0),
+            line("count", "PUT", "leases", 9),
+            line("sum", "WATCH", "jobs", 300.0),
+            line("count", "WATCH", "jobs", 1),
+            line("sum", "GET", "jobs", 5.0),
+            line("count", "GET", "jobs", 5),
+            'apiserver_request_duration_seconds_bucket{resource="jobs",verb="POST",le="0.1"} 40',
+        ]
+    )
+    assert write_latency(text) == (3.0, 50.0)
