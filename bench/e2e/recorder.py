@@ -12,8 +12,10 @@ Definitions (the same for both systems):
 - evictions: re-suspends of a Job that had been unsuspended;
 - work lost to preemption: for every re-suspend, the time since the unsuspend before it times the Job's pods
   (parallelism), in pod-seconds, and the same weighted by the pod's cpu request (core-seconds) and GPU request
-  (GPU-seconds); an upper bound of what the victims had run, since their pods start a little after the unsuspend.
-  Its share is of all the pod-seconds the Jobs were unsuspended (lost + the last unsuspend to completion).
+  (GPU-seconds); an upper bound of what the victims had run: their pods start only after the Job controller
+  creates them, kube-scheduler binds them and kwok starts them, which on a loaded control plane takes seconds.
+  Its share is of all the pod-seconds the Jobs were unsuspended (lost + the last unsuspend to completion), which
+  counts that start-up too; a pod watch would give the time the pods ran.
 """
 
 from __future__ import annotations

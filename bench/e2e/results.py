@@ -39,8 +39,8 @@ def _rows(per: dict[str, Any], systems: list[str]) -> list[tuple[str, Any]]:
     rows += [
         ("admissions/s", lambda a: a["admissions_per_s"]),
         ("evictions", lambda a: a["evictions"]),
-        ("work lost to preemption, pod-s (unsuspend to re-suspend)", lambda a: a.get("lost_pod_s")),
-        ("work lost to preemption, share of all pod-s run", lambda a: a.get("lost_share")),
+        ("work lost to preemption, pod-s unsuspended before a re-suspend (upper bound)", lambda a: a.get("lost_pod_s")),
+        ("work lost to preemption, share of all pod-s unsuspended", lambda a: a.get("lost_share")),
         ("work lost to preemption, cpu core-s", lambda a: a.get("lost_cpu_core_s")),
         ("scheduler CPU, s", lambda a: a["scheduler_cpu_s"]),
         ("scheduler peak RSS, MiB", lambda a: a["scheduler_rss_mib"]),

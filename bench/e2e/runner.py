@@ -297,10 +297,10 @@ def median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
-def median_of_present(values: list[float | None]) -> float | None:
+def median_of_present(values: list[float | None], digits: int = 3) -> float | None:
     """The median of the values a run recorded; None if none did (a run saved before the figure existed)."""
     present = [v for v in values if v is not None]
-    return median(present) if present else None
+    return round(statistics.median(present), digits) if present else None
 
 
 LOST_FIGURES = ("lost_pod_s", "lost_cpu_core_s", "lost_gpu_s", "lost_share")
@@ -327,7 +327,10 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             for kind in sorted({k for r in runs for k in r["api_requests_by_kind"]})
         },
         "loadavg_1m": [r["loadavg_1m_start_end"] for r in runs],
-        **{f: median_of_present([(r.get("lost_work") or {}).get(f) for r in runs]) for f in LOST_FIGURES},
+        **{
+            f: median_of_present([(r.get("lost_work") or {}).get(f) for r in runs], 5 if f == "lost_share" else 3)
+            for f in LOST_FIGURES
+        },
         "apiserver_write_latency_ms": median_of_present([r.get("apiserver_write_latency_ms") for r in runs]),
         "lost_pod_s_all": [(r.get("lost_work") or {}).get("lost_pod_s") for r in runs],
         "creators": sorted({r.get("creator", "python") for r in runs}),

@@ -403,7 +403,10 @@ def test_the_results_block_has_kueue_tuned_and_lost_work_and_old_files_still_ren
     text = path.read_text()
     assert "| figure | admitd | kueue | kueue-tuned | admitd/Kueue | admitd/Kueue tuned |" in text
     assert "| makespan, s | 50.0 | 90.0 | 65.0 | 0.556 | 0.769 |" in text
-    assert "| work lost to preemption, pod-s (unsuspend to re-suspend) | 40.0 | 4 | 2 | 10.0 | 20.0 |" in text
+    assert (
+        "| work lost to preemption, pod-s unsuspended before a re-suspend (upper bound) | 40.0 | 4 | 2 | 10.0 | 20.0 |"
+        in text
+    )
     assert "Jobs created by the go creator" in text
     assert "GPU-s" not in text  # no GPUs in the shape: no row
     # A file saved before lost work, Kueue tuned and the creator existed: its old columns, "—" for lost work.
@@ -416,7 +419,7 @@ def test_the_results_block_has_kueue_tuned_and_lost_work_and_old_files_still_ren
     write_results(_result({"lifted": {"admitd": old_a, "kueue": old_k, "admitd/kueue": ratios(old_a, old_k)}}), path)
     text = path.read_text()
     assert "| figure | admitd | kueue | admitd/Kueue |" in text
-    assert "| work lost to preemption, pod-s (unsuspend to re-suspend) | — | — | — |" in text
+    assert "| work lost to preemption, pod-s unsuspended before a re-suspend (upper bound) | — | — | — |" in text
     assert "Jobs created by the python creator" in text
 
 
