@@ -1,9 +1,12 @@
 """End to end against real Kueue: the same Jobs through admitd and through Kueue, each on a fresh local cluster.
 
 Usage (from the repository root, with the project's venv):
-  python -m bench.e2e compare --scale 10 --runs 3 --settings shipped,lifted [--systems admitd,kueue] [--no-results]
+  python -m bench.e2e compare --scale 10 --runs 3 --settings shipped,lifted [--systems admitd,kueue,kueue-tuned]
+      [--creator python|go] [--no-results]
   python -m bench.e2e run --system kueue --setting lifted --scale 1
+  python -m bench.e2e compare --shape deep --scale 100 --runs 3 --settings lifted --systems admitd,kueue,kueue-tuned
   python -m bench.e2e results bench/out/e2e-<time>.json      (the table again from a saved comparison)
+  python -m bench.e2e merge --name NAME FILE... > merged.json  (rounds run one after the other as one comparison)
 
 `compare` runs, per setting and per round, admitd then Kueue (each on its own fresh cluster), prints one JSON object
 (every run, medians per system and setting, admitd/Kueue ratios) and, unless --no-results, writes the table between
@@ -17,6 +20,15 @@ not bind both), `lifted` (1000 / 2000 for all three) and `stock` (as shipped, ku
 30 included). Work and cluster state go under --work (default /tmp/admitd/e2e-work). Kueue is built on first use by
 tests/cluster/kueue/build-kueue.sh (about 2 minutes); the Jobs are the baseline shape of Kueue's scheduler
 performance test read from its module (bench/e2e/shape.py).
+
+Systems: `admitd`; `kueue` (its shipped Configuration and webhooks, what running outside a cluster needs aside, only
+the batch/job integration); `kueue-tuned` (only what the scenario needs: the Job and Kueue webhooks, no controllers
+or feature gates for what it does not use, the performance runner's client limits, logging at info; systems.py
+KueueTuned). Creators: `python` (this process, 64 creates in flight, JSON) or `go` (tests/cluster/creator: client-go,
+protobuf, one goroutine per workload set, as Kueue's performance runner). Every run records the work lost to
+preemption: the pod-seconds (cpu core-seconds, GPU-seconds) its victims had been unsuspended when re-suspended.
+The deep shape (`--shape deep`) adds, per group of ClusterQueues (deep, shallow), admissions per minute and the
+longest time a pending Job waited while its queue's free quota held it (recorder.py queue_figures).
 """
 
 from __future__ import annotations
@@ -32,14 +44,85 @@ from pathlib import Path
 from typing import Any
 
 from bench.e2e.results import write_results
-from bench.e2e.runner import System, aggregate, caused, log, make_plan, ratios, run_once, settings_named
-from bench.e2e.systems import SETTINGS, Admitd, Kueue, NoScheduler, RunFailed
+from bench.e2e.runner import (
+    CREATORS,
+    System,
+    aggregate,
+    caused,
+    log,
+    make_plan,
+    ratios,
+    run_once,
+    settings_named,
+    shape_config,
+)
+from bench.e2e.shape import SHAPES
+from bench.e2e.systems import SETTINGS, Admitd, Kueue, KueueTuned, NoScheduler, RunFailed, build_creator
 
 DEFAULT_WORK = Path("/tmp/admitd/e2e-work")
 
 
+SCHEDULERS = ("admitd", "kueue", "kueue-tuned")
+KUEUES = ("kueue", "kueue-tuned")
+
+
+def summary_of(runs: list[dict[str, Any]], settings: list[str], systems: list[str]) -> dict[str, Any]:
+    """Per setting: each system's medians (and its failures), the no-scheduler baseline and what each scheduler
+    causes over it, and admitd's ratios to each Kueue."""
+    summary: dict[str, Any] = {}
+    for setting in settings:
+        per: dict[str, Any] = {}
+        for name in systems:
+            mine = [r for r in runs if r["system"] == name and r["setting"] == setting]
+            ok = [r for r in mine if "failed" not in r]
+            per[name] = aggregate(ok) if ok else {"runs": 0}
+            per[name]["failed"] = [r["failed"] for r in mine if "failed" in r]
+        base = [r for r in runs if r["system"] == "none" and r["setting"] == setting and "failed" not in r]
+        if base:
+            per["none"] = aggregate(base)
+            for name in SCHEDULERS:
+                if per.get(name, {}).get("runs"):
+                    per[name].update(caused(per[name], per["none"]))
+        for k in KUEUES:
+            if per.get("admitd", {}).get("runs") and per.get(k, {}).get("runs"):
+                per[f"admitd/{k}"] = ratios(per["admitd"], per[k])
+        summary[setting] = per
+    return summary
+
+
+def merge(saved: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The runs of several saved comparisons (rounds run one after the other, e.g. alternating two creators) as one
+    comparison whose one setting is `name`: each run keeps its own setting under `run_setting`."""
+    if not saved:
+        raise SystemExit("merge: no saved comparison given")
+    shapes = {(r["jobs"], r["cluster_queues"], r["scale_pct"], r.get("shape", "baseline")) for r in saved}
+    if len(shapes) != 1:
+        raise SystemExit(f"merge: the comparisons are of different shapes or scales: {sorted(shapes)}")
+    runs = [
+        {**run, "setting": name, "run_setting": run.get("run_setting", run["setting"])}
+        for r in saved
+        for run in r["runs"]
+    ]
+    systems = [s for s in (*SCHEDULERS, "none") if any(run["system"] == s for run in runs)]
+    first = saved[0]
+    return {
+        **{k: first[k] for k in ("benchmark", "jobs", "cluster_queues", "scale_pct", "cpus") if k in first},
+        **({"shape": first["shape"]} if "shape" in first else {}),
+        "date": " to ".join(dict.fromkeys([saved[0]["date"], saved[-1]["date"]])),
+        "command": "; ".join(r["command"] for r in saved) + f"; python -m bench.e2e merge --name {name} ...",
+        "versions": {
+            "systems": list(dict.fromkeys(v for r in saved for v in r["versions"]["systems"])),
+            "kubernetes": first["versions"]["kubernetes"],
+        },
+        "creator": "/".join(dict.fromkeys(r.get("creator", "python") for r in saved)),
+        "complete": all(r.get("complete", True) for r in saved),
+        "summary": summary_of(runs, [name], systems),
+        "runs": runs,
+    }
+
+
 def systems_named(names: str, admitd: Admitd, kueue: Kueue) -> list[System]:
-    known: dict[str, System] = {"admitd": admitd, "kueue": kueue, "none": NoScheduler()}
+    known: dict[str, System] = {"admitd": admitd, "kueue": kueue, "kueue-tuned": KueueTuned(), "none": NoScheduler()}
     out: list[System] = []
     for name in names.split(","):
         if name not in known:
@@ -79,6 +162,20 @@ def main() -> int:
         sp.add_argument(
             "--admitd-args", default="", help="more `admitd run` options, space-separated (e.g. --no-workload-objects)"
         )
+        sp.add_argument(
+            "--shape",
+            choices=SHAPES,
+            default="baseline",
+            help="baseline (Kueue's scheduler performance test, the default) or deep (one ClusterQueue about 450 "
+            "Jobs deep of three sizes, four shallow ones beside it; bench/e2e/shape.py deep_config)",
+        )
+        sp.add_argument(
+            "--creator",
+            choices=CREATORS,
+            default="python",
+            help="who creates the Jobs: this process (python, the default) or tests/cluster/creator (go: client-go, "
+            "protobuf, one goroutine per workload set, as Kueue's performance runner)",
+        )
     cmp_p = sub.choices["compare"]
     cmp_p.add_argument("--runs", type=int, default=3)
     cmp_p.add_argument("--settings", default="shipped,lifted")
@@ -93,12 +190,21 @@ def main() -> int:
     )
     res_p = sub.add_parser("results", help="write bench/RESULTS.md from a saved comparison (bench/out/e2e-*.json)")
     res_p.add_argument("file", type=Path)
+    merge_p = sub.add_parser(
+        "merge", help="several saved comparisons as one (its one setting named --name), printed as JSON"
+    )
+    merge_p.add_argument("--name", required=True, help="the merged setting's name (its block's markers)")
+    merge_p.add_argument("files", type=Path, nargs="+")
     run_p = sub.choices["run"]
-    run_p.add_argument("--system", choices=("admitd", "kueue", "none"), required=True)
+    run_p.add_argument("--system", choices=(*SCHEDULERS, "none"), required=True)
     run_p.add_argument("--setting", choices=tuple(SETTINGS), default="lifted")
     args = parser.parse_args()
     if args.command == "results":
         write_results(json.loads(args.file.read_text()))
+        return 0
+    if args.command == "merge":
+        json.dump(merge([json.loads(f.read_text()) for f in args.files], args.name), sys.stdout, indent=2)
+        print()
         return 0
 
     signal.signal(signal.SIGTERM, _interrupt)  # the runners stop what they started on SIGTERM as on Ctrl-C
@@ -107,13 +213,21 @@ def main() -> int:
     systems = systems_named(args.system if args.command == "run" else args.systems, admitd, kueue)
     for s in systems:
         s.prepare()
-    p = make_plan(kueue.generator_config(), args.scale)
+    if args.creator == "go":
+        build_creator()
+    p = make_plan(shape_config(args.shape, kueue.generator_config()), args.scale)
     command = "python -m bench.e2e " + " ".join(sys.argv[1:])
-    log(f"{len(p.jobs)} Jobs in {len(p.queues)} ClusterQueues at {args.scale:g}%")
+    log(f"{len(p.jobs)} Jobs in {len(p.queues)} ClusterQueues at {args.scale:g}% of the {args.shape} shape")
 
     if args.command == "run":
         result = run_once(
-            systems[0], SETTINGS[args.setting], p, args.work / "run", timeout_s=args.timeout, keep=args.keep
+            systems[0],
+            SETTINGS[args.setting],
+            p,
+            args.work / "run",
+            timeout_s=args.timeout,
+            keep=args.keep,
+            creator=args.creator,
         )
         json.dump(result, sys.stdout, indent=2)
         print()
@@ -127,29 +241,15 @@ def main() -> int:
     out = out_dir / f"e2e-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
 
     def current() -> dict[str, Any]:
-        summary: dict[str, Any] = {}
-        for setting in settings:
-            per: dict[str, Any] = {}
-            for s in systems:
-                mine = [r for r in runs if r["system"] == s.name and r["setting"] == setting.name]
-                ok = [r for r in mine if "failed" not in r]
-                per[s.name] = aggregate(ok) if ok else {"runs": 0}
-                per[s.name]["failed"] = [r["failed"] for r in mine if "failed" in r]
-            base = [r for r in runs if r["system"] == "none" and r["setting"] == setting.name and "failed" not in r]
-            if base:
-                per["none"] = aggregate(base)
-                for name in ("admitd", "kueue"):
-                    if per.get(name, {}).get("runs"):
-                        per[name].update(caused(per[name], per["none"]))
-            if per.get("admitd", {}).get("runs") and per.get("kueue", {}).get("runs"):
-                per["admitd/kueue"] = ratios(per["admitd"], per["kueue"])
-            summary[setting.name] = per
+        summary = summary_of(runs, [st.name for st in settings], [sy.name for sy in systems])
         return {
             "benchmark": "e2e",
             "date": started,
             "command": command,
             "versions": {"systems": [s.version() for s in systems], "kubernetes": kube_version()},
             "scale_pct": args.scale,
+            "creator": args.creator,
+            "shape": args.shape,
             "jobs": len(p.jobs),
             "cluster_queues": len(p.queues),
             "cpus": os.cpu_count(),
@@ -163,7 +263,14 @@ def main() -> int:
         for i in range(args.baseline_runs):
             try:
                 runs.append(
-                    run_once(baseline, setting, p, args.work / f"{setting.name}-none-{i}", timeout_s=args.timeout)
+                    run_once(
+                        baseline,
+                        setting,
+                        p,
+                        args.work / f"{setting.name}-none-{i}",
+                        timeout_s=args.timeout,
+                        creator=args.creator,
+                    )
                 )
             except RunFailed as e:
                 log(f"baseline / {setting.name} run {i + 1} failed: {e}")
@@ -173,7 +280,9 @@ def main() -> int:
             for system in systems:
                 work = args.work / f"{setting.name}-{system.name}-{i}"
                 try:
-                    runs.append(run_once(system, setting, p, work, timeout_s=args.timeout, keep=args.keep))
+                    runs.append(
+                        run_once(system, setting, p, work, timeout_s=args.timeout, keep=args.keep, creator=args.creator)
+                    )
                 except RunFailed as e:  # recorded, and the comparison goes on (everything it started is stopped)
                     log(f"{system.name} / {setting.name} run {i + 1} failed: {e}")
                     runs.append({"system": system.name, "setting": setting.name, "failed": str(e)})

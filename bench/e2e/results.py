@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
+SYSTEMS = ("admitd", "kueue", "kueue-tuned")  # the columns, in this order, of those with completed runs
+RATIO_HEADS = {"admitd/kueue": "admitd/Kueue", "admitd/kueue-tuned": "admitd/Kueue tuned"}
 
 
 def markers(setting: str) -> tuple[str, str]:
@@ -21,6 +23,13 @@ def _fmt(x: object) -> str:
     return str(x)
 
 
+def gpu_row_get(a: dict[str, Any]) -> Any:
+    return a.get("lost_gpu_s")
+
+
+gpu_row: tuple[str, Any] = ("work lost to preemption, GPU-s", gpu_row_get)
+
+
 def _rows(per: dict[str, Any], systems: list[str]) -> list[tuple[str, Any]]:
     """(label, getter) of each figure row, for a system's medians and for the ratios alike."""
     rows: list[tuple[str, Any]] = [("makespan, s", lambda a: a["makespan_s"])]
@@ -30,10 +39,31 @@ def _rows(per: dict[str, Any], systems: list[str]) -> list[tuple[str, Any]]:
     rows += [
         ("admissions/s", lambda a: a["admissions_per_s"]),
         ("evictions", lambda a: a["evictions"]),
+        ("work lost to preemption, pod-s unsuspended before a re-suspend (upper bound)", lambda a: a.get("lost_pod_s")),
+        ("work lost to preemption, share of all pod-s unsuspended", lambda a: a.get("lost_share")),
+        ("work lost to preemption, cpu core-s", lambda a: a.get("lost_cpu_core_s")),
         ("scheduler CPU, s", lambda a: a["scheduler_cpu_s"]),
         ("scheduler peak RSS, MiB", lambda a: a["scheduler_rss_mib"]),
         ("API requests per Job", lambda a: a["api_requests_per_job"]),
     ]
+    groups = sorted({g for s in systems for g in per[s].get("queue_groups") or {}})
+    for g in groups:
+        rows += [
+            (
+                f"{g} queues: admissions per minute",
+                lambda a, g=g: ((a.get("queue_groups") or {}).get(g) or {}).get("admissions_per_min"),
+            ),
+            (
+                f"{g} queues: longest wait of a pending Job while it fit, s",
+                lambda a, g=g: ((a.get("queue_groups") or {}).get(g) or {}).get("fit_wait_max_s"),
+            ),
+            (
+                f"{g} queues: p99 of those waits, s",
+                lambda a, g=g: ((a.get("queue_groups") or {}).get(g) or {}).get("fit_wait_p99_s"),
+            ),
+        ]
+    if any(per[s].get("lost_gpu_s") for s in systems):
+        rows.insert(rows.index(next(r for r in rows if r[0].endswith("cpu core-s"))) + 1, gpu_row)
     if "none" in per:
         rows.append(
             (
@@ -45,17 +75,20 @@ def _rows(per: dict[str, Any], systems: list[str]) -> list[tuple[str, Any]]:
 
 
 def table(result: dict[str, Any], setting: str) -> str:
-    """Markdown for one setting: rows are figures, columns admitd, Kueue and admitd/Kueue."""
+    """Markdown for one setting: rows are figures, columns admitd, Kueue, Kueue tuned (those that ran) and admitd's
+    ratio to each Kueue. Files saved before Kueue tuned and the lost work existed give their old columns, with "—"
+    for the figures they did not record."""
     systems_versions = ", ".join(result["versions"]["systems"])
     lines = [
         f"**{setting}**: run {result['date']}: `{result['command']}`; {systems_versions}, Kubernetes "
         f"{result['versions']['kubernetes']}; {result['jobs']} Jobs in {result['cluster_queues']} ClusterQueues "
-        f"({result['scale_pct']:g}% of the baseline shape); {result['cpus']} cores shared with other work. Medians "
+        f"({result['scale_pct']:g}% of the {result.get('shape', 'baseline')} shape); Jobs created by the "
+        f"{result.get('creator', 'python')} creator; {result['cpus']} cores shared with other work. Medians "
         "over the runs; each run on a fresh cluster.",
         "",
     ]
     per = result["summary"][setting]
-    for s in ("admitd", "kueue"):
+    for s in SYSTEMS:
         for why in per.get(s, {}).get("failed", []):
             lines += [f"A {s} run failed: {why}", ""]
     if result.get("complete") is False:
@@ -63,19 +96,23 @@ def table(result: dict[str, Any], setting: str) -> str:
             "The comparison was stopped before all its runs were done; the figures are those of the runs done.",
             "",
         ]
-    systems = [s for s in ("admitd", "kueue") if per.get(s, {}).get("runs")]
+    systems = [s for s in SYSTEMS if per.get(s, {}).get("runs")]
     if not systems:
         return "\n".join([*lines, "No completed run at this setting.", ""])
-    ratio = per.get("admitd/kueue")
-    head = ["figure", *systems, *(["admitd/Kueue"] if ratio else [])]
+    ratio_keys = [k for k in RATIO_HEADS if per.get(k)]
+    head = ["figure", *systems, *(RATIO_HEADS[k] for k in ratio_keys)]
     counts = ", ".join(f"{s} {per[s]['runs']}" for s in systems)
     lines += [f"Completed runs: {counts}.", ""]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, get in _rows(per, systems):
-        cells = [_fmt(get(per[s])) for s in systems] + ([_fmt(get(ratio))] if ratio else [])
+        cells = [_fmt(get(per[s])) for s in systems] + [_fmt(get(per[k])) for k in ratio_keys]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     extra = [
         ("kube-apiserver CPU, s", [_fmt(per[s]["apiserver_cpu_s"]) for s in systems]),
+        (
+            "kube-apiserver mean time per write, ms (leases aside)",
+            [_fmt(per[s].get("apiserver_write_latency_ms")) for s in systems],
+        ),
         ("makespans of the runs, s", [", ".join(_fmt(x) for x in per[s]["makespan_s_all"]) for s in systems]),
         (
             "still writing after the last Job completed, s (each run; counted in the requests)",
@@ -96,7 +133,7 @@ def table(result: dict[str, Any], setting: str) -> str:
             ),
         )
     for label, cells in extra:
-        lines.append(f"| {label} | " + " | ".join(cells) + (" | — |" if ratio else " |"))
+        lines.append(f"| {label} | " + " | ".join([*cells, *("—" for _ in ratio_keys)]) + " |")
     return "\n".join([*lines, ""])
 
 

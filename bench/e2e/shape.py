@@ -49,6 +49,13 @@ class JobSpec:
     priority: int
     runtime_ms: int
     create_at_s: float  # offset from the start of the run
+    workload_set: int = 0  # index of the generator's workload set in its ClusterQueue (one creator thread each)
+
+    @property
+    def group(self) -> str:
+        """The creation sequence this Job belongs to: Kueue's generator creates each workload set of each queue
+        one after the other in its own goroutine (bench/e2e's Go creator does the same)."""
+        return f"{self.namespace}/{self.workload_set}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,10 +139,67 @@ def plan(config: dict[str, Any], *, scale_pct: float, cpu_divisor: int = 10) -> 
                                         priority=priority,
                                         runtime_ms=int(_field(tpl, "runtimeMs", twhere)),
                                         create_at_s=round(step * interval_s, 6),
+                                        workload_set=wi,
                                     )
                                 )
     jobs.sort(key=lambda j: (j.create_at_s, j.namespace, j.name))
     return Plan(queues=tuple(queues), jobs=tuple(jobs), priorities=priorities)
+
+
+SHAPES = ("baseline", "deep")
+
+
+def deep_config() -> dict[str, Any]:
+    """The deep-queue shape (Kueue issue 14477 at this machine's scale), in the generator's format: one ClusterQueue
+    (`deep-0-0-deep-0`, nominal 200 cores before the divisor, no borrowing) whose 460 Jobs of three sizes (4, 20 and 80
+    cores; 2, 3 and 6 s) are all created in the first 4 s, so that about 450 wait while the quota holds at most 2.5
+    large or 50 small at once, and most heads do not fit when they reach the front; beside it, 4 shallow ClusterQueues
+    (nominal 20, no borrowing) each receiving a 4-core Job of 1 s every 2 s for 60 s. One priority for all: nothing is
+    preempted, the figures are the throughput of admission at depth. `scale_pct` applies as for the baseline."""
+
+    def wset(klass: str, count: int, interval_ms: int, runtime_ms: int, cores: int) -> dict[str, Any]:
+        return {
+            "count": count,
+            "creationIntervalMs": interval_ms,
+            "workloads": [{"className": klass, "runtimeMs": runtime_ms, "priority": 100, "request": cores}],
+        }
+
+    def qset(klass: str, count: int, nominal: int, sets: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "className": klass,
+            "count": count,
+            "nominalQuota": nominal,
+            "borrowingLimit": 0,
+            "reclaimWithinCohort": "Never",
+            "withinClusterQueue": "Never",
+            "workloadsSets": sets,
+        }
+
+    return {
+        "cohorts": [
+            {
+                "className": "deep",
+                "count": 1,
+                "queuesSets": [
+                    qset(
+                        "deep",
+                        1,
+                        200,
+                        [
+                            wset("small", 400, 10, 2000, 4),
+                            wset("medium", 40, 100, 3000, 20),
+                            wset("large", 20, 200, 6000, 80),
+                        ],
+                    )
+                ],
+            },
+            {
+                "className": "shallow",
+                "count": 1,
+                "queuesSets": [qset("shallow", 4, 20, [wset("shallow", 30, 2000, 1000, 4)])],
+            },
+        ]
+    }
 
 
 def _cpu(milli: int) -> str:
@@ -190,6 +254,12 @@ def queue_objects(p: Plan) -> list[dict[str, Any]]:
             }
         )
     return docs
+
+
+def creator_plan(p: Plan, *, managed: bool = True) -> dict[str, Any]:
+    """The plan as the Go creator (tests/cluster/creator) reads it: each Job's body (the same as the Python creator
+    sends), its creation sequence and its offset from the start."""
+    return {"jobs": [{"group": j.group, "at_s": j.create_at_s, "job": job_object(j, managed=managed)} for j in p.jobs]}
 
 
 def job_object(j: JobSpec, *, managed: bool = True) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from tests.integration.daemon_harness import free_port, kubectl
 LOCAL_CLUSTER = REPO / "scripts" / "local-cluster"
 BUILD_KUEUE = REPO / "tests" / "cluster" / "kueue" / "build-kueue.sh"
 KUEUE_BIN = REPO / "tests" / "cluster" / "bin" / "kueue"
+CREATOR_BIN = REPO / "tests" / "cluster" / "bin" / "e2e-creator"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
 
@@ -213,6 +214,8 @@ class Admitd:
         crds = sorted((self.src / "config" / "crd").glob("kueue.x-k8s.io_*.yaml"))
         kubectl(c, "apply", "--server-side", *(a for p in crds for a in ("-f", str(p))))
         kubectl(c, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        # One daemon per cluster: admitd takes the Lease admitd-system/admitd (a7746f9), as README's local run does.
+        kubectl(c, "create", "namespace", "admitd-system")
         webhook_port, health_port = free_port(), free_port()
         self.metrics_url = f"http://127.0.0.1:{health_port}/metrics"
         qps, burst = setting.admitd_status
@@ -328,8 +331,62 @@ _SYSTEM_NAMESPACES = {"mpod.kb.io", "mdeployment.kb.io", "mstatefulset.kb.io"} |
 }
 
 
+def build_creator() -> Path:
+    """Builds the Go Job creator (tests/cluster/creator, this repository's tests/cluster module, from the module
+    proxy) into tests/cluster/bin/e2e-creator; seconds on a warm Go build cache, about a minute cold."""
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    result = subprocess.run(
+        [go, "build", "-buildvcs=false", "-o", str(CREATOR_BIN), "./creator"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=CREATOR_BIN.parents[1],
+    )
+    if result.returncode != 0:
+        raise RunFailed(f"building tests/cluster/creator failed: {result.stderr[-3000:]}")
+    return CREATOR_BIN
+
+
+# The webhooks the scenario needs: batch/v1 Jobs and Kueue's own kinds. Every other framework's webhook (pods,
+# deployments, statefulsets, the Kubeflow and Ray kinds) is registered by the shipped manifests, and Kueue serves
+# it as a no-op when the framework is disabled; the pod one is called for every pod the Jobs create.
+TUNED_WEBHOOKS = frozenset(
+    {
+        "mjob.kb.io",
+        "vjob.kb.io",
+        "mworkload.kb.io",
+        "vworkload.kb.io",
+        "mclusterqueue.kb.io",
+        "vclusterqueue.kb.io",
+        "vcohort.kb.io",
+        "mresourceflavor.kb.io",
+        "vresourceflavor.kb.io",
+    }
+)
+# Feature gates on by default in v0.17.0 that start controllers, watches or metrics the scenario never uses (no
+# topology, no MultiKueue clusters, no visibility API); the gates that change scheduling decisions stay as shipped.
+TUNED_FEATURE_GATES_OFF = (
+    "VisibilityOnDemand",
+    "TopologyAwareScheduling",
+    "TASFailedNodeReplacement",
+    "TASFailedNodeReplacementFailFast",
+    "TASReplaceNodeOnNodeTaints",
+    "TASReplaceNodeOnPodTermination",
+    "TASProfileMixed",
+    "MultiKueue",
+    "MultiKueueAdaptersForCustomJobs",
+    "MultiKueueWaitForWorkloadAdmitted",
+    "MultiKueueRedoAdmissionOnEvictionInWorker",
+    "LocalQueueMetrics",
+)
+TUNED_CLIENT = (1000.0, 2000)  # Kueue's performance runner's client limits (its in-cluster make target)
+
+
 class Kueue:
+    """Kueue's manager with its shipped Configuration and webhooks (what running outside a cluster needs aside)."""
+
     name = "kueue"
+    log_level = "2"  # the shipped manager's --zap-log-level (config/components/manager/manager.yaml)
 
     def __init__(self) -> None:
         self.module_dir: Path | None = None
@@ -383,7 +440,8 @@ class Kueue:
         for doc in docs:
             if not doc or "Webhook" not in doc.get("kind", ""):
                 continue
-            for hook in doc.get("webhooks", []):
+            doc["webhooks"] = [h for h in doc.get("webhooks", []) if self.keeps_webhook(h["name"])]
+            for hook in doc["webhooks"]:
                 path = hook["clientConfig"]["service"]["path"]
                 hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca}
                 if hook["name"] in _SYSTEM_NAMESPACES:
@@ -397,22 +455,16 @@ class Kueue:
                         ]
                     }
         kubectl(c, "apply", "-f", "-", stdin=yaml.safe_dump_all([d for d in docs if d]))
-        qps, burst = setting.kueue
         shipped = yaml.safe_load(
             (self.module_dir / "config/components/manager/controller_manager_config.yaml").read_text()
         )
-        config = {
-            **shipped,
-            "namespace": "kueue-system",
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
-            "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
-            "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(crt.parent)},
-            "leaderElection": {"leaderElect": False},
-            "clientConnection": {"qps": qps, "burst": burst},
-            "internalCertManagement": {"enable": False},
-            "integrations": {"frameworks": ["batch/job"]},
-            "featureGates": {"VisibilityOnDemand": False},
-        }
+        config = self.configuration(
+            shipped,
+            setting,
+            health=f"127.0.0.1:{health_port}",
+            metrics=f"127.0.0.1:{metrics_port}",
+            webhook={"port": webhook_port, "host": "127.0.0.1", "certDir": str(crt.parent)},
+        )
         config_path = workdir / "kueue-config.yaml"
         config_path.write_text(yaml.safe_dump(config))
         overlay = workdir / "etc-overlay"
@@ -421,7 +473,7 @@ class Kueue:
         script = (
             f"mount -t overlay overlay -o lowerdir=/etc,upperdir={overlay / 'upper'},workdir={overlay / 'work'} /etc"
             f" && mkdir -p /etc/kueue/metrics/certs && cp {crt} {key} /etc/kueue/metrics/certs/"
-            f' && exec "$0" --config={config_path} --zap-log-level=2'
+            f' && exec "$0" --config={config_path} --zap-log-level={self.log_level}'
         )
         self.log = workdir / "kueue.log"
         with self.log.open("ab") as out:
@@ -436,6 +488,27 @@ class Kueue:
         _wait_ready(self.proc, f"http://127.0.0.1:{health_port}/readyz", "kueue", self.log, self.stop)
         return self.proc.pid
 
+    def keeps_webhook(self, name: str) -> bool:
+        return True
+
+    def configuration(
+        self, shipped: dict[str, Any], setting: Setting, *, health: str, metrics: str, webhook: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The shipped Configuration, with what running outside a cluster needs and the setting's client limits."""
+        qps, burst = setting.kueue
+        return {
+            **shipped,
+            "namespace": "kueue-system",
+            "health": {"healthProbeBindAddress": health},
+            "metrics": {"bindAddress": metrics},
+            "webhook": webhook,
+            "leaderElection": {"leaderElect": False},
+            "clientConnection": {"qps": qps, "burst": burst},
+            "internalCertManagement": {"enable": False},
+            "integrations": {"frameworks": ["batch/job"]},
+            "featureGates": {"VisibilityOnDemand": False},
+        }
+
     def stop(self) -> int | None:
         if self.proc is None:
             return None
@@ -446,3 +519,37 @@ class Kueue:
 
     def log_path(self) -> Path | None:
         return self.log
+
+
+class KueueTuned(Kueue):
+    """Kueue configured for this scenario only, the best Kueue this harness could make: the batch/job integration
+    alone, with only its webhooks and Kueue's own (TUNED_WEBHOOKS); the controllers of the frameworks it does not
+    use left out of groupKindConcurrency; feature gates that start unused controllers off (TUNED_FEATURE_GATES_OFF);
+    the performance runner's client limits (1000 / 2000) at every setting; logging at info (the manager's default,
+    as in Kueue's own performance runs, which pass no level unless logs are asked for). The scheduling gates and
+    the ClusterQueues are the same as for `kueue`, so the decisions are Kueue's own."""
+
+    name = "kueue-tuned"
+    log_level = "info"
+
+    def version(self) -> str:
+        return super().version() + " (tuned)"
+
+    def keeps_webhook(self, name: str) -> bool:
+        return name in TUNED_WEBHOOKS
+
+    def configuration(
+        self, shipped: dict[str, Any], setting: Setting, *, health: str, metrics: str, webhook: dict[str, Any]
+    ) -> dict[str, Any]:
+        config = super().configuration(shipped, setting, health=health, metrics=metrics, webhook=webhook)
+        concurrency = dict((shipped.get("controller") or {}).get("groupKindConcurrency") or {})
+        concurrency.pop("Pod", None)  # the pod integration is off
+        qps, burst = TUNED_CLIENT
+        config.update(
+            {
+                "clientConnection": {"qps": max(qps, setting.kueue[0]), "burst": max(burst, setting.kueue[1])},
+                "controller": {"groupKindConcurrency": concurrency},
+                "featureGates": dict.fromkeys(TUNED_FEATURE_GATES_OFF, False),
+            }
+        )
+        return config

@@ -7,11 +7,21 @@ from typing import Any
 
 import pytest
 
-from bench.e2e.procs import request_counts
-from bench.e2e.recorder import Timeline, percentile, summarize
+from bench.e2e.__main__ import merge
+from bench.e2e.procs import request_counts, write_latency
+from bench.e2e.recorder import (
+    Timeline,
+    cpu_milli,
+    fit_waits,
+    max_pending,
+    percentile,
+    pod_requests,
+    queue_figures,
+    summarize,
+)
 from bench.e2e.results import markers, write_results
 from bench.e2e.runner import aggregate, caused, ratios, writes
-from bench.e2e.shape import CLASS_LABEL, ShapeError, job_object, plan, queue_objects, scaled
+from bench.e2e.shape import CLASS_LABEL, ShapeError, creator_plan, deep_config, job_object, plan, queue_objects, scaled
 from bench.e2e.systems import sync_delays
 
 # The baseline generator configuration as Kueue v0.17.0 ships it (test/performance/scheduler/configs/baseline).
@@ -316,3 +326,210 @@ def test_settling_counts_writes_but_not_reads_watches_or_lease_renewals() -> Non
         }
     )
     assert writes(counts) == 6
+
+
+def test_the_go_creators_plan_has_the_python_creators_bodies_in_one_sequence_per_workload_set() -> None:
+    p = plan(BASELINE, scale_pct=10)
+    cp = creator_plan(p)
+    assert len(cp["jobs"]) == len(p.jobs) == 1500
+    assert [e["job"] for e in cp["jobs"]] == [job_object(j) for j in p.jobs]
+    groups = Counter(e["group"] for e in cp["jobs"])
+    assert len(groups) == 90  # 30 queues x 3 workload sets, as Kueue's generator runs one goroutine each
+    q = p.queues[0].name
+    assert (groups[f"{q}/0"], groups[f"{q}/1"], groups[f"{q}/2"]) == (35, 10, 5)
+    larges = [e["at_s"] for e in cp["jobs"] if e["group"] == f"{q}/2"]
+    assert larges == pytest.approx([1.2, 2.4, 3.6, 4.8, 6.0])
+    assert all(e["job"]["metadata"]["name"].startswith("large-2-") for e in cp["jobs"] if e["group"] == f"{q}/2")
+    bare = creator_plan(p, managed=False)
+    assert all(e["job"]["spec"]["suspend"] is False for e in bare["jobs"])
+
+
+def _sized(
+    ns: str, name: str, *, suspend: bool, parallelism: int, cpu: str, gpus: int = 0, complete: bool = False
+) -> dict[str, Any]:
+    obj = _job(ns, name, "large", suspend=suspend, complete=complete)
+    requests: dict[str, Any] = {"cpu": cpu, **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
+    obj["spec"].update(
+        {"parallelism": parallelism, "template": {"spec": {"containers": [{"resources": {"requests": requests}}]}}}
+    )
+    return obj
+
+
+def test_work_lost_to_preemption_is_the_time_since_each_unsuspend_before_a_resuspend_times_the_pods() -> None:
+    t = Timeline()
+    # v: 4 pods of 500m and 2 GPUs; runs 10-13 (preempted), 20-21 (preempted), 30-35 (completes)
+    for at, suspend in ((9.0, True), (10.0, False), (13.0, True), (20.0, False), (21.0, True), (30.0, False)):
+        t.observe(_sized("n", "v", suspend=suspend, parallelism=4, cpu="500m", gpus=2), at)
+    t.observe(_sized("n", "v", suspend=False, parallelism=4, cpu="500m", gpus=2, complete=True), 35.0)
+    # w: 1 pod of 2 cpu, never preempted: 10-12
+    t.observe(_sized("n", "w", suspend=True, parallelism=1, cpu="2"), 9.0)
+    t.observe(_sized("n", "w", suspend=False, parallelism=1, cpu="2"), 10.0)
+    t.observe(_sized("n", "w", suspend=False, parallelism=1, cpu="2", complete=True), 12.0)
+    lost = summarize(t)["lost_work"]
+    assert lost["lost_pod_s"] == 16.0  # (3 + 1) s x 4 pods
+    assert lost["lost_cpu_core_s"] == 8.0  # x 0.5 core
+    assert lost["lost_gpu_s"] == 32.0  # x 2 GPUs per pod
+    assert lost["run_pod_s"] == 16.0 + 20.0 + 2.0  # lost + v's last run (5 s x 4) + w's 2 s
+    assert lost["lost_share"] == round(16 / 38, 4)
+    assert lost["victims"] == 1
+    s = summarize(synthetic())  # a: unsuspended 12, re-suspended 13: 1 pod-second, no requests given
+    assert s["lost_work"]["lost_pod_s"] == 1.0 and s["lost_work"]["lost_cpu_core_s"] == 0.0
+
+
+def test_pod_requests_and_a_cpu_quantity_that_is_not_one_are_named() -> None:
+    assert cpu_milli("2") == 2000 and cpu_milli("250m") == 250 and cpu_milli("0.5") == 500
+    with pytest.raises(ValueError, match=r"'2Gi' is not a number of cores"):
+        cpu_milli("2Gi")
+    job = _sized("n", "x", suspend=True, parallelism=3, cpu="100m", gpus=1)
+    assert pod_requests(job["spec"]) == (3, 100, 1)
+    assert pod_requests({}) == (1, 0, 0)
+
+
+def test_the_results_block_has_kueue_tuned_and_lost_work_and_old_files_still_render(tmp_path: Any) -> None:
+    def with_lost(r: dict[str, Any], pod_s: float) -> dict[str, Any]:
+        return {**r, "lost_work": {"lost_pod_s": pod_s, "lost_cpu_core_s": pod_s / 10, "lost_gpu_s": 0.0,
+                                   "lost_share": pod_s / 1000}}  # fmt: skip
+
+    a = aggregate([with_lost(_run("admitd", m, 5.0, 1.0), 40.0) for m in (40.0, 50.0, 60.0)])
+    k = aggregate([with_lost(_run("kueue", m, 20.0, 2.0), 4.0) for m in (80.0, 100.0, 90.0)])
+    kt = aggregate([with_lost(_run("kueue-tuned", m, 10.0, 2.0), 2.0) for m in (60.0, 70.0)])
+    assert a["lost_pod_s"] == 40.0 and a["lost_share"] == 0.04 and a["lost_pod_s_all"] == [40.0, 40.0, 40.0]
+    summary = {"admitd": a, "kueue": k, "kueue-tuned": kt}
+    summary.update({"admitd/kueue": ratios(a, k), "admitd/kueue-tuned": ratios(a, kt)})
+    result = {**_result({"lifted": summary}), "creator": "go"}
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\n")
+    write_results(result, path)
+    text = path.read_text()
+    assert "| figure | admitd | kueue | kueue-tuned | admitd/Kueue | admitd/Kueue tuned |" in text
+    assert "| makespan, s | 50.0 | 90.0 | 65.0 | 0.556 | 0.769 |" in text
+    assert (
+        "| work lost to preemption, pod-s unsuspended before a re-suspend (upper bound) | 40.0 | 4 | 2 | 10.0 | 20.0 |"
+        in text
+    )
+    assert "Jobs created by the go creator" in text
+    assert "GPU-s" not in text  # no GPUs in the shape: no row
+    # A file saved before lost work, Kueue tuned and the creator existed: its old columns, "—" for lost work.
+    old_a = aggregate([_run("admitd", m, 5.0, 1.0) for m in (40.0, 50.0, 60.0)])
+    old_k = aggregate([_run("kueue", m, 20.0, 2.0) for m in (80.0, 100.0, 90.0)])
+    for old in (old_a, old_k):
+        for key in ("lost_pod_s", "lost_cpu_core_s", "lost_gpu_s", "lost_share", "lost_pod_s_all", "creators"):
+            old.pop(key)
+    path.write_text("# Results\n")
+    write_results(_result({"lifted": {"admitd": old_a, "kueue": old_k, "admitd/kueue": ratios(old_a, old_k)}}), path)
+    text = path.read_text()
+    assert "| figure | admitd | kueue | admitd/Kueue |" in text
+    assert "| work lost to preemption, pod-s unsuspended before a re-suspend (upper bound) | — | — | — |" in text
+    assert "Jobs created by the python creator" in text
+
+
+def test_merged_comparisons_are_one_setting_with_every_run_and_the_ratios_to_both_kueues(tmp_path: Any) -> None:
+    def saved(creator: str, makespans: tuple[float, float, float]) -> dict[str, Any]:
+        runs = [
+            {**_run(system, m, 5.0, 1.0), "setting": "lifted", "creator": creator}
+            for system, m in zip(("admitd", "kueue", "kueue-tuned"), makespans, strict=True)
+        ]
+        return {**_result({}), "benchmark": "e2e", "creator": creator, "complete": True, "runs": runs}
+
+    merged = merge([saved("go", (50.0, 100.0, 80.0)), saved("go", (70.0, 120.0, 60.0))], "i28-go")
+    per = merged["summary"]["i28-go"]
+    assert set(per) == {"admitd", "kueue", "kueue-tuned", "admitd/kueue", "admitd/kueue-tuned"}
+    assert per["admitd"]["makespan_s_all"] == [50.0, 70.0] and per["admitd"]["makespan_s"] == 60.0
+    assert per["admitd/kueue-tuned"]["makespan_s"] == 0.857  # 60 / 70
+    assert {r["run_setting"] for r in merged["runs"]} == {"lifted"} and merged["creator"] == "go"
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\n")
+    write_results(merged, path)
+    assert "<!-- e2e:i28-go:begin" in path.read_text() and "<!-- e2e:lifted:begin" not in path.read_text()
+    other = {**saved("go", (1.0, 2.0, 3.0)), "scale_pct": 50.0}
+    with pytest.raises(SystemExit, match="different shapes or scales"):
+        merge([saved("go", (1.0, 2.0, 3.0)), other], "x")
+
+
+def test_the_deep_shape_is_one_queue_hundreds_deep_and_four_shallow_ones_without_borrowing() -> None:
+    p = plan(deep_config(), scale_pct=100)
+    deep = [j for j in p.jobs if j.namespace == "deep-0-0-deep-0"]
+    assert Counter(j.klass for j in deep) == {"small": 400, "medium": 40, "large": 20}
+    assert max(j.create_at_s for j in deep) == pytest.approx(4.0)  # all of them in the first 4 s
+    assert {j.cpu_milli for j in deep} == {400, 2000, 8000}
+    queues = {q.name: q for q in p.queues}
+    assert queues["deep-0-0-deep-0"].nominal_milli == 20000
+    assert sorted(queues) == ["deep-0-0-deep-0", *(f"shallow-0-{i}-shallow-0" for i in range(4))]
+    assert all(q.borrowing_limit_milli == 0 and q.within_cluster_queue == "Never" for q in p.queues)
+    assert len({j.priority for j in p.jobs}) == 1  # nothing is preempted
+    # The work in the deep queue is far more than its quota holds at once: it stays deep for most of the run.
+    work_core_s = sum(j.cpu_milli / 1000 * j.runtime_ms / 1000 for j in deep)
+    assert work_core_s / (queues["deep-0-0-deep-0"].nominal_milli / 1000) > 60
+
+
+def _q(ns: str, name: str, cpu: str, *, suspend: bool, complete: bool = False) -> dict[str, Any]:
+    return _sized(ns, name, suspend=suspend, parallelism=1, cpu=cpu, complete=complete)
+
+
+def test_queue_figures_time_a_pending_job_waiting_while_it_fit_and_admissions_per_minute() -> None:
+    t = Timeline()
+    # Queue "d", nominal 2 cpu. a (2 cpu) runs 0-10; b (2 cpu) waits from 1, fits from 10 (a completes), admitted
+    # at 13: 3 s waiting while it fit. c (1 cpu) created at 2, fits from 10, admitted at 10.5 into the same room:
+    # then b no longer fits at 10.5 (c took 1 of 2), so b's wait ends at 10.5; b fits again at 12 (c done), admitted
+    # at 13: its longest wait 1 s.
+    t.observe(_q("d", "a", "2", suspend=True), 0.0)
+    t.observe(_q("d", "a", "2", suspend=False), 0.0)
+    t.observe(_q("d", "b", "2", suspend=True), 1.0)
+    t.observe(_q("d", "c", "1", suspend=True), 2.0)
+    t.observe(_q("d", "a", "2", suspend=False, complete=True), 10.0)
+    t.observe(_q("d", "c", "1", suspend=False), 10.5)
+    t.observe(_q("d", "c", "1", suspend=False, complete=True), 12.0)
+    t.observe(_q("d", "b", "2", suspend=False), 13.0)
+    t.observe(_q("d", "b", "2", suspend=False, complete=True), 14.0)
+    t.observe(_q("other", "x", "1", suspend=True), 0.0)  # a queue not asked for
+    waits = fit_waits({k: r for k, r in t.jobs.items() if k.startswith("d/")}, 2000)
+    assert waits == {"d/a": 0.0, "d/b": 1.0, "d/c": 0.5}
+    figures = queue_figures(t, {"d": 2000})
+    assert set(figures) == {"d"}
+    assert figures["d"]["admissions_per_min"] == round(3 / 13 * 60, 2)  # 3 first admissions from 0 to 13
+    assert figures["d"]["fit_wait_max_s"] == 1.0 and figures["d"]["max_pending"] == 2
+    assert max_pending([]) == 0
+
+
+def test_the_deep_shapes_queue_groups_are_medians_over_runs_in_the_table(tmp_path: Any) -> None:
+    def run(apm: float, wait: float) -> dict[str, Any]:
+        queues = {
+            "deep-0-0-deep-0": {"admissions_per_min": apm, "fit_wait_max_s": wait, "fit_wait_p99_s": wait / 2},
+            "shallow-0-0-shallow-0": {"admissions_per_min": 10.0, "fit_wait_max_s": 0.5, "fit_wait_p99_s": 0.2},
+            "shallow-0-1-shallow-0": {"admissions_per_min": 12.0, "fit_wait_max_s": 0.7, "fit_wait_p99_s": 0.3},
+        }
+        return {**_run("admitd", 50.0, 5.0, 1.0), "queues": queues}
+
+    a = aggregate([run(300.0, 1.0), run(400.0, 3.0), run(500.0, 2.0)])
+    assert a["queue_groups"]["deep"] == {"admissions_per_min": 400.0, "fit_wait_max_s": 2.0, "fit_wait_p99_s": 1.0}
+    assert a["queue_groups"]["shallow"] == {"admissions_per_min": 22.0, "fit_wait_max_s": 0.7, "fit_wait_p99_s": 0.3}
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\n")
+    write_results({**_result({"lifted": {"admitd": a}}), "shape": "deep"}, path)
+    text = path.read_text()
+    assert "| deep queues: admissions per minute | 400.0 |" in text
+    assert "| shallow queues: longest wait of a pending Job while it fit, s | 0.7 |" in text
+    assert "of the deep shape" in text
+
+
+def test_the_api_servers_write_latency_sums_the_writes_but_not_reads_watches_or_leases() -> None:
+    def line(what: str, verb: str, resource: str, value: float) -> str:
+        labels = f'component="apiserver",resource="{resource}",verb="{verb}"'
+        return f"apiserver_request_duration_seconds_{what}{{{labels}}} {value}"
+
+    text = "\n".join(
+        [
+            line("sum", "POST", "jobs", 2.0),
+            line("count", "POST", "jobs", 40),
+            line("sum", "PATCH", "workloads", 1.0),
+            line("count", "PATCH", "workloads", 10),
+            line("sum", "PUT", "leases", 9.0),
+            line("count", "PUT", "leases", 9),
+            line("sum", "WATCH", "jobs", 300.0),
+            line("count", "WATCH", "jobs", 1),
+            line("sum", "GET", "jobs", 5.0),
+            line("count", "GET", "jobs", 5),
+            'apiserver_request_duration_seconds_bucket{resource="jobs",verb="POST",le="0.1"} 40',
+        ]
+    )
+    assert write_latency(text) == (3.0, 50.0)
