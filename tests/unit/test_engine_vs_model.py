@@ -14,24 +14,6 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 
 from daemon.domain.admission import EngineConfig
-from daemon.domain.model import (
-    ClusterQueue,
-    Cohort,
-    FlavorFungibility,
-    FlavorQuotas,
-    FungibilityPolicy,
-    FungibilityPreference,
-    LabelSelector,
-    LocalQueue,
-    Namespace,
-    Preemption,
-    PreemptionPolicy,
-    QueueingStrategy,
-    ResourceFlavor,
-    ResourceGroup,
-    ResourceQuota,
-    StopPolicy,
-)
 from tests.reference.differential import (
     CI_SPACE,
     SPACES,
@@ -129,134 +111,26 @@ def test_a_strict_fifo_head_without_candidates_and_nothing_to_hold_holds_in_a_la
     that for the whole call and closed cq1; Kueue requeues a StrictFIFO head at once, and once cq0's j3 was admitted
     j2 held its room in the next cycle, keeping cq0's j5 out. The engine now offers it again in the next pass."""
     items: list[object] = [
-        ResourceFlavor(name="f0", node_labels={}, node_taints=(), tolerations=()),
-        Namespace(name="default", labels={}),
-        Cohort(
-            name="co00",
-            parent=None,
-            resource_groups=(
-                ResourceGroup(
-                    covered_resources=("gpu",),
-                    flavors=(
-                        FlavorQuotas(
-                            name="f0",
-                            resources=(
-                                ResourceQuota(name="gpu", nominal=1000, borrowing_limit=None, lending_limit=None),
-                            ),
-                        ),
-                    ),
-                ),
-            ),
-            fair_sharing_weight=1000,
-        ),
-        Cohort(
-            name="co10",
-            parent="co00",
-            resource_groups=(
-                ResourceGroup(
-                    covered_resources=("gpu",),
-                    flavors=(
-                        FlavorQuotas(
-                            name="f0",
-                            resources=(
-                                ResourceQuota(name="gpu", nominal=3000, borrowing_limit=None, lending_limit=None),
-                            ),
-                        ),
-                    ),
-                ),
-            ),
-            fair_sharing_weight=1000,
-        ),
-        Cohort(name="co11", parent="co00", resource_groups=(), fair_sharing_weight=1000),
-        Cohort(
-            name="co20",
-            parent="co11",
-            resource_groups=(
-                ResourceGroup(
-                    covered_resources=("gpu",),
-                    flavors=(
-                        FlavorQuotas(
-                            name="f0",
-                            resources=(ResourceQuota(name="gpu", nominal=4000, borrowing_limit=0, lending_limit=None),),
-                        ),
-                    ),
-                ),
-            ),
-            fair_sharing_weight=1000,
-        ),
-        ClusterQueue(
-            name="cq0",
-            cohort="co00",
-            namespace_selector=LabelSelector(match_labels={}, match_expressions=()),
-            queueing_strategy=QueueingStrategy.BEST_EFFORT_FIFO,
-            resource_groups=(
-                ResourceGroup(
-                    covered_resources=("gpu",),
-                    flavors=(
-                        FlavorQuotas(
-                            name="f0",
-                            resources=(
-                                ResourceQuota(name="gpu", nominal=1000, borrowing_limit=None, lending_limit=1000),
-                            ),
-                        ),
-                    ),
-                ),
-            ),
-            preemption=Preemption(
-                within_cluster_queue=PreemptionPolicy.LOWER_PRIORITY,
-                reclaim_within_cohort=PreemptionPolicy.LOWER_PRIORITY,
-                borrow_within_cohort=PreemptionPolicy.NEVER,
-                borrow_max_priority_threshold=None,
-            ),
-            flavor_fungibility=FlavorFungibility(
-                when_can_borrow=FungibilityPolicy.MAY_STOP_SEARCH,
-                when_can_preempt=FungibilityPolicy.TRY_NEXT_FLAVOR,
-                preference=FungibilityPreference.BORROWING_OVER_PREEMPTION,
-            ),
-            stop_policy=StopPolicy.NONE,
-            fair_sharing_weight=1000,
-        ),
-        LocalQueue(namespace="default", name="q0", cluster_queue="cq0", stop_policy=StopPolicy.NONE),
-        ClusterQueue(
-            name="cq1",
-            cohort="co20",
-            namespace_selector=LabelSelector(match_labels={}, match_expressions=()),
-            queueing_strategy=QueueingStrategy.STRICT_FIFO,
-            resource_groups=(
-                ResourceGroup(
-                    covered_resources=("gpu",),
-                    flavors=(
-                        FlavorQuotas(
-                            name="f0",
-                            resources=(ResourceQuota(name="gpu", nominal=3000, borrowing_limit=None, lending_limit=0),),
-                        ),
-                    ),
-                ),
-            ),
-            preemption=Preemption(
-                within_cluster_queue=PreemptionPolicy.LOWER_PRIORITY,
-                reclaim_within_cohort=PreemptionPolicy.LOWER_PRIORITY,
-                borrow_within_cohort=PreemptionPolicy.LOWER_PRIORITY,
-                borrow_max_priority_threshold=None,
-            ),
-            flavor_fungibility=FlavorFungibility(
-                when_can_borrow=FungibilityPolicy.MAY_STOP_SEARCH,
-                when_can_preempt=FungibilityPolicy.TRY_NEXT_FLAVOR,
-                preference=FungibilityPreference.BORROWING_OVER_PREEMPTION,
-            ),
-            stop_policy=StopPolicy.NONE,
-            fair_sharing_weight=1000,
-        ),
-        LocalQueue(namespace="default", name="q1", cluster_queue="cq1", stop_policy=StopPolicy.NONE),
+        flavor("f0"),
+        namespace("default"),
+        cohort("co00").flavor("f0", gpu=1),
+        cohort("co10").parent("co00").flavor("f0", gpu=3),
+        cohort("co11").parent("co00"),
+        cohort("co20").parent("co11").flavor("f0", gpu=4, borrow=0),
+        cq("cq0").cohort("co00").flavor("f0", gpu=1, lend=1).preempt("LowerPriority", "LowerPriority"),
+        lq("default", "q0", "cq0"),
+        cq("cq1")
+        .cohort("co20")
+        .strict_fifo()
+        .flavor("f0", gpu=3, lend=0)
+        .preempt("LowerPriority", "LowerPriority", "LowerPriority"),
+        lq("default", "q1", "cq1"),
     ]
-    jobs: list[tuple[int, JobBuilder, int | None]] = [
-        (2000, job("j0").queue("q1").priority(2).at(2000).gpus(4), None),
-        (2000, job("j1").queue("q0").priority(1).at(2000).gpus(1), 4000),
-        (2000, job("j2").queue("q1").priority(0).at(2000).gpus(4), 1000),
-        (2000, job("j3").queue("q0").priority(0).at(2000).gpus(2), 2000),
-        (2000, job("j4").queue("q0").priority(1).at(2000).gpus(3), 2000),
-        (2000, job("j5").queue("q0").priority(0).at(2000).gpus(1), 4000),
-        (2000, job("j6").queue("q1").priority(0).at(2000).gpus(4), None),
+    specs = [("q1", 2, 4, None), ("q0", 1, 1, 4000), ("q1", 0, 4, 1000), ("q0", 0, 2, 2000)]
+    specs += [("q0", 1, 3, 2000), ("q0", 0, 1, 4000), ("q1", 0, 4, None)]
+    jobs = [
+        (2000, job(f"j{i}").queue(q).priority(p).at(2000).gpus(g), runtime)
+        for i, (q, p, g, runtime) in enumerate(specs)
     ]
     sc = Scenario(items, jobs)
     assert first_difference(run_engine(sc), run_model(sc), trees(sc)) is None
