@@ -208,14 +208,7 @@ def add_run_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     p.set_defaults(func=_cmd_run)
 
 
-def _past_mib(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--ui-past-memory takes a whole number of MiB, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--ui-past-memory must be at least 1 (MiB), got {value}")
-    return value
+_past_mib = whole_number(1, "--ui-past-memory must be at least 1 (MiB), got {value}")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

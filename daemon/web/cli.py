@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from daemon.answers.answer import Answers
+from daemon.cliargs import whole_number
 from daemon.eventlog import LogReader
 from daemon.obs.logging import get_logger
 from daemon.web.policy import Everyone, Policy
@@ -40,14 +41,7 @@ def add_ui_parser(sub: Any, *, db_default: Path, db_help: str) -> None:
     p.set_defaults(func=_cmd_ui)
 
 
-def _mib(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--past-memory takes a whole number of MiB, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--past-memory must be at least 1 (MiB), got {value}")
-    return value
+_mib = whole_number(1, "--past-memory must be at least 1 (MiB), got {value}")
 
 
 def application(
