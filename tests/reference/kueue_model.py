@@ -421,8 +421,7 @@ class KueueModel:
             e.status = "skipped"  # admitd: a queue of its tree takes back its own quota in this cycle
             self.parked.add(e.cq)
             return
-        # `acted(root)` where it is admitted, preempts or holds its room
-        acted = own.add if self.switches.borrowers_after_the_trees_own and not a.borrowing else _nothing
+        own_quota = self.switches.borrowers_after_the_trees_own and not a.borrowing  # marks `own` where it acts
         if any(t.victim.key in preempted for t in e.targets):
             e.status = "skipped"  # "Workload has overlapping preemption targets with another workload"
             return
@@ -437,13 +436,15 @@ class KueueModel:
         ):
             snap.add_usage(node, a.usage)  # admitd: it waits for the victims, holding its room
             held.append((node, dict(a.usage)))
-            acted(root)
+            if own_quota:
+                own.add(root)
             e.status = "skipped"
             return
         for t in e.targets:
             preempted[t.victim.key] = t.victim
         snap.add_usage(node, a.usage)
-        acted(root)
+        if own_quota:
+            own.add(root)
         if a.mode is Mode.PREEMPT:
             held.append((node, dict(a.usage)))
             for t in e.targets:  # Preemptor.IssuePreemptions
@@ -508,13 +509,8 @@ def _borrowing(e: _Entry) -> int:
     return e.assignment.borrowing if e.assignment is not None else 0
 
 
-def _nothing(root: str) -> None:
-    pass
-
-
 def _iterator_order(e: _Entry) -> tuple[int, int, int, str]:
-    borrowing = e.assignment.borrowing if e.assignment is not None else 0
-    return (borrowing, -e.pw.priority, e.pw.queue_order_at, e.pw.key)
+    return (_borrowing(e), -e.pw.priority, e.pw.queue_order_at, e.pw.key)
 
 
 def _fits(snap: Snapshot, node: Node, usage: Mapping[FlavorResource, int], removed: list[AdmittedWorkload]) -> bool:
