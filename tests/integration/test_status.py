@@ -324,7 +324,7 @@ def test_a_workload_set_inactive_stops_its_job_and_resumes_it_when_active_again(
 
     set_active(False)
     wait_for("the deactivated job to be suspended", lambda: suspended(crds, ns, "stopped"), timeout=30)
-    wait_for("the other job to take its quota", lambda: running(crds, ns, "waiting"), timeout=30)
+    wait_for("the other job to take its quota", lambda: running(crds, ns, "waiting"), timeout=60)
 
     def reason(type_: str) -> str | None:
         return cond(workloads(crds, ns)["stopped"], type_).get("reason")
