@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from daemon.domain.admission.ledger import blocked_above  # the switch's rule is the engine's own
+from daemon.domain.admission.memo import who  # the classes of `unfit_classes_step_aside_together`, the engine's
 from daemon.domain.flavors import Assignment, FlavorAssigner, Mode
 from daemon.domain.model import (
     Admission,
@@ -43,7 +44,7 @@ from daemon.domain.model import (
 )
 from daemon.domain.preemption import Preemptor, Target, classical_targets, oracle_mode
 from daemon.domain.quota import Node, QuotaTree, Snapshot, fits
-from daemon.domain.view import AdmittedWorkload, PendingWorkload
+from daemon.domain.view import AdmittedWorkload, PendingWorkload, shape_of
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +87,18 @@ class Switches:
     every borrower of a Cohort that admitted in the cycle; `schedule()` still carries the comment saying why
     ("there can be other workloads deeper in a clusterQueue whose head got admitted that should be scheduled in
     the cohort before the heads of other clusterQueues")."""
+
+    unfit_classes_step_aside_together: bool = True
+    """Within one of the engine's calls (`inadmissible_back_at_each_call`), a BestEffortFIFO head alike to one of its
+    queue found NoFit earlier in the call, in the same state of its quota tree (no admission in the tree since that
+    cycle started), is not assessed: it goes to the inadmissible set at once and its queue's next workload is popped
+    in its place, in the same cycle. Alike: the same shape, and what the preemption search reads of the workload
+    (its priority when the queue may preempt, also its age under LowerOrNewerEqualPriority: `memo.who`). Kueue v0.17
+    pops them one per cycle; its equivalence hashing (SchedulingEquivalenceHashing, on by default from v0.18) moves
+    the whole class to the inadmissible set when its first member is found NoFit or without candidates, until quota
+    is released in the tree. The engine's walk steps them aside while the tree is as it was (`Nominator._walk`,
+    `known`); with `borrowers_after_the_trees_own`, which workloads meet in one cycle decides what a borrower may
+    take, so the model does the same."""
 
     no_hold_when_a_cohort_limit_blocks: bool = True
     """Kueue's reserveCapacityForUnreclaimablePreempt holds resourcesToReserve for every preemptor without
@@ -167,6 +180,9 @@ class KueueModel:
         self.admitted: dict[str, AdmittedWorkload] = {}
         self.held: set[str] = set()
         self.parked: set[str] = set()  # `borrowers_after_the_trees_own`: ClusterQueues whose head was skipped
+        # `unfit_classes_step_aside_together`: (ClusterQueue, shape, who) -> the tree's admitted workloads at the
+        # start of the cycle in which a head of that class was found NoFit (in this call)
+        self.unfit: dict[tuple[str, object, tuple[int, ...]], frozenset[str]] = {}
         self.decisions: list[Decision] = []
         self.cycles = 0
         self._structure = QuotaTree.build(self.cluster_queues, self.cohorts, self.flavors)
@@ -262,6 +278,7 @@ class KueueModel:
                     self.queues[self.cq_of[key]].active.add(key)
             self.held = set()
             self.parked = set()  # each engine call starts with no queue parked
+            self.unfit = {}  # and knows no class unfitting yet
         return len(self.decisions)
 
     def wants_next_instant(self) -> bool:
@@ -278,12 +295,20 @@ class KueueModel:
         self.cycles += 1
         # 1. Manager.Heads: one Pop per ClusterQueue with a non-empty heap.
         heads: list[tuple[str, PendingWorkload]] = []
+        stepped: list[_Entry] = []  # `unfit_classes_step_aside_together`: popped and requeued as NoFit unassessed
+        at_start = self._admitted_per_tree()  # per quota tree, its admitted workloads as this cycle starts
         for name, q in self.queues.items():
-            if q.active:
+            while q.active:
                 key = min(q.active, key=self._heap_order_in(q))
                 q.active.discard(key)
                 q.pop_cycle += 1  # ClusterQueue.Pop
+                if self._known_unfit(name, q, self.pending[key], at_start):
+                    stepped.append(_Entry(pw=self.pending[key], cq=name, requeue_reason=NO_FIT))
+                    continue
                 heads.append((name, self.pending[key]))
+                break
+        for e in stepped:
+            self._requeue(e)
         if not heads:
             return False
         # 2. cache.Snapshot: a fresh one every cycle.
@@ -323,6 +348,10 @@ class KueueModel:
             rest = entries
         for e in rest:
             self._process_entry(e, tree, snap, preempted, victims, held, own, now)
+        if self.switches.unfit_classes_step_aside_together:
+            for e in entries:
+                if e.assignment is not None and e.assignment.mode is Mode.NO_FIT and not self.queues[e.cq].strict:
+                    self.unfit[self._class_of(e.cq, e.pw)] = self._admitted_in(e.cq, at_start)
         # 6. requeueAndUpdate for every entry not assumed.
         for e in [*entries, *inadmissible]:
             if e.status != "assumed":
@@ -331,6 +360,25 @@ class KueueModel:
         for key, _ in victims:
             self._evict(key, now)
         return bool(victims)
+
+    def _class_of(self, cq: str, pw: PendingWorkload) -> tuple[str, object, tuple[int, ...]]:
+        return (cq, shape_of(pw.workload), who(self.cluster_queues[cq], pw.priority, pw.queue_order_at))
+
+    def _admitted_per_tree(self) -> dict[str, frozenset[str]]:
+        """The state of each quota tree as far as an assessment goes: the workloads admitted in it."""
+        by_root: dict[str, set[str]] = {}
+        for key, aw in self.admitted.items():
+            by_root.setdefault(self._structure.cqs[aw.admission.cluster_queue].root().name, set()).add(key)
+        return {root: frozenset(keys) for root, keys in by_root.items()}
+
+    def _admitted_in(self, cq: str, at_start: dict[str, frozenset[str]]) -> frozenset[str]:
+        return at_start.get(self._structure.cqs[cq].root().name, frozenset())
+
+    def _known_unfit(self, name: str, q: _CQueue, pw: PendingWorkload, at_start: dict[str, frozenset[str]]) -> bool:
+        if not self.switches.unfit_classes_step_aside_together or q.strict:
+            return False
+        seen = self.unfit.get(self._class_of(name, pw))
+        return seen is not None and seen == self._admitted_in(name, at_start)
 
     def _heap_order_in(self, q: _CQueue) -> Callable[[str], tuple[int, int, int, str]]:
         """baseCompareFunc: the sticky preemptor first (BestEffortFIFO), higher priority, earlier queue order

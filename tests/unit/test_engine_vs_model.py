@@ -105,6 +105,54 @@ def test_a_strict_fifo_head_held_back_at_its_eviction_instant_is_assessed_again_
     assert first_difference(run_engine(sc), run_model(sc), trees(sc)) is None
 
 
+def test_a_borrower_meets_the_queue_taking_back_its_quota_in_the_cycle_kueue_v018_would() -> None:
+    """Found by `bench_model_diff` (best-effort part) once borrowers waited for their tree's own queues: at 2 s, cq1's
+    j6 is alike to j0 (2 GPUs, priority 2), found NoFit earlier in the call with nothing admitted in the tree since,
+    so the engine's walk steps it aside and cq1's next workloads come one pass earlier than in Kueue v0.17's cycle:
+    j7 (1 GPU, within cq1's quota) meets cq0's borrower j9 in one pass, and j9 waits. The model popped j6 in a
+    cycle of its own, admitted j9 and preempted it for j7 a cycle later. With
+    `Switches.unfit_classes_step_aside_together` (per call; Kueue v0.18's equivalence hashing) it does as the engine;
+    this test fails with the switch off."""
+    items: list[object] = [
+        flavor("f0"),
+        namespace("default"),
+        cohort("co00").flavor("f0", gpu=0, borrow=3),
+        cohort("co20").parent("co00"),
+        cq("cq0")
+        .cohort("co20")
+        .flavor("f0", gpu=1, borrow=2, lend=3)
+        .preempt("LowerOrNewerEqualPriority", "LowerPriority"),
+        lq("default", "q0", "cq0"),
+        cq("cq1")
+        .cohort("co20")
+        .flavor("f0", gpu=1)
+        .preempt("LowerPriority", "Any")
+        .fungibility("MayStopSearch", "MayStopSearch"),
+        lq("default", "q1", "cq1"),
+        cq("cq2")
+        .flavor("f0", gpu=5, borrow=1)
+        .preempt("LowerPriority", "LowerPriority")
+        .fungibility("MayStopSearch", "MayStopSearch", "PreemptionOverBorrowing"),
+        lq("default", "q2", "cq2"),
+    ]
+    jobs: list[tuple[int, JobBuilder, int | None]] = [
+        (2000, job("j0").queue("q1").priority(2).at(2000).gpus(2), None),
+        (0, job("j1").queue("q1").priority(1).at(0).gpus(2), 4000),
+        (2000, job("j2").queue("q2").priority(0).at(2000).gpus(4), None),
+        (0, job("j3").queue("q2").priority(1).at(0).gpus(1), None),
+        (2000, job("j4").queue("q1").priority(2).at(2000).gpus(3), 3000),
+        (2000, job("j5").queue("q0").priority(2).at(2000).gpus(2), None),
+        (2000, job("j6").queue("q1").priority(2).at(2000).gpus(2), None),
+        (2000, job("j7").queue("q1").priority(1).at(2000).gpus(1), None),
+        (0, job("j8").queue("q0").priority(0).at(0).gpus(2), None),
+        (2000, job("j9").queue("q0").priority(0).at(2000).gpus(1), None),
+        (2000, job("j10").queue("q0").priority(0).at(2000).gpus(2), 3000),
+        (0, job("j11").queue("q0").priority(1).at(0).gpus(1), None),
+    ]
+    sc = Scenario(items, jobs)
+    assert first_difference(run_engine(sc), run_model(sc), trees(sc)) is None
+
+
 def test_a_strict_fifo_head_without_candidates_and_nothing_to_hold_holds_in_a_later_pass() -> None:
     """Found by `bench_model_diff` (one-flavor part): cq1 (StrictFIFO) has j2, which needs preemption and finds no
     candidates; in its first pass it has nothing to hold (its Cohort's borrowingLimit keeps it out). The engine took
