@@ -90,15 +90,15 @@ class Switches:
 
     unfit_classes_step_aside_together: bool = True
     """Within one of the engine's calls (`inadmissible_back_at_each_call`), a BestEffortFIFO head alike to one of its
-    queue found NoFit earlier in the call, in the same state of its quota tree (no admission in the tree since that
-    cycle started), is not assessed: it goes to the inadmissible set at once and its queue's next workload is popped
-    in its place, in the same cycle. Alike: the same shape, and what the preemption search reads of the workload
-    (its priority when the queue may preempt, also its age under LowerOrNewerEqualPriority: `memo.who`). Kueue v0.17
-    pops them one per cycle; its equivalence hashing (SchedulingEquivalenceHashing, on by default from v0.18) moves
-    the whole class to the inadmissible set when its first member is found NoFit or without candidates, until quota
-    is released in the tree. The engine's walk steps them aside while the tree is as it was (`Nominator._walk`,
-    `known`); with `borrowers_after_the_trees_own`, which workloads meet in one cycle decides what a borrower may
-    take, so the model does the same."""
+    queue found NoFit (or without candidates and holding nothing) earlier in the call, in the same state of its quota
+    tree (no admission in the tree since that cycle started), is not assessed: it goes to the inadmissible set at
+    once and its queue's next workload is popped in its place, in the same cycle. Alike: the same shape, and what
+    the preemption search reads of the workload (its priority when the queue may preempt, also its age under
+    LowerOrNewerEqualPriority: `memo.who`). Kueue v0.17 pops them one per cycle; its equivalence hashing
+    (SchedulingEquivalenceHashing, on by default from v0.18) moves the whole class to the inadmissible set when its
+    first member is found NoFit or without candidates, until quota is released in the tree. The engine's walk steps
+    them aside while the tree is as it was (`Nominator._walk`, `known`); with `borrowers_after_the_trees_own`, which
+    workloads meet in one cycle decides what a borrower may take, so the model does the same."""
 
     no_hold_when_a_cohort_limit_blocks: bool = True
     """Kueue's reserveCapacityForUnreclaimablePreempt holds resourcesToReserve for every preemptor without
@@ -155,6 +155,7 @@ class _Entry:
     targets: list[Target] = field(default_factory=list)
     status: str = ""  # "" (notNominated) | skipped | nominated | assumed
     requeue_reason: str = GENERIC
+    held_nothing: bool = False  # a preemptor without candidates that reserved nothing
 
 
 class KueueModel:
@@ -350,7 +351,9 @@ class KueueModel:
             self._process_entry(e, tree, snap, preempted, victims, held, own, now)
         if self.switches.unfit_classes_step_aside_together:
             for e in entries:
-                if e.assignment is not None and e.assignment.mode is Mode.NO_FIT and not self.queues[e.cq].strict:
+                if self.queues[e.cq].strict or e.assignment is None:
+                    continue
+                if e.assignment.mode is Mode.NO_FIT or (e.requeue_reason == NO_CANDIDATES and e.held_nothing):
                     self.unfit[self._class_of(e.cq, e.pw)] = self._admitted_in(e.cq, at_start)
         # 6. requeueAndUpdate for every entry not assumed.
         for e in [*entries, *inadmissible]:
@@ -456,10 +459,12 @@ class KueueModel:
             # resourcesToReserve in this cycle's snapshot.
             e.requeue_reason = NO_CANDIDATES
             blocked = self.switches.no_hold_when_a_cohort_limit_blocks and blocked_above(node, a)
+            reserve = {}
             if self.cluster_queues[e.cq].preemption.reclaim_within_cohort is not PreemptionPolicy.ANY and not blocked:
                 reserve = _resources_to_reserve(node, a)
                 snap.add_usage(node, reserve)
                 held.append((node, reserve))
+            e.held_nothing = not any(v > 0 for v in reserve.values())
             return
         if self.switches.hold_evicted_until_next_instant and e.pw.evicted_now(now):
             e.requeue_reason = HELD  # admitd: not admitted again, nor preempting, at the instant it stopped

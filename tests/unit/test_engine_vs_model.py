@@ -153,6 +153,48 @@ def test_a_borrower_meets_the_queue_taking_back_its_quota_in_the_cycle_kueue_v01
     assert first_difference(run_engine(sc), run_model(sc), trees(sc)) is None
 
 
+def test_a_class_without_candidates_and_nothing_to_hold_steps_aside_as_a_nofit_class_does() -> None:
+    """Found by `bench_model_diff 8000 best-effort`: at 4 s (j8 ends) cq1's head j5 needs preemption, finds no
+    candidates and holds nothing (its reservation would be zero). Its queue's j7 is alike, so the engine steps it
+    aside as it does a NoFit class, and j12 (1 GPU, borrowing) takes the room before cq2's j2 in the next pass, where
+    the model popped j7 in a cycle of its own, admitted j2 and preempted it again at 6 s. The model's
+    `unfit_classes_step_aside_together` counts such a class as the engine does."""
+    items: list[object] = [
+        flavor("f0"),
+        flavor("f1"),
+        namespace("default"),
+        cohort("co00").flavor("f1", gpu=2),
+        cohort("co20").parent("co00").flavor("f0", gpu=4, borrow=1),
+        cq("cq0")
+        .flavor("f1", gpu=2, borrow=0)
+        .preempt("LowerOrNewerEqualPriority", "Any")
+        .fungibility("MayStopSearch", "TryNextFlavor", "PreemptionOverBorrowing"),
+        lq("default", "q0", "cq0"),
+        cq("cq1")
+        .cohort("co20")
+        .flavor("f0", gpu=5, borrow=2, lend=2)
+        .flavor("f1", gpu=2, borrow=4)
+        .preempt("Never", "LowerPriority")
+        .fungibility("TryNextFlavor", "MayStopSearch", "PreemptionOverBorrowing"),
+        lq("default", "q1", "cq1"),
+        cq("cq2")
+        .cohort("co00")
+        .flavor("f1", gpu=5, lend=2)
+        .preempt("LowerOrNewerEqualPriority", "LowerPriority")
+        .fungibility("TryNextFlavor", "TryNextFlavor", "PreemptionOverBorrowing"),
+        lq("default", "q2", "cq2"),
+    ]
+    specs = [("q1", 1, 2, None), ("q2", 1, 3, 3000), ("q2", 0, 3, None), ("q1", 2, 2, 4000), ("q0", 2, 2, None)]
+    specs += [("q1", 1, 4, None), ("q1", 0, 4, 4000), ("q1", 1, 4, None), ("q2", 1, 3, 1000), ("q1", 1, 3, None)]
+    specs += [("q2", 1, 4, 4000), ("q1", 1, 2, None), ("q1", 0, 1, 3000), ("q2", 2, 1, None)]
+    jobs = [
+        (3000, job(f"j{i}").queue(q).priority(p).at(3000).gpus(g), runtime)
+        for i, (q, p, g, runtime) in enumerate(specs)
+    ]
+    sc = Scenario(items, jobs)
+    assert first_difference(run_engine(sc), run_model(sc), trees(sc)) is None
+
+
 def test_a_strict_fifo_head_without_candidates_and_nothing_to_hold_holds_in_a_later_pass() -> None:
     """Found by `bench_model_diff` (one-flavor part): cq1 (StrictFIFO) has j2, which needs preemption and finds no
     candidates; in its first pass it has nothing to hold (its Cohort's borrowingLimit keeps it out). The engine took
