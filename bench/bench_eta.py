@@ -1,9 +1,11 @@
 """The start-time estimate's accuracy, back-tested on a recorded log of Kueue's baseline shape (issue 26).
 
-Usage: python -m bench.bench_eta [--scale PERCENT] [--every DURATION] [--dir bench/out]
+Usage: python -m bench.bench_eta [--scale PERCENT] [--every DURATION] [--recorded] [--dir bench/out]
 Simulates the baseline shape (5 cohorts x 6 ClusterQueues; `--scale` percent of its 15,000 workloads, default 10)
 into a cached, git-ignored log, then runs `admitd eta-report` on it by priority class (small, medium, large) and by
-ClusterQueue, and prints one JSON object with both reports and their times.
+ClusterQueue, and prints one JSON object with both reports and their times. With `--recorded` the simulation records
+its estimates as the daemon does (`admitd simulate --estimate-every` at `--every`: `workload.estimated` when new or
+moved), and the reports' `recorded` part scores those.
 
 Speed: python -m bench.bench_eta --speed [--runs 3] [--dir bench/out]
 The forward run for every workload pending at the end of bench_answers' small log (Kueue's baseline 9 times as long,
@@ -99,6 +101,11 @@ def main() -> None:
     p.add_argument("--plain-spread", action="store_true", help="--speed: the plain loop on spread runtimes too (slow)")
     p.add_argument("--scale", type=int, default=10, help="percent of the baseline's workloads (default 10)")
     p.add_argument("--every", default="5s", help="one estimate moment per DURATION of the log (default 5s)")
+    p.add_argument(
+        "--recorded",
+        action="store_true",
+        help="simulate with estimates recorded once per --every (as admitd run --estimate-every), and score those",
+    )
     p.add_argument("--dir", type=Path, default=ROOT / "bench" / "out")
     args = p.parse_args()
     configure_logging(level="warning")
@@ -111,15 +118,21 @@ def main() -> None:
         name=f"baseline-{args.scale}pct",
         classes=tuple(replace(c, count=max(1, c.count * args.scale // 100)) for c in BASELINE.classes),
     )
-    db = args.dir / f"eta-{shape.name}.db"
+    every = parse_duration_ms(args.every)
+    recording = every if args.recorded else None
+    db = args.dir / (f"eta-{shape.name}.db" if recording is None else f"eta-{shape.name}-recorded-{args.every}.db")
     out: dict[str, object] = {"shape": shape.name, "log": str(db)}
     if not db.exists():
         from daemon.sim.run import run_simulation  # noqa: PLC0415  (only to build the cached log)
 
-        t0 = time.perf_counter()
-        result = asyncio.run(run_simulation(scenario(shape), db_path=db))
-        out["built"] = {"seconds": round(time.perf_counter() - t0, 1), "events": result.events}
-    every = parse_duration_ms(args.every)
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = asyncio.run(run_simulation(scenario(shape), db_path=db, estimate_every=recording))
+        out["built"] = {
+            "seconds": round(time.perf_counter() - t0, 1),
+            "cpu_seconds": round(time.process_time() - c0, 1),
+            "events": result.events,
+            "estimate_every_ms": recording,
+        }
     for by in ("priorityclass", "clusterqueue"):
         t0, c0 = time.perf_counter(), time.process_time()
         with LogReader(db) as reader:

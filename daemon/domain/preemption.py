@@ -110,11 +110,10 @@ def _policy_text(p: Preemptor, variant: Variant) -> str:
 
 
 def _classify(p: Preemptor, snap: Snapshot, wl: AdmittedWorkload, advantage: bool) -> Variant:
-    if not uses_resources(snap, wl, p.frs):
-        return Variant.NEVER
     same = wl.admission.cluster_queue == p.cq.name
     policy = p.cq.preemption.within_cluster_queue if same else p.cq.preemption.reclaim_within_cohort
-    if not satisfies_policy(p.pw, wl, policy):
+    # Both tests must pass; the policy's (priorities) is the cheaper, so it goes first.
+    if not satisfies_policy(p.pw, wl, policy) or not uses_resources(snap, wl, p.frs):
         return Variant.NEVER
     if same:
         return Variant.WITHIN_CQ
@@ -204,8 +203,89 @@ def _under_nominal(p: Preemptor) -> bool:
     return all(nominal(p.node, fr) > p.node.usage.get(fr, 0) for fr in p.frs)
 
 
+def _any_hierarchical(p: Preemptor) -> bool:
+    """Whether `_candidates` would look for candidates of other queues at some Cohort level with the hierarchical
+    advantage (the preemptor's request fits in the quota of the subtree below that level)."""
+    advantage, remaining = quantities_fit_in_quota(p.node, p.usage)
+    for current in p.node.path_to_root():
+        if advantage:
+            return True
+        fit, remaining = quantities_fit_in_quota(current, remaining)
+        advantage = fit
+    return False
+
+
+def _mark_off_limits(p: Preemptor, snap: Snapshot, cohort: Node, skip: Node | None) -> None:
+    """The off-limits test `_in_subtree` applies to the workloads it looks at (it marks the preemptor when one is
+    passed over), over the same queues, without classifying them."""
+    if not any_child_over(cohort, p.frs):
+        return
+    for child in cohort.child_cohorts:
+        if child is skip or is_within_nominal_in(child, p.frs):
+            continue
+        _mark_off_limits(p, snap, child, skip)
+        if p.skipped_readmitted:
+            return
+    now, excluded, removed = p.now, p.excluded, snap.removed
+    for child_cq in cohort.child_cqs:
+        if child_cq is p.node or is_within_nominal_in(child_cq, p.frs):
+            continue
+        for key, wl in snap.workloads_by_cq.get(child_cq.name, {}).items():
+            # `off_limits` (`readmitted_at`), its cheap test first
+            if wl.admitted_at == now and wl.evicted_at == now and key not in excluded and key not in removed:
+                p.skipped_readmitted = True
+                return
+
+
+def _own_queue_targets(p: Preemptor, snap: Snapshot) -> list[Target]:
+    """`classical_targets` when the preemptor may only borrow (borrowWithinCohort Never, its queue not below nominal
+    in every flavor it needs) and no Cohort level gives it the hierarchical advantage. Then the only attempt allows
+    borrowing and every candidate from another queue is RECLAIM_WITHOUT_BORROWING, which that attempt never removes
+    (`_valid`): the victims can only be its own queue's, tried in the same order, so the other queues' workloads
+    need no classifying (only their off-limits test, for its mark). The same result, for the heads that do not fit
+    in a full Cohort at a fraction of the work."""
+    if p.node.parent is not None and p.cq.preemption.reclaim_within_cohort is not PreemptionPolicy.NEVER:
+        previous: Node | None = None
+        if p.now is not None:
+            for current in p.node.path_to_root():
+                _mark_off_limits(p, snap, current, previous)
+                if p.skipped_readmitted:
+                    break
+                previous = current
+    if p.cq.preemption.within_cluster_queue is PreemptionPolicy.NEVER:
+        return []
+    same = _from_cq(p, snap, p.node, None, False)
+    if not same:
+        return []
+    same.sort(key=lambda c: candidate_order(c.wl, p.cq.name))
+    removed: list[_Candidate] = []
+    for c in [*(c for c in same if c.wl.evicting), *(c for c in same if not c.wl.evicting)]:
+        snap.remove_workload(c.wl)
+        removed.append(c)
+        if workload_fits(p, True):
+            kept = _fill_back(p, snap, removed, True)
+            for k in kept:
+                snap.add_workload(k.wl)
+            return [Target(k.wl, REASONS[k.variant], _policy_text(p, k.variant)) for k in kept]
+    for c in removed:
+        snap.add_workload(c.wl)
+    return []
+
+
+def own_queue_only(p: Preemptor) -> bool:
+    """Whether only the preemptor's own queue can give victims (`_own_queue_targets`)."""
+    return _borrow_within_cohort_forbidden(p.cq) and not _under_nominal(p) and not _any_hierarchical(p)
+
+
 def classical_targets(p: Preemptor, snap: Snapshot) -> list[Target]:
     """The victims that make room for `p`, near-minimal, or [] when none do. The snapshot is left unchanged."""
+    if own_queue_only(p):
+        return _own_queue_targets(p, snap)
+    return all_candidates_targets(p, snap)
+
+
+def all_candidates_targets(p: Preemptor, snap: Snapshot) -> list[Target]:
+    """`classical_targets` over every candidate, as Kueue's classicalPreemptions."""
     candidates, none_from_others, none_hierarchical = _candidates(p, snap)
     if not candidates:
         return []

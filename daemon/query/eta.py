@@ -152,7 +152,8 @@ def eta_report_json(
     """Back-test, twice. `recorded`: the estimates the daemon made and recorded (`workload.estimated`), each
     scored against when its workload was next admitted. And (unless `recompute` is off) at every `every_ms` of the
     log, the estimates `admitd eta` would have given then (from what the log held then: the state and the runs
-    recorded so far), scored the same way: for logs without recorded estimates (a simulation), or to compare.
+    recorded so far), scored the same way: for logs without recorded estimates (a simulation without
+    `--estimate-every`), or to compare.
 
     The estimator is deterministic, so the re-computed ones are those a daemon running this build would have made
     at those moments; the recorded ones are what was said, by whichever build said it."""

@@ -83,6 +83,13 @@ def add_simulate_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--until", type=_duration, metavar="DURATION", help="stop at this virtual time (e.g. 10m)")
     p.add_argument(
+        "--estimate-every",
+        type=_duration,
+        metavar="DURATION",
+        help="record every pending workload's estimated start (workload.estimated, when new or moved) once per "
+        "DURATION of virtual time, as admitd run --estimate-every does, for admitd eta-report (default: never)",
+    )
+    p.add_argument(
         "--faults",
         type=_faults,
         metavar="SPEC",
@@ -176,6 +183,16 @@ def _input_problem(path: Path) -> str | None:
 def _cmd_simulate(args: argparse.Namespace, on_config: Callable[[EngineConfig], None] | None = None) -> int:
     """`on_config`: told the engine configuration the run uses (the flags applied), before it starts."""
     server = getattr(args, "server", None)  # `admitd simulate --server` (daemon.cli) asks a daemon instead
+    estimating = getattr(args, "estimate_every", None) is not None
+    if estimating and (args.against or args.job_file or server or args.from_log or args.changes or args.faults):
+        print(
+            "admitd: --estimate-every records estimates in a scenario's run: not with a dry run, a what-if or --faults",
+            file=sys.stderr,
+        )
+        return 2
+    if estimating and args.estimate_every <= 0:
+        print("admitd: --estimate-every needs a positive DURATION (leave it out for no estimates)", file=sys.stderr)
+        return 2
     if args.against is not None or args.job_file is not None or server is not None:
         from daemon.sim.dryrun_cli import cmd_dry_run  # noqa: PLC0415  (only the dry run needs it)
 
@@ -229,7 +246,14 @@ def _cmd_simulate(args: argparse.Namespace, on_config: Callable[[EngineConfig], 
     if args.faults is not None:
         return _cmd_faulty(args, scenario, config)
     progress = _progress if sys.stderr.isatty() and not args.json else None
-    run = run_simulation(scenario, db_path=args.db, until=args.until, config=config, progress=progress)
+    run = run_simulation(
+        scenario,
+        db_path=args.db,
+        until=args.until,
+        config=config,
+        progress=progress,
+        estimate_every=args.estimate_every,
+    )
     try:
         result = asyncio.run(run)
     except KeyboardInterrupt:

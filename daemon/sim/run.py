@@ -29,12 +29,14 @@ from daemon.obs.logging import get_logger
 from daemon.sim.scenario import Scenario, SimJob
 from daemon.stages.actuate import Actuate
 from daemon.stages.admit import Admit
+from daemon.stages.estimate import Estimator
 from daemon.stages.ingest import Ingest
 from daemon.stages.ports import Done, Inbox, Observed, Outcome
 from daemon.stages.recorder import SNAPSHOT_EVERY, Recorder
 from daemon.stages.runner import run_stepped
 from daemon.views.jobs import JobOutcome, Jobs
 from daemon.views.projection import Projection
+from daemon.views.runtimes import Runtimes
 
 _CREATE, _FINISH, _CONFIG = 0, 1, 2
 
@@ -251,8 +253,13 @@ async def run_simulation(
     config: EngineConfig | None = None,
     progress: Callable[[SimProgress, bool], None] | None = None,
     views: Callable[[State], Sequence[Projection]] | None = None,
+    estimate_every: Millis | None = None,
 ) -> SimResult:
-    """Run `scenario`; keep the event log at `db_path` if given (it must not exist yet), else in a temp file."""
+    """Run `scenario`; keep the event log at `db_path` if given (it must not exist yet), else in a temp file.
+
+    `estimate_every`: record the pending workloads' estimated starts as `admitd run --estimate-every` does
+    (`daemon.stages.estimate`: `workload.estimated` when new or moved, from the runs recorded so far), at the first
+    settled instant once that much virtual time has passed since the last round (the first: since the start)."""
     wall0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(_fewer_full_collections())
@@ -269,6 +276,14 @@ async def run_simulation(
             for projection in views(state) if views is not None else ():
                 recorder.projections.append(projection.apply)  # the live feeder (daemon.views)
             config = config or EngineConfig()
+            estimator: Estimator | None = None
+            if estimate_every is not None:
+                runtimes = Runtimes(state)
+                recorder.projections.append(runtimes.apply)
+                estimator = Estimator(
+                    recorder, clock, lambda: runtimes.durations, every_ms=estimate_every, config=config
+                )
+            next_estimate = estimate_every or 0  # the first round one span in, as the daemon's
             pods_ready = config.wait_for_pods_ready
             cluster = SimulatedCluster(scenario, clock, until, pods_ready=pods_ready)
             actuate = Actuate(recorder, cluster, clock)
@@ -280,7 +295,10 @@ async def run_simulation(
             last_report = time.monotonic()
 
             async def advance() -> bool:
-                nonlocal last_report
+                nonlocal last_report, next_estimate
+                if estimator is not None and clock.now() >= next_estimate:
+                    await estimator.round()  # the stages have settled at this instant
+                    next_estimate = clock.now() + estimator.every_ms
                 more = await cluster.advance()
                 if progress is not None and time.monotonic() - last_report > 0.5:
                     last_report = time.monotonic()

@@ -141,3 +141,38 @@ def test_eta_report_scores_the_estimates_of_a_known_history(tmp_path: Path) -> N
         text=True,
     )
     assert set(json.loads(by_class.stdout)["scores"]) == {"-", "all"}  # the jobs name no priority class
+
+
+def test_a_simulation_records_estimates_for_eta_report_to_score(tmp_path: Path) -> None:
+    """The same a, b, c with `--estimate-every 5m`: a round at the first instant from 5m on (10m: a finished, b
+    admitted, c waiting: estimated to start at 20m from a's recorded 10 minutes) and from 15m on (20m: c admitted,
+    nothing waits). One estimate recorded, and it was right. The run itself is the one without the option."""
+    scenario = tmp_path / "three.yaml"
+    scenario.write_text(
+        SCENARIO + "---\n" + "---\n".join(_job(n, 8, at=f"{i}s", runtime="10m") for i, n in enumerate("abc"))
+    )
+    runs = {}
+    for name, extra in (("plain", []), ("estimating", ["--estimate-every", "5m"])):
+        db = tmp_path / f"{name}.db"
+        out = subprocess.run(
+            [*ADMITD, "simulate", str(scenario), "--db", str(db), "--json", *extra],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        report = subprocess.run(
+            [*ADMITD, "eta-report", "--db", str(db), "--every", "5m", "--json"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        runs[name] = (json.loads(out.stdout), json.loads(report.stdout)["recorded"])
+    assert runs["plain"][0] == runs["estimating"][0]
+    assert runs["plain"][1]["estimates_made"] == 0
+    recorded = runs["estimating"][1]
+    assert (recorded["estimates_made"], recorded["unknown"], recorded["not_started_by_the_end"]) == (1, 0, 0)
+    assert recorded["scores"]["lab"] == {"estimates": 1, "median_abs_error_seconds": 0.0, "inside_p10_p90": 1.0}
+    bad = subprocess.run(
+        [*ADMITD, "simulate", str(scenario), "--estimate-every", "0s"], check=False, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "positive" in bad.stderr

@@ -18,7 +18,7 @@ from dataclasses import replace
 from daemon.domain import events as ev
 from daemon.domain.admission import AdmissionEngine
 from daemon.domain.config import EngineConfig
-from daemon.domain.eta import Class, _class, estimates, remaining
+from daemon.domain.eta import Class, _class, dry_run, estimates, remaining
 from daemon.domain.model import Millis
 from daemon.domain.state import Phase, State
 from tests.unit.builders import World, cq, flavor, job, lq, running
@@ -166,3 +166,32 @@ def test_a_quantile_that_draws_what_another_drew_is_not_run_again() -> None:
     calls.clear()
     estimates(state, now, durations, (0.5,))
     assert 0 < len(calls) < drawn_once  # the second quantile only checked the draws, it did not run forward
+
+
+def test_a_dry_runs_start_is_the_full_forward_runs() -> None:
+    """The dry run runs forward only until its job has started, and once for quantiles that draw alike: the start it
+    gives is the one the whole forward run (every pending workload, one run per quantile) gives the job."""
+    compared = started = 0
+    for seed in range(60):
+        state, now, durations = random_case(seed)
+        rng = random.Random(seed)
+        queue = rng.choice(sorted(q for q in state.local_queues))
+        wl = (
+            job(f"try{seed}")
+            .ns("ns")
+            .queue(queue.split("/")[1])
+            .cpus(rng.choice((1, 2, 4)))
+            .priority(rng.choice((0, 100, 200)))
+            .at(now)
+            .obj()
+        )
+        with_it = State.from_snapshot(state.to_snapshot())
+        with_it.apply(ev.JobObserved(workload=wl))
+        expected = {q: plain(with_it, now, durations, q) for q in (0.1, 0.5, 0.9)}
+        if any(e is None for e in expected.values()):
+            continue
+        got = dry_run(state, now, durations, wl, (0.1, 0.5, 0.9)).starts
+        assert got == {q: e[wl.key] for q, e in expected.items() if e is not None}, seed
+        compared += 1
+        started += got[0.9] is not None
+    assert compared >= 45 and started >= 30, (compared, started)
