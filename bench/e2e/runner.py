@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -78,7 +79,9 @@ async def create_with_python(cclient: KubeClient, p: Plan, *, managed: bool) -> 
         delay = target - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        creations.append(asyncio.create_task(create(job_object(j, managed=managed), target)))
+        creations.append(
+            asyncio.create_task(create(job_object(j, managed=managed, ttl_s=p.ttl_after_finished_s), target))
+        )
     await asyncio.gather(*creations)
     return t0, lags
 
@@ -319,6 +322,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_tta_s": {k: median([r["time_to_admission_s"][k]["mean"] for r in runs]) for k in classes},
         "p90_tta_s": {k: median([r["time_to_admission_s"][k]["p90"] for r in runs]) for k in classes},
         "scheduler_cpu_s": median([r["cpu_s"].get("scheduler", 0.0) for r in runs]),
+        "scheduler_cpu_ms_per_job": median([r["cpu_s"].get("scheduler", 0.0) * 1000 / r["jobs"] for r in runs]),
         "scheduler_rss_mib": median([r["peak_rss_mib"].get("scheduler", 0.0) for r in runs]),
         "apiserver_cpu_s": median([r["cpu_s"]["kube-apiserver"] for r in runs]),
         "api_requests_per_job": median([r["api_requests_per_job"] for r in runs]),
@@ -393,6 +397,9 @@ def ratios(a: dict[str, Any], k: dict[str, Any]) -> dict[str, Any]:
         "mean_tta_s": {c: r(a["mean_tta_s"][c], k["mean_tta_s"][c]) for c in a["mean_tta_s"]},
         "p90_tta_s": {c: r(a["p90_tta_s"][c], k["p90_tta_s"][c]) for c in a["p90_tta_s"]},
         "scheduler_cpu_s": r(a["scheduler_cpu_s"], k["scheduler_cpu_s"]),
+        "scheduler_cpu_ms_per_job": r(a["scheduler_cpu_ms_per_job"], k["scheduler_cpu_ms_per_job"])
+        if "scheduler_cpu_ms_per_job" in a and "scheduler_cpu_ms_per_job" in k
+        else None,
         "scheduler_rss_mib": r(a["scheduler_rss_mib"], k["scheduler_rss_mib"]),
         "api_requests_per_job": r(a["api_requests_per_job"], k["api_requests_per_job"]),
         **(
@@ -412,8 +419,9 @@ def settings_named(names: str) -> list[Setting]:
     return out
 
 
-def make_plan(kueue_config: dict[str, Any], scale: float) -> Plan:
-    return plan(kueue_config, scale_pct=scale)
+def make_plan(kueue_config: dict[str, Any], scale: float, ttl_after_finished_s: int | None = None) -> Plan:
+    p = plan(kueue_config, scale_pct=scale)
+    return p if ttl_after_finished_s is None else dataclasses.replace(p, ttl_after_finished_s=ttl_after_finished_s)
 
 
 def shape_config(shape: str, kueue_baseline: dict[str, Any]) -> dict[str, Any]:
