@@ -168,6 +168,8 @@ async def drive(
         latency1 = await asyncio.to_thread(procs.scrape_write_latency, c.apiserver_url, pki)
         cpu1 = {name: procs.cpu_seconds(pid) for name, pid in pids.items()}
         load1 = os.getloadavg()
+        # After the counts: this listing is not the scheduler's. Which Events reached the API server, by whom.
+        events = await event_tally(wclient)
         watch_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await watch_task
@@ -193,10 +195,36 @@ async def drive(
             "api_requests": total,
             "api_requests_per_job": round(total / len(p.jobs), 2),
             "api_requests_by_kind": dict(Counter(delta).most_common()),
+            "events_by_source": events,
             "loadavg_1m_start_end": [round(load0[0], 2), round(load1[0], 2)],
         }
     )
     return figures
+
+
+def tally_events(items: list[dict[str, Any]]) -> dict[str, int]:
+    """Events by "component: involved kind reason", each counted as often as it happened (its `count` or
+    `series.count`; client-go's recorder folds repeats into one object), highest first."""
+    tally: Counter[str] = Counter()
+    for e in items:
+        involved = e.get("involvedObject") or e.get("regarding") or {}
+        who = e.get("reportingComponent") or (e.get("source") or {}).get("component") or "?"
+        times = max(int(e.get("count") or 0), int((e.get("series") or {}).get("count") or 0), 1)
+        tally[f"{who}: {involved.get('kind', '?')} {e.get('reason', '?')}"] += times
+    return dict(tally.most_common())
+
+
+async def event_tally(client: KubeClient) -> dict[str, int]:
+    """Every namespace's Events, tallied (`tally_events`)."""
+    items: list[dict[str, Any]] = []
+    params = {"limit": "500"}
+    while True:
+        page = await client.request("GET", "/api/v1/events", params=params)
+        items += page.get("items") or []
+        cont = (page.get("metadata") or {}).get("continue")
+        if not cont:
+            return tally_events(items)
+        params = {"limit": "500", "continue": cont}
 
 
 SETTLE_QUIET_S = 3.0  # no write for this long after the last Job completed: the scheduler is done

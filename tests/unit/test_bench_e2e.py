@@ -20,7 +20,7 @@ from bench.e2e.recorder import (
     summarize,
 )
 from bench.e2e.results import markers, write_results
-from bench.e2e.runner import aggregate, caused, make_plan, ratios, writes
+from bench.e2e.runner import aggregate, caused, make_plan, ratios, tally_events, writes
 from bench.e2e.shape import CLASS_LABEL, ShapeError, creator_plan, deep_config, job_object, plan, queue_objects, scaled
 from bench.e2e.systems import sync_delays
 
@@ -573,3 +573,28 @@ def test_a_named_comparison_is_its_one_setting_under_that_name_with_its_own_comm
     assert named["summary"]["issue28-50pct"]["admitd/kueue"]["makespan_s"] == 0.556
     with pytest.raises(SystemExit, match="different shapes or scales"):
         merge([raw, {**raw, "ttl_after_finished_s": None}], "x")  # kept and deleted Jobs are not one comparison
+
+
+def test_events_are_tallied_by_component_kind_and_reason_with_their_repeats() -> None:
+    items = [
+        {"reportingComponent": "admitd", "involvedObject": {"kind": "Job"}, "reason": "Admitted", "count": 1},
+        {"source": {"component": "job-controller"}, "involvedObject": {"kind": "Job"}, "reason": "Completed"},
+        {
+            "reportingComponent": "",
+            "source": {"component": "kueue-admission"},
+            "involvedObject": {"kind": "Workload"},
+            "reason": "Pending",
+            "count": 3,
+        },
+        {
+            "reportingComponent": "admitd",
+            "involvedObject": {"kind": "Job"},
+            "reason": "Admitted",
+            "series": {"count": 2},
+        },
+    ]
+    assert tally_events(items) == {
+        "admitd: Job Admitted": 3,
+        "kueue-admission: Workload Pending": 3,
+        "job-controller: Job Completed": 1,
+    }
