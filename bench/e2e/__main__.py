@@ -5,6 +5,8 @@ Usage (from the repository root, with the project's venv):
       [--creator python|go] [--no-results]
   python -m bench.e2e run --system kueue --setting lifted --scale 1
   python -m bench.e2e compare --shape deep --scale 100 --runs 3 --settings lifted --systems admitd,kueue,kueue-tuned
+  python -m bench.e2e compare --scale 50 --runs 2 --settings lifted --systems admitd,kueue-tuned
+      --ttl-after-finished 30 --name NAME   (7,500 Jobs, finished ones deleted; its own table NAME in RESULTS.md)
   python -m bench.e2e results bench/out/e2e-<time>.json      (the table again from a saved comparison)
   python -m bench.e2e merge --name NAME FILE... > merged.json  (rounds run one after the other as one comparison)
 
@@ -90,14 +92,18 @@ def summary_of(runs: list[dict[str, Any]], settings: list[str], systems: list[st
     return summary
 
 
-def merge(saved: list[dict[str, Any]], name: str) -> dict[str, Any]:
+def merge(saved: list[dict[str, Any]], name: str, *, merging: bool = True) -> dict[str, Any]:
     """The runs of several saved comparisons (rounds run one after the other, e.g. alternating two creators) as one
-    comparison whose one setting is `name`: each run keeps its own setting under `run_setting`."""
+    comparison whose one setting is `name`: each run keeps its own setting under `run_setting`. Not `merging`: one
+    comparison renamed (`compare --name`), its command as run."""
     if not saved:
         raise SystemExit("merge: no saved comparison given")
-    shapes = {(r["jobs"], r["cluster_queues"], r["scale_pct"], r.get("shape", "baseline")) for r in saved}
+    shapes = {
+        (r["jobs"], r["cluster_queues"], r["scale_pct"], r.get("shape", "baseline"), r.get("ttl_after_finished_s"))
+        for r in saved
+    }
     if len(shapes) != 1:
-        raise SystemExit(f"merge: the comparisons are of different shapes or scales: {sorted(shapes)}")
+        raise SystemExit(f"merge: the comparisons are of different shapes or scales: {sorted(map(str, shapes))}")
     runs = [
         {**run, "setting": name, "run_setting": run.get("run_setting", run["setting"])}
         for r in saved
@@ -107,9 +113,10 @@ def merge(saved: list[dict[str, Any]], name: str) -> dict[str, Any]:
     first = saved[0]
     return {
         **{k: first[k] for k in ("benchmark", "jobs", "cluster_queues", "scale_pct", "cpus") if k in first},
-        **({"shape": first["shape"]} if "shape" in first else {}),
+        **{k: first[k] for k in ("shape", "ttl_after_finished_s") if k in first},
         "date": " to ".join(dict.fromkeys([saved[0]["date"], saved[-1]["date"]])),
-        "command": "; ".join(r["command"] for r in saved) + f"; python -m bench.e2e merge --name {name} ...",
+        "command": "; ".join(r["command"] for r in saved)
+        + (f"; python -m bench.e2e merge --name {name} ..." if merging else ""),
         "versions": {
             "systems": list(dict.fromkeys(v for r in saved for v in r["versions"]["systems"])),
             "kubernetes": first["versions"]["kubernetes"],
@@ -176,11 +183,24 @@ def main() -> int:
             help="who creates the Jobs: this process (python, the default) or tests/cluster/creator (go: client-go, "
             "protobuf, one goroutine per workload set, as Kueue's performance runner)",
         )
+        sp.add_argument(
+            "--ttl-after-finished",
+            type=int,
+            metavar="SECONDS",
+            help="every Job's ttlSecondsAfterFinished: finished Jobs (their pods and Workloads with them) deleted that "
+            "long after they finished, so that a large run (--scale 50) holds in the API server's memory; the deletes "
+            "are counted in the requests of both systems alike (default: finished Jobs kept)",
+        )
     cmp_p = sub.choices["compare"]
     cmp_p.add_argument("--runs", type=int, default=3)
     cmp_p.add_argument("--settings", default="shipped,lifted")
     cmp_p.add_argument("--systems", default="admitd,kueue")
     cmp_p.add_argument("--no-results", action="store_true", help="do not write bench/RESULTS.md")
+    cmp_p.add_argument(
+        "--name",
+        help="with one setting: the comparison's name in its table and its markers in bench/RESULTS.md (default: the "
+        "setting's name), so that e.g. a 50%% run does not replace the 10%% table of the same setting",
+    )
     cmp_p.add_argument(
         "--baseline-runs",
         type=int,
@@ -215,7 +235,9 @@ def main() -> int:
         s.prepare()
     if args.creator == "go":
         build_creator()
-    p = make_plan(shape_config(args.shape, kueue.generator_config()), args.scale)
+    if args.ttl_after_finished is not None and args.ttl_after_finished < 0:
+        raise SystemExit(f"--ttl-after-finished {args.ttl_after_finished}: not a number of seconds")
+    p = make_plan(shape_config(args.shape, kueue.generator_config()), args.scale, args.ttl_after_finished)
     command = "python -m bench.e2e " + " ".join(sys.argv[1:])
     log(f"{len(p.jobs)} Jobs in {len(p.queues)} ClusterQueues at {args.scale:g}% of the {args.shape} shape")
 
@@ -234,6 +256,8 @@ def main() -> int:
         return 0
 
     settings = settings_named(args.settings)
+    if args.name is not None and len(settings) != 1:
+        raise SystemExit(f"--name {args.name}: names the table of one setting, not of {args.settings}")
     runs: list[dict[str, Any]] = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out_dir = Path(__file__).resolve().parents[1] / "out"
@@ -242,7 +266,7 @@ def main() -> int:
 
     def current() -> dict[str, Any]:
         summary = summary_of(runs, [st.name for st in settings], [sy.name for sy in systems])
-        return {
+        raw = {
             "benchmark": "e2e",
             "date": started,
             "command": command,
@@ -250,6 +274,7 @@ def main() -> int:
             "scale_pct": args.scale,
             "creator": args.creator,
             "shape": args.shape,
+            **({"ttl_after_finished_s": args.ttl_after_finished} if args.ttl_after_finished is not None else {}),
             "jobs": len(p.jobs),
             "cluster_queues": len(p.queues),
             "cpus": os.cpu_count(),
@@ -257,6 +282,7 @@ def main() -> int:
             "summary": summary,
             "runs": runs,
         }
+        return raw if args.name is None else merge([raw], args.name, merging=False)
 
     baseline = NoScheduler()
     for setting in settings:

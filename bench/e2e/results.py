@@ -43,6 +43,7 @@ def _rows(per: dict[str, Any], systems: list[str]) -> list[tuple[str, Any]]:
         ("work lost to preemption, share of all pod-s unsuspended", lambda a: a.get("lost_share")),
         ("work lost to preemption, cpu core-s", lambda a: a.get("lost_cpu_core_s")),
         ("scheduler CPU, s", lambda a: a["scheduler_cpu_s"]),
+        ("scheduler CPU per Job, ms", lambda a: a.get("scheduler_cpu_ms_per_job")),
         ("scheduler peak RSS, MiB", lambda a: a["scheduler_rss_mib"]),
         ("API requests per Job", lambda a: a["api_requests_per_job"]),
     ]
@@ -83,8 +84,13 @@ def table(result: dict[str, Any], setting: str) -> str:
         f"**{setting}**: run {result['date']}: `{result['command']}`; {systems_versions}, Kubernetes "
         f"{result['versions']['kubernetes']}; {result['jobs']} Jobs in {result['cluster_queues']} ClusterQueues "
         f"({result['scale_pct']:g}% of the {result.get('shape', 'baseline')} shape); Jobs created by the "
-        f"{result.get('creator', 'python')} creator; {result['cpus']} cores shared with other work. Medians "
-        "over the runs; each run on a fresh cluster.",
+        f"{result.get('creator', 'python')} creator; "
+        + (
+            f"finished Jobs deleted {result['ttl_after_finished_s']} s after they finished (ttlSecondsAfterFinished); "
+            if result.get("ttl_after_finished_s") is not None
+            else ""
+        )
+        + f"{result['cpus']} cores shared with other work. Medians over the runs; each run on a fresh cluster.",
         "",
     ]
     per = result["summary"][setting]

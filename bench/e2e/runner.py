@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -78,7 +79,9 @@ async def create_with_python(cclient: KubeClient, p: Plan, *, managed: bool) -> 
         delay = target - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        creations.append(asyncio.create_task(create(job_object(j, managed=managed), target)))
+        creations.append(
+            asyncio.create_task(create(job_object(j, managed=managed, ttl_s=p.ttl_after_finished_s), target))
+        )
     await asyncio.gather(*creations)
     return t0, lags
 
@@ -165,6 +168,8 @@ async def drive(
         latency1 = await asyncio.to_thread(procs.scrape_write_latency, c.apiserver_url, pki)
         cpu1 = {name: procs.cpu_seconds(pid) for name, pid in pids.items()}
         load1 = os.getloadavg()
+        # After the counts: this listing is not the scheduler's. Which Events reached the API server, by whom.
+        events = await event_tally(wclient)
         watch_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await watch_task
@@ -190,10 +195,36 @@ async def drive(
             "api_requests": total,
             "api_requests_per_job": round(total / len(p.jobs), 2),
             "api_requests_by_kind": dict(Counter(delta).most_common()),
+            "events_by_source": events,
             "loadavg_1m_start_end": [round(load0[0], 2), round(load1[0], 2)],
         }
     )
     return figures
+
+
+def tally_events(items: list[dict[str, Any]]) -> dict[str, int]:
+    """Events by "component: involved kind reason", each counted as often as it happened (its `count` or
+    `series.count`; client-go's recorder folds repeats into one object), highest first."""
+    tally: Counter[str] = Counter()
+    for e in items:
+        involved = e.get("involvedObject") or e.get("regarding") or {}
+        who = e.get("reportingComponent") or (e.get("source") or {}).get("component") or "?"
+        times = max(int(e.get("count") or 0), int((e.get("series") or {}).get("count") or 0), 1)
+        tally[f"{who}: {involved.get('kind', '?')} {e.get('reason', '?')}"] += times
+    return dict(tally.most_common())
+
+
+async def event_tally(client: KubeClient) -> dict[str, int]:
+    """Every namespace's Events, tallied (`tally_events`)."""
+    items: list[dict[str, Any]] = []
+    params = {"limit": "500"}
+    while True:
+        page = await client.request("GET", "/api/v1/events", params=params)
+        items += page.get("items") or []
+        cont = (page.get("metadata") or {}).get("continue")
+        if not cont:
+            return tally_events(items)
+        params = {"limit": "500", "continue": cont}
 
 
 SETTLE_QUIET_S = 3.0  # no write for this long after the last Job completed: the scheduler is done
@@ -319,6 +350,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_tta_s": {k: median([r["time_to_admission_s"][k]["mean"] for r in runs]) for k in classes},
         "p90_tta_s": {k: median([r["time_to_admission_s"][k]["p90"] for r in runs]) for k in classes},
         "scheduler_cpu_s": median([r["cpu_s"].get("scheduler", 0.0) for r in runs]),
+        "scheduler_cpu_ms_per_job": median([r["cpu_s"].get("scheduler", 0.0) * 1000 / r["jobs"] for r in runs]),
         "scheduler_rss_mib": median([r["peak_rss_mib"].get("scheduler", 0.0) for r in runs]),
         "apiserver_cpu_s": median([r["cpu_s"]["kube-apiserver"] for r in runs]),
         "api_requests_per_job": median([r["api_requests_per_job"] for r in runs]),
@@ -393,6 +425,9 @@ def ratios(a: dict[str, Any], k: dict[str, Any]) -> dict[str, Any]:
         "mean_tta_s": {c: r(a["mean_tta_s"][c], k["mean_tta_s"][c]) for c in a["mean_tta_s"]},
         "p90_tta_s": {c: r(a["p90_tta_s"][c], k["p90_tta_s"][c]) for c in a["p90_tta_s"]},
         "scheduler_cpu_s": r(a["scheduler_cpu_s"], k["scheduler_cpu_s"]),
+        "scheduler_cpu_ms_per_job": r(a["scheduler_cpu_ms_per_job"], k["scheduler_cpu_ms_per_job"])
+        if "scheduler_cpu_ms_per_job" in a and "scheduler_cpu_ms_per_job" in k
+        else None,
         "scheduler_rss_mib": r(a["scheduler_rss_mib"], k["scheduler_rss_mib"]),
         "api_requests_per_job": r(a["api_requests_per_job"], k["api_requests_per_job"]),
         **(
@@ -412,8 +447,9 @@ def settings_named(names: str) -> list[Setting]:
     return out
 
 
-def make_plan(kueue_config: dict[str, Any], scale: float) -> Plan:
-    return plan(kueue_config, scale_pct=scale)
+def make_plan(kueue_config: dict[str, Any], scale: float, ttl_after_finished_s: int | None = None) -> Plan:
+    p = plan(kueue_config, scale_pct=scale)
+    return p if ttl_after_finished_s is None else dataclasses.replace(p, ttl_after_finished_s=ttl_after_finished_s)
 
 
 def shape_config(shape: str, kueue_baseline: dict[str, Any]) -> dict[str, Any]:

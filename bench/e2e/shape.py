@@ -63,6 +63,10 @@ class Plan:
     queues: tuple[QueueSpec, ...]
     jobs: tuple[JobSpec, ...]  # sorted by create_at_s
     priorities: dict[str, int]  # WorkloadPriorityClass name (= workload class) -> value
+    # Every Job's spec.ttlSecondsAfterFinished (the TTL-after-finished controller deletes it, its pods and, by their
+    # owner references, its Workload that long after it finished), so that a large run does not keep every finished
+    # Job, pod and Workload in the API server's memory and etcd. None: finished Jobs are kept.
+    ttl_after_finished_s: int | None = None
 
 
 def _milli(quantity: object, divisor: int, where: str) -> int:
@@ -259,12 +263,20 @@ def queue_objects(p: Plan) -> list[dict[str, Any]]:
 def creator_plan(p: Plan, *, managed: bool = True) -> dict[str, Any]:
     """The plan as the Go creator (tests/cluster/creator) reads it: each Job's body (the same as the Python creator
     sends), its creation sequence and its offset from the start."""
-    return {"jobs": [{"group": j.group, "at_s": j.create_at_s, "job": job_object(j, managed=managed)} for j in p.jobs]}
+    ttl = p.ttl_after_finished_s
+    return {
+        "jobs": [
+            {"group": j.group, "at_s": j.create_at_s, "job": job_object(j, managed=managed, ttl_s=ttl)} for j in p.jobs
+        ]
+    }
 
 
-def job_object(j: JobSpec, *, managed: bool = True) -> dict[str, Any]:
+def job_object(j: JobSpec, *, managed: bool = True, ttl_s: int | None = None) -> dict[str, Any]:
     """A suspended Job with one pod asking for the class's cpu, 'running' for its runtime (kwok). Not `managed`
-    (the no-scheduler baseline): created running, without the queue and priority labels."""
+    (the no-scheduler baseline): created running, without the queue and priority labels. `ttl_s`: its
+    ttlSecondsAfterFinished (deleted that long after it finished), none if None."""
+    if ttl_s is not None and ttl_s < 0:
+        raise ShapeError(f"ttlSecondsAfterFinished {ttl_s} is negative")
     labels = (
         {QUEUE_LABEL: j.namespace, PRIORITY_LABEL: j.klass, CLASS_LABEL: j.klass} if managed else {CLASS_LABEL: j.klass}
     )
@@ -278,6 +290,7 @@ def job_object(j: JobSpec, *, managed: bool = True) -> dict[str, Any]:
         },
         "spec": {
             "suspend": managed,
+            **({"ttlSecondsAfterFinished": ttl_s} if ttl_s is not None else {}),
             "parallelism": 1,
             "completions": 1,
             "backoffLimit": 0,

@@ -230,6 +230,10 @@ class StatusWriter:
                     # The Job keeps the reason it was told until the admission reaches it: one undone before that
                     # (preempted first) leaves it waiting as it was, with no second Pending Event.
                     self._drop_unsent_pending(key)
+                    # So does an estimate of its start not yet written: the wait it belongs to has ended (the
+                    # annotation keeps the last one written; the log keeps them all). One write fewer per Job whose
+                    # admission came before the writer reached its estimate.
+                    job.estimate = None
                     job.started = False
                     job.held = [("Admitted", so.admitted_message(admission, waited), at, seq)]
             case ev.JobUnsuspended(job=key):

@@ -20,7 +20,7 @@ from bench.e2e.recorder import (
     summarize,
 )
 from bench.e2e.results import markers, write_results
-from bench.e2e.runner import aggregate, caused, ratios, writes
+from bench.e2e.runner import aggregate, caused, make_plan, ratios, tally_events, writes
 from bench.e2e.shape import CLASS_LABEL, ShapeError, creator_plan, deep_config, job_object, plan, queue_objects, scaled
 from bench.e2e.systems import sync_delays
 
@@ -533,3 +533,68 @@ def test_the_api_servers_write_latency_sums_the_writes_but_not_reads_watches_or_
         ]
     )
     assert write_latency(text) == (3.0, 50.0)
+
+
+def test_a_ttl_after_finished_goes_into_every_jobs_spec_from_both_creators() -> None:
+    p = make_plan(BASELINE, 2, ttl_after_finished_s=30)
+    assert p.ttl_after_finished_s == 30
+    large = next(j for j in p.jobs if j.klass == "large")
+    body = job_object(large, ttl_s=p.ttl_after_finished_s)
+    assert body["spec"]["ttlSecondsAfterFinished"] == 30 and body["spec"]["suspend"] is True
+    assert "ttlSecondsAfterFinished" not in job_object(large)["spec"]  # none asked: finished Jobs are kept
+    assert all(e["job"]["spec"]["ttlSecondsAfterFinished"] == 30 for e in creator_plan(p)["jobs"])
+    assert all("ttlSecondsAfterFinished" not in e["job"]["spec"] for e in creator_plan(make_plan(BASELINE, 2))["jobs"])
+    with pytest.raises(ShapeError, match="negative"):
+        job_object(large, ttl_s=-1)
+
+
+def test_scheduler_cpu_per_job_is_a_median_over_runs_and_a_row_with_its_ratio(tmp_path: Any) -> None:
+    a = aggregate([_run("admitd", 50.0, cpu, 1.0) for cpu in (3.0, 4.5, 6.0)])  # 1,500 Jobs each
+    k = aggregate([_run("kueue", 90.0, cpu, 1.0) for cpu in (15.0, 12.0)])
+    assert a["scheduler_cpu_ms_per_job"] == 3.0 and k["scheduler_cpu_ms_per_job"] == 9.0
+    r = ratios(a, k)
+    assert r["scheduler_cpu_ms_per_job"] == 0.333
+    path = tmp_path / "RESULTS.md"
+    path.write_text("# Results\n")
+    write_results(
+        {**_result({"lifted": {"admitd": a, "kueue": k, "admitd/kueue": r}}), "ttl_after_finished_s": 30}, path
+    )
+    text = path.read_text()
+    assert "| scheduler CPU per Job, ms | 3 | 9 | 0.333 |" in text
+    assert "finished Jobs deleted 30 s after they finished" in text
+
+
+def test_a_named_comparison_is_its_one_setting_under_that_name_with_its_own_command() -> None:
+    runs = [{**_run(s, m, 5.0, 1.0), "setting": "lifted"} for s, m in (("admitd", 50.0), ("kueue", 90.0))]
+    raw = {**_result({}), "benchmark": "e2e", "complete": True, "runs": runs, "ttl_after_finished_s": 30}
+    named = merge([raw], "issue28-50pct", merging=False)
+    assert set(named["summary"]) == {"issue28-50pct"} and named["command"] == raw["command"]
+    assert named["ttl_after_finished_s"] == 30
+    assert named["summary"]["issue28-50pct"]["admitd/kueue"]["makespan_s"] == 0.556
+    with pytest.raises(SystemExit, match="different shapes or scales"):
+        merge([raw, {**raw, "ttl_after_finished_s": None}], "x")  # kept and deleted Jobs are not one comparison
+
+
+def test_events_are_tallied_by_component_kind_and_reason_with_their_repeats() -> None:
+    items = [
+        {"reportingComponent": "admitd", "involvedObject": {"kind": "Job"}, "reason": "Admitted", "count": 1},
+        {"source": {"component": "job-controller"}, "involvedObject": {"kind": "Job"}, "reason": "Completed"},
+        {
+            "reportingComponent": "",
+            "source": {"component": "kueue-admission"},
+            "involvedObject": {"kind": "Workload"},
+            "reason": "Pending",
+            "count": 3,
+        },
+        {
+            "reportingComponent": "admitd",
+            "involvedObject": {"kind": "Job"},
+            "reason": "Admitted",
+            "series": {"count": 2},
+        },
+    ]
+    assert tally_events(items) == {
+        "admitd: Job Admitted": 3,
+        "kueue-admission: Workload Pending": 3,
+        "job-controller: Job Completed": 1,
+    }

@@ -11,6 +11,7 @@ import json
 from typing import Any, cast
 
 from daemon.domain import events as ev
+from daemon.domain.model import Admission, PodSetAssignment
 from daemon.kube import status_objects as so
 from daemon.kube.client import KubeClient
 from daemon.kube.status import StatusWriter
@@ -81,3 +82,34 @@ async def test_without_workload_objects_no_estimate_is_written() -> None:
     writer.listener(ev.WorkloadEstimated(workload=jb.key, at=T0, inputs=1, p10=None, p50=T0, p90=None), 2)
     await writer._write_workload(jb.key)
     assert client.requests == []
+
+
+async def test_an_estimate_not_yet_written_when_the_workload_is_admitted_is_not_written() -> None:
+    w = World().add(flavor("h100"), cq("a").flavor("h100", gpu=8), lq("ns", "q", "a"))
+    jb = job("wait").ns("ns").queue("q").gpus(4).at(T0)
+    w.submit(jb)
+    client = Recording()
+    writer = StatusWriter(cast(KubeClient, client), w.state, Clock(), monotonic=lambda: 0.0)
+    writer.listener(ev.JobObserved(workload=w.state.workloads[jb.key].workload), 1)
+    await writer._write_workload(jb.key)
+    first = ev.WorkloadEstimated(workload=jb.key, at=T0, inputs=7, p10=T0 + HOUR, p50=T0 + 2 * HOUR, p90=None)
+    writer.listener(first, 8)
+    await writer._write_workload(jb.key)
+    assert len(_annotations(client)) == 1
+    # A second estimate, then the admission before the writer reaches the Workload: the wait it was about is over.
+    later = ev.WorkloadEstimated(workload=jb.key, at=T0 + 1, inputs=9, p10=T0, p50=T0 + HOUR, p90=T0 + 3 * HOUR)
+    writer.listener(later, 10)
+    admission = Admission(
+        cluster_queue="a",
+        pod_sets=(
+            PodSetAssignment(name="main", count=1, flavors={"nvidia.com/gpu": "h100"}, usage={"nvidia.com/gpu": 4000}),
+        ),
+    )
+    admitted = ev.WorkloadAdmitted(workload=jb.key, at=T0 + 2, admission=admission)
+    w.state.apply(admitted)
+    writer.listener(admitted, 11)
+    await writer._write_workload(jb.key)
+    assert len(_annotations(client)) == 1  # only the first: the unwritten one is dropped with the wait
+    statuses = [body for method, path, body in client.requests if method == "PATCH" and path.endswith("/status")]
+    assert "admission" in statuses[-1]["status"]  # the admission itself is written
+    assert writer.stats.writes["workload-estimate"] == 1
