@@ -69,6 +69,10 @@ class FedMetrics:
         """The counters' handlers and the ledger's (`views.dispatch`), in `apply`'s order."""
         return [self.fm.counters.handlers(), self.fm.ledger.handlers()]
 
+    def clocks(self) -> list[Callable[[int], None]]:
+        """None: it keeps the recorded_at (`tick`), not the events' own times."""
+        return []
+
     def attach(self, state: State, queues: Queues) -> None:
         fm = self.fm
         fm.state = state

@@ -17,7 +17,7 @@ from typing import Protocol
 from daemon.domain.events import Event
 from daemon.domain.state import State
 from daemon.eventlog import LogReader, codec
-from daemon.views.dispatch import Handler, join
+from daemon.views.dispatch import Handler, events_with_at, join
 from daemon.views.projection import Projection
 from daemon.views.queues import Queues
 
@@ -65,6 +65,12 @@ class Timed(Protocol):
         """Its handlers by event type (`views.dispatch`), in the order they are to be called."""
         ...
 
+    def clocks(self) -> Sequence[Callable[[int], None]]:
+        """What takes each new time of the events (`at`, the log's time of the fact; `dispatch.events_with_at`),
+        before the handlers of the first event that carries it: called once per time, not per event, so each
+        must do nothing when given the time it was given last."""
+        ...
+
     def attach(self, state: State, queues: Queues) -> None:
         """Read `state` and `queues` from now on (equal to the ones read so far)."""
         ...
@@ -96,7 +102,8 @@ class CatchingUp:
     then `hand_over` moves them onto the live state and queues (equal to their own by then: snapshot + tail ==
     full replay), and `apply` feeds them as events come. From then on the process holds one fold, not two, and the
     log was read once at the start for all of them. Each event goes only to the handlers its type has
-    (`views.dispatch`), each new recorded_at once to every part's `tick`.
+    (`views.dispatch`), each new recorded_at once to every part's `tick`, each new time of the events (`at`, of an
+    event that has one) once to every part's `clocks`.
 
     Besides the projections (told of an event before the state folds it), readers of the fold told of it after,
     with the state (`add_folded`: the web view's timeline of the records, `daemon.query.moment.Timeline`): with the
@@ -137,6 +144,9 @@ class CatchingUp:
         self._table: dict[type[Event], tuple[Handler, ...]] = join([])
         self._ticks: tuple[Callable[[int], None], ...] = ()
         self._at: int | None = None  # the recorded_at the parts were last told of
+        self._clocks: tuple[Callable[[int], None], ...] = ()
+        self._timed: frozenset[type[Event]] = frozenset()  # the types whose `at` `_clocks` take (none: no clocks)
+        self._event_at: int | None = None  # the event time `_clocks` were last told of
         self._folded: tuple[Folded, ...] = ()
 
     def stop(self) -> None:
@@ -168,6 +178,9 @@ class CatchingUp:
         self._begun.append(part)
         self._table = join([t for p in self._begun for t in p.tables()])
         self._ticks = tuple(p.tick for p in self._begun)
+        self._clocks = tuple(c for p in self._begun for c in p.clocks())
+        self._timed = events_with_at() if self._clocks else frozenset()
+        self._event_at = None  # the part just begun has been told of no time yet (the others ignore a repeat)
 
     def apply(self, event: Event, seq: int) -> None:
         """The live feeder's: before the hand-over each event is kept for `catch_up`; after it, applied."""
@@ -177,7 +190,14 @@ class CatchingUp:
                 self._at = at
                 for tick in self._ticks:
                     tick(at)
-            for h in self._table[type(event)]:
+            t = type(event)
+            if t in self._timed:
+                when: int = event.at  # type: ignore[union-attr]
+                if when != self._event_at:
+                    self._event_at = when
+                    for clock in self._clocks:
+                        clock(when)
+            for h in self._table[t]:
                 h(event, seq)
             return
         with self._kept_lock:
@@ -198,7 +218,14 @@ class CatchingUp:
             self._at = at
             for tick in self._ticks:
                 tick(at)
-        for h in self._table[type(event)]:
+        t = type(event)
+        if t in self._timed:
+            when: int = event.at  # type: ignore[union-attr]
+            if when != self._event_at:
+                self._event_at = when
+                for clock in self._clocks:
+                    clock(when)
+        for h in self._table[t]:
             h(event, seq)
         queues.apply(event, seq)
         state.apply(event, seq)
