@@ -24,7 +24,7 @@ Where a live answer differs from the CLI's on the same file (each said in README
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from daemon.domain import events as ev
@@ -213,8 +213,12 @@ class Windows:
         origin, whole = self._plan
         self.begin(state, origin, whole=whole)
 
-    def tick(self, recorded_at: int) -> None:
-        """A part of the daemon's fold takes each new recorded_at: these projections keep the log's own times."""
+    def ticks(self) -> list[Callable[[int], None]]:
+        """None: these projections keep the log's own times (`clocks`), not the recorded_at."""
+        return []
+
+    def counted(self, by_type: Mapping[type[ev.Event], int]) -> None:
+        """They count no events by type."""
 
     def attach(self, state: State, queues: object = None) -> None:
         """Read `state` (the daemon's, equal to the one read so far) from now on, and answer."""

@@ -13,6 +13,7 @@ need no mark from a pending reason or an observed job: the renderer reads the st
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import ClassVar
@@ -80,7 +81,8 @@ class KueueCounters:
         and marking a LocalQueue at each pending reason was a tenth of the counters' cost per event)."""
         self.state = state
         self.lq_marks = lq_marks
-        self.events_by_type: dict[str, int] = {}
+        self._by_type: dict[str, int] = {}  # `events_by_type`, counted by `apply`
+        self._fed: Mapping[type[ev.Event], int] | None = None  # or a feeder's count (`count_by`)
         self.admitted: dict[tuple[str, str], int] = {}  # (cluster_queue, priority_class)
         self.finished: dict[tuple[str, str], int] = {}
         self.evicted: dict[tuple[str, str, str, str], int] = {}  # (cq, reason, underlying_cause, priority_class)
@@ -110,6 +112,8 @@ class KueueCounters:
         self._cohorts: dict[str, list[str]] = {}  # `_cohorts_above`, for configuration generation `_cohorts_of`
         self._cohorts_of = -1
         self._table = bind(self, self.ON)
+        if not lq_marks:  # they only mark a LocalQueue
+            self._table[ev.WorkloadPending] = self._table[ev.JobObserved] = None
 
     def figures(self) -> object:
         def hists(d: dict[tuple[str, ...], Hist]) -> dict[tuple[str, ...], tuple[tuple[int, ...], float, int]]:
@@ -194,32 +198,45 @@ class KueueCounters:
         return self.state.seq
 
     def apply(self, event: ev.Event, seq: int) -> None:
+        """Count `event` by its type, then its handler, if its type has one."""
+        if self._fed is not None:
+            raise RuntimeError("KueueCounters: counted by a feeder's count (`count_by`); fed through its table only")
+        t = event.TYPE
+        by_type = self._by_type
+        by_type[t] = by_type.get(t, 0) + 1
         h = self._table[type(event)]
-        assert h is not None  # every type has one: each event is counted
-        h(event, seq)
+        if h is not None:
+            h(event, seq)
 
     def handlers(self) -> Table:
-        """This projection's handler of each event type (`views.dispatch`)."""
+        """This projection's handler of each event type (`views.dispatch`), for a feeder that counts the events by
+        type itself and gives its count to `count_by`: the handlers count nothing, and a type that only needs
+        counting (most of a busy log's events without `lq_marks`: pending reasons, observed jobs) has none."""
         return dict(self._table)
 
-    # --- the handlers (`ON`), each counting the event by its type first ---
+    def count_by(self, by_type: Mapping[type[ev.Event], int]) -> None:
+        """`events_by_type` is read from `by_type` (a feeder's count of the events it gave, from the log's first
+        event, by event class) from now on, instead of counted by `apply`."""
+        if self._by_type:
+            raise RuntimeError("KueueCounters: counted by apply already; a feeder's count must begin with the log")
+        self._fed = by_type
 
-    def _count(self, event: ev.Event, seq: int) -> None:
-        t = event.TYPE
-        by_type = self.events_by_type
-        by_type[t] = by_type.get(t, 0) + 1
+    @property
+    def events_by_type(self) -> dict[str, int]:
+        """The events seen, by type (`Event.TYPE`); a type not seen is left out."""
+        fed = self._fed
+        if fed is None:
+            return self._by_type
+        return {t.TYPE: n for t, n in fed.items() if n}
+
+    # --- the handlers (`ON`) ---
 
     def _config(self, event: ev.Event, seq: int) -> None:
-        t = event.TYPE
-        by_type = self.events_by_type
-        by_type[t] = by_type.get(t, 0) + 1
         self.config_changed = True  # queues, cohorts, flavors, namespaces: every queue may change
 
     def _pending(self, event: ev.WorkloadPending, seq: int) -> None:
-        # Counted; the ClusterQueue's pending figures are found changed by the renderer (the state's pending
-        # versions), only a LocalQueue is marked here.
-        by_type = self.events_by_type
-        by_type["workload.pending"] = by_type.get("workload.pending", 0) + 1
+        # The ClusterQueue's pending figures are found changed by the renderer (the state's pending versions), only
+        # a LocalQueue is marked here (without `lq_marks` the table has no handler for it).
         if self.lq_marks:
             rec = self.state.workloads.get(event.workload)
             if rec is not None:
@@ -228,10 +245,9 @@ class KueueCounters:
                     self.lq_dirty.add(f"{wl.namespace}/{wl.queue_name}")
 
     def _observed(self, event: ev.JobObserved, seq: int) -> None:
-        # Counted; the LocalQueues it leaves (as folded so far) and joins (as the event says) are marked. The
-        # ClusterQueues' pending figures are found changed by the renderer (the state's pending versions).
-        by_type = self.events_by_type
-        by_type["job.observed"] = by_type.get("job.observed", 0) + 1
+        # The LocalQueues it leaves (as folded so far) and joins (as the event says) are marked (without
+        # `lq_marks` the table has no handler for it). The ClusterQueues' pending figures are found changed by the
+        # renderer (the state's pending versions).
         if not self.lq_marks:
             return
         wl = event.workload
@@ -245,8 +261,6 @@ class KueueCounters:
             self.lq_dirty.add(f"{wl.namespace}/{queue}")
 
     def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
-        by_type = self.events_by_type
-        by_type["workload.admitted"] = by_type.get("workload.admitted", 0) + 1
         key = event.workload
         rec = self.state.workloads.get(key)
         if rec is not None and rec.phase is _PENDING:
@@ -311,8 +325,6 @@ class KueueCounters:
         return Hist(WAIT_BUCKETS, h.per[:_WAIT_BUCKETS], h.total, h.n)
 
     def _adopted(self, event: ev.WorkloadAdopted, seq: int) -> None:
-        by_type = self.events_by_type
-        by_type["workload.adopted"] = by_type.get("workload.adopted", 0) + 1
         # Admitted by another replica: its quota is in use, but this process admitted nothing.
         key = event.workload
         rec = self.state.workloads.get(key)
@@ -322,8 +334,6 @@ class KueueCounters:
             self._touch(event.admission.cluster_queue, "pending", "admitted")
 
     def _preempted(self, event: ev.WorkloadPreempted, seq: int) -> None:
-        by_type = self.events_by_type
-        by_type["workload.preempted"] = by_type.get("workload.preempted", 0) + 1
         why, by_cq = event.reason, event.preemptor_cluster_queue
         self._preempt_reason[event.workload] = why
         dirty = self.dirty
@@ -335,8 +345,6 @@ class KueueCounters:
         dirty.add((event.cluster_queue, "preemptions"))
 
     def _evicted(self, event: ev.WorkloadEvicted, seq: int) -> None:
-        by_type = self.events_by_type
-        by_type["workload.evicted"] = by_type.get("workload.evicted", 0) + 1
         key = event.workload
         rec = self.state.workloads.get(key)
         if rec is None:
@@ -373,9 +381,7 @@ class KueueCounters:
             self.dirty.update(marks)
 
     def _gone(self, event: ev.JobFinished | ev.JobDeleted, seq: int) -> None:
-        by_type = self.events_by_type
         t = event.TYPE
-        by_type[t] = by_type.get(t, 0) + 1
         key = event.job
         rec = self.state.workloads.get(key)
         if rec is not None:
@@ -419,8 +425,6 @@ class KueueCounters:
         self._preempt_reason.pop(key, None)
 
     def _actuation_failed(self, event: ev.ActuationFailed, seq: int) -> None:
-        by_type = self.events_by_type
-        by_type[event.TYPE] = by_type.get(event.TYPE, 0) + 1
         k = "true" if event.permanent else "false"
         self.actuation_failures[k] = self.actuation_failures.get(k, 0) + 1
 
@@ -434,14 +438,14 @@ class KueueCounters:
         ev.JobFinished: _gone,
         ev.JobDeleted: _gone,
         ev.ActuationFailed: _actuation_failed,
-        # Counted, nothing else: they change no queue's figures.
-        ev.JobUnsuspended: _count,
-        ev.JobSuspended: _count,
-        ev.ChainBreakAccepted: _count,
-        ev.WorkloadEstimated: _count,
-        ev.PriorityClassObserved: _count,
-        ev.PriorityClassDeleted: _count,
-        ev.JobPodsNotCreated: _count,
+        # Counted by type (`apply`, or the feeder: `count_by`), nothing else: they change no queue's figures.
+        ev.JobUnsuspended: None,
+        ev.JobSuspended: None,
+        ev.ChainBreakAccepted: None,
+        ev.WorkloadEstimated: None,
+        ev.PriorityClassObserved: None,
+        ev.PriorityClassDeleted: None,
+        ev.JobPodsNotCreated: None,
         # Queues, cohorts, flavors, namespaces, rejections, and the rest: every queue's figures may change.
         ev.ResourceFlavorObserved: _config,
         ev.ResourceFlavorDeleted: _config,

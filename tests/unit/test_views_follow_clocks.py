@@ -27,8 +27,11 @@ class Part:
         self.name = name
         self.log = log
 
-    def tick(self, recorded_at: int) -> None:
-        self.log.append((f"{self.name}.tick", recorded_at))
+    def ticks(self) -> Sequence[Callable[[int], None]]:
+        return [lambda recorded_at: self.log.append((f"{self.name}.tick", recorded_at))]
+
+    def counted(self, by_type: Mapping[type[Event], int]) -> None:
+        pass
 
     def tables(self) -> Sequence[Mapping[type[Event], Handler | None]]:
         def took(event: Event, seq: int) -> None:
