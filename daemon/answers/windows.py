@@ -157,7 +157,7 @@ class Windows:
     def begin(self, state: State, origin: int, *, whole: bool) -> None:
         """New projections on `state`, counting from `origin` (`whole`: `state` is the log's start), fed as they are
         built (the hold, if any, is for `take_over`)."""
-        ledger = Preemptions(state)
+        ledger = Preemptions(state, totals=False)  # the metrics' ledger keeps the per-queue totals
         for key, rec in state.workloads.items():
             # Runs that began before the start: counted from their admission (as `admitd preemptions`).
             if rec.phase is Phase.ADMITTED and rec.admitted_at is not None and not rec.evicting:
