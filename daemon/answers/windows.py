@@ -24,7 +24,7 @@ Where a live answer differs from the CLI's on the same file (each said in README
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from daemon.domain import events as ev
@@ -88,7 +88,6 @@ class Windows:
         self._table: dict[type[ev.Event], Handler | None] = {}
         self._subs: dict[type[ev.Event], tuple[Handler, ...]] = {}
         self._parts: list[dict[type[ev.Event], Handler | None]] = []  # the projections' tables, in their order
-        self._clock_table: dict[type[ev.Event], Handler | None] = {}  # `_move_clocks` for every event with a time
 
     @property
     def ready(self) -> bool:
@@ -113,10 +112,15 @@ class Windows:
             h(event, seq)
 
     def tables(self) -> list[dict[type[ev.Event], Handler | None]]:
-        """The projections' handlers by event type (`views.dispatch`), for a feeder to join with its others: an
-        event with a time first moves the clocks (`_move_clocks`), then goes to each projection taking part in it."""
+        """The projections' handlers by event type (`views.dispatch`), for a feeder to join with its others; the
+        feeder gives each new time of the events to `clocks` first."""
         assert self.ledger is not None, "begin first"
-        return [dict(self._clock_table), *(dict(t) for t in self._parts)]
+        return [dict(t) for t in self._parts]
+
+    def clocks(self) -> list[Callable[[int], None]]:
+        """`move_clocks`: a feeder calls it with each new time of the events, before the first event that carries
+        it (`views.follow.CatchingUp`); given the time it was last given, it does nothing."""
+        return [self.move_clocks]
 
     def _timed(self, event: Any, seq: int) -> None:
         self._move_clocks(event, seq)
@@ -124,10 +128,15 @@ class Windows:
             h(event, seq)
 
     def _move_clocks(self, event: Any, seq: int) -> None:
-        """Every event with a time, before the projections: the usage windows' checkpoint when one is due (the
-        figures as of before this event), the usage clock, the ledger's pruning when due (what it forgets is older
-        than any preemption or rerun this event records, so before or after them is the same)."""
-        at: int = event.at
+        """Every event with a time, before the projections (fed on its own: `_apply`): `move_clocks`."""
+        self.move_clocks(event.at)
+
+    def move_clocks(self, at: int) -> None:
+        """An event at `at` comes, before the projections take it: the usage windows' checkpoint when one is due
+        (the figures as of before this event), the usage clock, the ledger's pruning when due (what it forgets is
+        older than any preemption or rerun this event records, so before or after them is the same). Given the
+        same `at` again it does nothing: the checkpoint and the pruning are then due later than `at`, the clock is
+        at `at` already (a feeder calls it once per time of the events)."""
         usage = self.usage
         assert usage is not None
         if at >= usage.due:
@@ -148,7 +157,7 @@ class Windows:
     def begin(self, state: State, origin: int, *, whole: bool) -> None:
         """New projections on `state`, counting from `origin` (`whole`: `state` is the log's start), fed as they are
         built (the hold, if any, is for `take_over`)."""
-        ledger = Preemptions(state)
+        ledger = Preemptions(state, totals=False)  # the metrics' ledger keeps the per-queue totals
         for key, rec in state.workloads.items():
             # Runs that began before the start: counted from their admission (as `admitd preemptions`).
             if rec.phase is Phase.ADMITTED and rec.admitted_at is not None and not rec.evicting:
@@ -173,7 +182,6 @@ class Windows:
         with_at = events_with_at()
         timed_h: Handler = self._timed
         clock_h: Handler = self._move_clocks
-        self._clock_table = {t: clock_h if t in with_at else None for t in self._subs}
         self._table = {
             t: (timed_h if subs else clock_h) if t in with_at else (subs[0] if subs else None)
             for t, subs in self._subs.items()
@@ -205,8 +213,12 @@ class Windows:
         origin, whole = self._plan
         self.begin(state, origin, whole=whole)
 
-    def tick(self, recorded_at: int) -> None:
-        """A part of the daemon's fold takes each new recorded_at: these projections keep the log's own times."""
+    def ticks(self) -> list[Callable[[int], None]]:
+        """None: these projections keep the log's own times (`clocks`), not the recorded_at."""
+        return []
+
+    def counted(self, by_type: Mapping[type[ev.Event], int]) -> None:
+        """They count no events by type."""
 
     def attach(self, state: State, queues: object = None) -> None:
         """Read `state` (the daemon's, equal to the one read so far) from now on, and answer."""

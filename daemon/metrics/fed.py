@@ -11,7 +11,7 @@ part of a scrape, are done in a worker thread (`finish`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from prometheus_client import generate_latest
@@ -57,17 +57,23 @@ class FedMetrics:
 
     # --- a part of the feed (`views.follow.Timed`) ---
 
-    def apply(self, event: Event, seq: int, recorded_at: int) -> None:
-        self.fm.counters.apply(event, seq)
-        self.fm.ledger.apply(event, seq)  # the preemption ledger's per-queue totals (metrics/answers.py)
-        self.fm.last_recorded_at = recorded_at
-
     def tick(self, recorded_at: int) -> None:
         self.fm.last_recorded_at = recorded_at
+
+    def ticks(self) -> list[Callable[[int], None]]:
+        return [self.tick]
+
+    def counted(self, by_type: Mapping[type[Event], int]) -> None:
+        """The counters' `events_by_type` is the feed's count (their handlers in `tables` count nothing)."""
+        self.fm.counters.count_by(by_type)
 
     def tables(self) -> list[Table]:
         """The counters' handlers and the ledger's (`views.dispatch`), in `apply`'s order."""
         return [self.fm.counters.handlers(), self.fm.ledger.handlers()]
+
+    def clocks(self) -> list[Callable[[int], None]]:
+        """None: it keeps the recorded_at (`tick`), not the events' own times."""
+        return []
 
     def attach(self, state: State, queues: Queues) -> None:
         fm = self.fm

@@ -348,7 +348,7 @@ class Renderer:
             h = counters.wait.get(label)
             if h is not None:  # the same observations in Kueue's two sets of buckets (16 and 14)
                 wait.append(self._hist("kueue_admission_wait_time_seconds", lab, h))
-                qrw.append(self._hist("kueue_quota_reserved_wait_time_seconds", lab, counters.qr_wait[label]))
+                qrw.append(self._hist("kueue_quota_reserved_wait_time_seconds", lab, counters.qr_wait_of(label)))
         return {
             "kueue_admitted_workloads_total": "".join(adm).encode(),
             "kueue_quota_reserved_workloads_total": "".join(qr).encode(),

@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from daemon.domain.events import Event
+from daemon.domain.events import EVENT_TYPES, Event
 from daemon.domain.state import State
 from daemon.eventlog import LogReader, codec
-from daemon.views.dispatch import Handler, join
+from daemon.views.dispatch import Handler, events_with_at, join
 from daemon.views.projection import Projection
 from daemon.views.queues import Queues
 
@@ -57,12 +57,25 @@ class Following:
 class Timed(Protocol):
     """A projection that also takes each event's recorded_at, and can be moved onto another (equal) state."""
 
-    def tick(self, recorded_at: int) -> None:
-        """The next events were recorded at `recorded_at`, another time than the last event's (once per time)."""
+    def ticks(self) -> Sequence[Callable[[int], None]]:
+        """What takes each new recorded_at: the next events were recorded then, another time than the last event's
+        (called once per time; none for a part that keeps only the events' own times)."""
+        ...
+
+    def counted(self, by_type: Mapping[type[Event], int]) -> None:
+        """The feed's count of the events it gave, by event class, from the log's first event (kept up to date by
+        the feed, one increment an event): for a part that counts events by type, so that its handlers need not
+        (a part added with `add`; a late part is given it too, and must not read it as counting from its start)."""
         ...
 
     def tables(self) -> Sequence[Mapping[type[Event], Handler | None]]:
         """Its handlers by event type (`views.dispatch`), in the order they are to be called."""
+        ...
+
+    def clocks(self) -> Sequence[Callable[[int], None]]:
+        """What takes each new time of the events (`at`, the log's time of the fact; `dispatch.events_with_at`),
+        before the handlers of the first event that carries it: called once per time, not per event, so each
+        must do nothing when given the time it was given last."""
         ...
 
     def attach(self, state: State, queues: Queues) -> None:
@@ -96,7 +109,9 @@ class CatchingUp:
     then `hand_over` moves them onto the live state and queues (equal to their own by then: snapshot + tail ==
     full replay), and `apply` feeds them as events come. From then on the process holds one fold, not two, and the
     log was read once at the start for all of them. Each event goes only to the handlers its type has
-    (`views.dispatch`), each new recorded_at once to every part's `tick`.
+    (`views.dispatch`: one lookup an event, no call for a type no part handles), each event counted by its class
+    (`by_type`, which a part reads through `counted`), each new recorded_at once to every part's `ticks`, each new
+    time of the events (`at`, of an event that has one) once to every part's `clocks`.
 
     Besides the projections (told of an event before the state folds it), readers of the fold told of it after,
     with the state (`add_folded`: the web view's timeline of the records, `daemon.query.moment.Timeline`): with the
@@ -134,9 +149,13 @@ class CatchingUp:
         self._stop = threading.Event()
         self._begun: list[Timed] = []
         self._starts: list[tuple[int, Late]] = []  # (seq after which it begins, the part), by seq, not yet begun
-        self._table: dict[type[Event], tuple[Handler, ...]] = join([])
+        # `_joined`'s: per event class, whether its `at` goes to the clocks, and its handlers (none until joined)
+        self._table: dict[type[Event], tuple[bool, tuple[Handler, ...]]] = dict.fromkeys(EVENT_TYPES, (False, ()))
+        self.by_type: dict[type[Event], int] = dict.fromkeys(EVENT_TYPES, 0)  # every event given, by class
         self._ticks: tuple[Callable[[int], None], ...] = ()
         self._at: int | None = None  # the recorded_at the parts were last told of
+        self._clocks: tuple[Callable[[int], None], ...] = ()
+        self._event_at: int | None = None  # the event time `_clocks` were last told of
         self._folded: tuple[Folded, ...] = ()
 
     def stop(self) -> None:
@@ -147,12 +166,14 @@ class CatchingUp:
         """A projection made on `self.state` and `self.queues` (before `catch_up`), counting from the log's start."""
         self._before_catch_up()
         self.parts.append(part)
+        part.counted(self.by_type)
         self._joined(part)
 
     def add_late(self, part: Late) -> None:
         """A projection that begins where its `plan` says, on the catch-up's state there (before `catch_up`)."""
         self._before_catch_up()
         self.late.append(part)
+        part.counted(self.by_type)
 
     def add_folded(self, reader: Folded) -> None:
         """A reader told of each event from the log's first after the state folded it, with that state (before
@@ -166,8 +187,12 @@ class CatchingUp:
 
     def _joined(self, part: Timed) -> None:
         self._begun.append(part)
-        self._table = join([t for p in self._begun for t in p.tables()])
-        self._ticks = tuple(p.tick for p in self._begun)
+        self._ticks = tuple(tick for p in self._begun for tick in p.ticks())
+        self._clocks = tuple(c for p in self._begun for c in p.clocks())
+        timed = events_with_at() if self._clocks else frozenset()
+        # One lookup an event: whether its type's `at` goes to the clocks, and its handlers (none for most types).
+        self._table = {t: (t in timed, hs) for t, hs in join([t for p in self._begun for t in p.tables()]).items()}
+        self._event_at = None  # the part just begun has been told of no time yet (the others ignore a repeat)
 
     def apply(self, event: Event, seq: int) -> None:
         """The live feeder's: before the hand-over each event is kept for `catch_up`; after it, applied."""
@@ -177,7 +202,16 @@ class CatchingUp:
                 self._at = at
                 for tick in self._ticks:
                     tick(at)
-            for h in self._table[type(event)]:
+            t = type(event)
+            self.by_type[t] += 1
+            timed, handlers = self._table[t]
+            if timed:
+                when: int = event.at  # type: ignore[union-attr]
+                if when != self._event_at:
+                    self._event_at = when
+                    for clock in self._clocks:
+                        clock(when)
+            for h in handlers:
                 h(event, seq)
             return
         with self._kept_lock:
@@ -198,7 +232,16 @@ class CatchingUp:
             self._at = at
             for tick in self._ticks:
                 tick(at)
-        for h in self._table[type(event)]:
+        t = type(event)
+        self.by_type[t] += 1
+        timed, handlers = self._table[t]
+        if timed:
+            when: int = event.at  # type: ignore[union-attr]
+            if when != self._event_at:
+                self._event_at = when
+                for clock in self._clocks:
+                    clock(when)
+        for h in handlers:
             h(event, seq)
         queues.apply(event, seq)
         state.apply(event, seq)

@@ -13,9 +13,10 @@ need no mark from a pending reason or an observed job: the renderer reads the st
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from daemon.domain import events as ev
 from daemon.domain.model import Workload
@@ -33,6 +34,12 @@ WAIT_BUCKETS = kueue_buckets(14)
 admitd's execution time."""
 ADMISSION_WAIT_BUCKETS = kueue_buckets(16)
 """1, 2.5, 5 ... 40960 s: Kueue v0.17's buckets of kueue_admission_wait_time_seconds (16, not 14)."""
+_WAIT_BUCKETS = len(WAIT_BUCKETS)
+_ADMISSION_BUCKETS = len(ADMISSION_WAIT_BUCKETS)
+assert ADMISSION_WAIT_BUCKETS[:_WAIT_BUCKETS] == WAIT_BUCKETS  # `qr_wait_of` and the LocalQueue waits rely on it
+_PENDING = Phase.PENDING
+_ADMITTED = Phase.ADMITTED
+_FINISHED = ev.JobFinished.TYPE
 
 
 @dataclass(slots=True)
@@ -74,14 +81,14 @@ class KueueCounters:
         and marking a LocalQueue at each pending reason was a tenth of the counters' cost per event)."""
         self.state = state
         self.lq_marks = lq_marks
-        self.events_by_type: dict[str, int] = {}
+        self._by_type: dict[str, int] = {}  # `events_by_type`, counted by `apply`
+        self._fed: Mapping[type[ev.Event], int] | None = None  # or a feeder's count (`count_by`)
         self.admitted: dict[tuple[str, str], int] = {}  # (cluster_queue, priority_class)
         self.finished: dict[tuple[str, str], int] = {}
         self.evicted: dict[tuple[str, str, str, str], int] = {}  # (cq, reason, underlying_cause, priority_class)
         self.preempted: dict[tuple[str, str], int] = {}  # (preempting cq, reason)
         self.actuation_failures: dict[str, int] = {}  # "true" | "false" (permanent)
         self.wait: dict[tuple[str, str], Hist] = {}  # admission wait (ADMISSION_WAIT_BUCKETS)
-        self.qr_wait: dict[tuple[str, str], Hist] = {}  # the same waits in quota_reserved_wait's buckets
         self.execution: dict[tuple[str, str], Hist] = {}
         self.priority_classes: dict[str, set[str]] = {}  # cluster queue -> the priority_class labels it has
         self.counted_queues: set[str] = set()  # queues named by a counter (they stay after the queue is deleted)
@@ -100,9 +107,13 @@ class KueueCounters:
         self.config_changed = True
         self._marks: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, str], ...]] = {}  # `_touch`'s, made once
         self._admit_marks: dict[str, tuple[tuple[str, str], ...]] = {}  # an admission's, made once per queue
+        self._evict_marks: dict[str, tuple[tuple[str, str], ...]] = {}  # an eviction's
+        self._finish_marks: dict[str, tuple[tuple[str, str], ...]] = {}  # a finish's or a deletion's
         self._cohorts: dict[str, list[str]] = {}  # `_cohorts_above`, for configuration generation `_cohorts_of`
         self._cohorts_of = -1
         self._table = bind(self, self.ON)
+        if not lq_marks:  # they only mark a LocalQueue
+            self._table[ev.WorkloadPending] = self._table[ev.JobObserved] = None
 
     def figures(self) -> object:
         def hists(d: dict[tuple[str, ...], Hist]) -> dict[tuple[str, ...], tuple[tuple[int, ...], float, int]]:
@@ -116,7 +127,7 @@ class KueueCounters:
             "preempted": dict(self.preempted),
             "actuation_failures": dict(self.actuation_failures),
             "wait": hists(self.wait),  # type: ignore[arg-type]
-            "qr_wait": hists(self.qr_wait),  # type: ignore[arg-type]
+            "qr_wait": hists({k: self.qr_wait_of(k) for k in self.wait}),
             "execution": hists(self.execution),  # type: ignore[arg-type]
             "priority_classes": {k: sorted(v) for k, v in self.priority_classes.items()},
             "counted_queues": sorted(self.counted_queues),
@@ -187,32 +198,45 @@ class KueueCounters:
         return self.state.seq
 
     def apply(self, event: ev.Event, seq: int) -> None:
+        """Count `event` by its type, then its handler, if its type has one."""
+        if self._fed is not None:
+            raise RuntimeError("KueueCounters: counted by a feeder's count (`count_by`); fed through its table only")
+        t = event.TYPE
+        by_type = self._by_type
+        by_type[t] = by_type.get(t, 0) + 1
         h = self._table[type(event)]
-        assert h is not None  # every type has one: each event is counted
-        h(event, seq)
+        if h is not None:
+            h(event, seq)
 
     def handlers(self) -> Table:
-        """This projection's handler of each event type (`views.dispatch`)."""
+        """This projection's handler of each event type (`views.dispatch`), for a feeder that counts the events by
+        type itself and gives its count to `count_by`: the handlers count nothing, and a type that only needs
+        counting (most of a busy log's events without `lq_marks`: pending reasons, observed jobs) has none."""
         return dict(self._table)
 
-    # --- the handlers (`ON`), each counting the event by its type first ---
+    def count_by(self, by_type: Mapping[type[ev.Event], int]) -> None:
+        """`events_by_type` is read from `by_type` (a feeder's count of the events it gave, from the log's first
+        event, by event class) from now on, instead of counted by `apply`."""
+        if self._by_type:
+            raise RuntimeError("KueueCounters: counted by apply already; a feeder's count must begin with the log")
+        self._fed = by_type
 
-    def _count(self, event: ev.Event, seq: int) -> None:
-        t = event.TYPE
-        by_type = self.events_by_type
-        by_type[t] = by_type.get(t, 0) + 1
+    @property
+    def events_by_type(self) -> dict[str, int]:
+        """The events seen, by type (`Event.TYPE`); a type not seen is left out."""
+        fed = self._fed
+        if fed is None:
+            return self._by_type
+        return {t.TYPE: n for t, n in fed.items() if n}
+
+    # --- the handlers (`ON`) ---
 
     def _config(self, event: ev.Event, seq: int) -> None:
-        t = event.TYPE
-        by_type = self.events_by_type
-        by_type[t] = by_type.get(t, 0) + 1
         self.config_changed = True  # queues, cohorts, flavors, namespaces: every queue may change
 
     def _pending(self, event: ev.WorkloadPending, seq: int) -> None:
-        # Counted; the ClusterQueue's pending figures are found changed by the renderer (the state's pending
-        # versions), only a LocalQueue is marked here.
-        by_type = self.events_by_type
-        by_type["workload.pending"] = by_type.get("workload.pending", 0) + 1
+        # The ClusterQueue's pending figures are found changed by the renderer (the state's pending versions), only
+        # a LocalQueue is marked here (without `lq_marks` the table has no handler for it).
         if self.lq_marks:
             rec = self.state.workloads.get(event.workload)
             if rec is not None:
@@ -221,10 +245,9 @@ class KueueCounters:
                     self.lq_dirty.add(f"{wl.namespace}/{wl.queue_name}")
 
     def _observed(self, event: ev.JobObserved, seq: int) -> None:
-        # Counted; the LocalQueues it leaves (as folded so far) and joins (as the event says) are marked. The
-        # ClusterQueues' pending figures are found changed by the renderer (the state's pending versions).
-        by_type = self.events_by_type
-        by_type["job.observed"] = by_type.get("job.observed", 0) + 1
+        # The LocalQueues it leaves (as folded so far) and joins (as the event says) are marked (without
+        # `lq_marks` the table has no handler for it). The ClusterQueues' pending figures are found changed by the
+        # renderer (the state's pending versions).
         if not self.lq_marks:
             return
         wl = event.workload
@@ -238,11 +261,9 @@ class KueueCounters:
             self.lq_dirty.add(f"{wl.namespace}/{queue}")
 
     def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
-        by_type = self.events_by_type
-        by_type["workload.admitted"] = by_type.get("workload.admitted", 0) + 1
-        key, at = event.workload, event.at
+        key = event.workload
         rec = self.state.workloads.get(key)
-        if rec is not None and rec.phase is Phase.PENDING:
+        if rec is not None and rec.phase is _PENDING:
             cq = event.admission.cluster_queue
             wl = rec.workload
             pc = wl.priority_class or wl.pod_priority_class or ""  # `priority_class_of`
@@ -252,32 +273,40 @@ class KueueCounters:
             if n is None:
                 self.priority_classes.setdefault(cq, set()).add(pc)
                 self.counted_queues.add(cq)
+                self.wait[label] = Hist(ADMISSION_WAIT_BUCKETS)
                 n = 0
             admitted[label] = n + 1
             since = self._queued_at.pop(key, wl.created_at)
-            waited = max(0, at - since) / 1000
-            h = self.wait.get(label)
-            if h is None:
-                h = self.wait[label] = Hist(ADMISSION_WAIT_BUCKETS)
-            h.observe(waited)
-            h = self.qr_wait.get(label)  # admitd reserves quota and admits at once
-            if h is None:
-                h = self.qr_wait[label] = Hist(WAIT_BUCKETS)
-            h.observe(waited)
+            waited = max(0, event.at - since) / 1000
+            # `Hist.observe`, written out (at every admission). The same observation in quota_reserved_wait's
+            # buckets (admitd reserves quota and admits at once) is `qr_wait_of`: its buckets are the first of these.
+            h = self.wait[label]
+            h.n += 1
+            h.total += waited
+            i = bisect_left(ADMISSION_WAIT_BUCKETS, waited)
+            if i < _ADMISSION_BUCKETS:
+                h.per[i] += 1
             queue = wl.queue_name
             if queue is not None:
                 ns = wl.namespace
                 lq3 = (ns, queue, pc)
-                lq_key = f"{ns}/{queue}"
-                self.counted_lqs.add(lq_key)
-                self.lq_admitted[lq3] = self.lq_admitted.get(lq3, 0) + 1
-                h = self.lq_wait.get(lq3)
-                if h is None:
-                    h = self.lq_wait[lq3] = Hist(WAIT_BUCKETS)
-                h.observe(waited)
+                lq_admitted = self.lq_admitted
+                m = lq_admitted.get(lq3)
+                if m is None:
+                    self.counted_lqs.add(f"{ns}/{queue}")
+                    self.lq_wait[lq3] = Hist(WAIT_BUCKETS)
+                    m = 0
+                lq_admitted[lq3] = m + 1
+                h = self.lq_wait[lq3]
+                h.n += 1
+                h.total += waited
+                if i < _WAIT_BUCKETS:  # the same bucket in the first of these buckets
+                    h.per[i] += 1
                 if self.lq_marks:
-                    self.lq_dirty.add(lq_key)
-            cohorts = self._cohorts_above(cq)
+                    self.lq_dirty.add(f"{ns}/{queue}")
+            cohorts = self._cohorts.get(cq) if self._cohorts_of == self.state.config_generation else None
+            if cohorts is None:
+                cohorts = self._cohorts_above(cq)
             if cohorts:
                 by_cohort = self.cohort_admitted
                 for cohort in cohorts:
@@ -288,75 +317,114 @@ class KueueCounters:
                 marks = self._admit_marks[cq] = ((cq, "pending"), (cq, "admitted"), (cq, "admissions"))
             self.dirty.update(marks)
 
+    def qr_wait_of(self, label: tuple[str, str]) -> Hist:
+        """The admission waits of `label` in quota_reserved_wait_time_seconds' buckets (Kueue's 14, the first of
+        admission_wait's 16): the same observations, so the same counts per bucket up to the 14th (an observation
+        above it is counted in the sum and the count only, in both)."""
+        h = self.wait[label]
+        return Hist(WAIT_BUCKETS, h.per[:_WAIT_BUCKETS], h.total, h.n)
+
     def _adopted(self, event: ev.WorkloadAdopted, seq: int) -> None:
-        by_type = self.events_by_type
-        by_type["workload.adopted"] = by_type.get("workload.adopted", 0) + 1
         # Admitted by another replica: its quota is in use, but this process admitted nothing.
         key = event.workload
         rec = self.state.workloads.get(key)
-        if rec is not None and rec.phase is Phase.PENDING:
+        if rec is not None and rec.phase is _PENDING:
             self._queued_at.pop(key, None)
             self._touch_lq(key)
             self._touch(event.admission.cluster_queue, "pending", "admitted")
 
     def _preempted(self, event: ev.WorkloadPreempted, seq: int) -> None:
-        by_type = self.events_by_type
-        by_type["workload.preempted"] = by_type.get("workload.preempted", 0) + 1
         why, by_cq = event.reason, event.preemptor_cluster_queue
         self._preempt_reason[event.workload] = why
+        dirty = self.dirty
         if by_cq is not None:
-            self.preempted[(by_cq, why)] = self.preempted.get((by_cq, why), 0) + 1
+            label = (by_cq, why)
+            self.preempted[label] = self.preempted.get(label, 0) + 1
             self.counted_queues.add(by_cq)
-            self._touch(by_cq, "preemptions")
-        self._touch(event.cluster_queue, "preemptions")
+            dirty.add((by_cq, "preemptions"))
+        dirty.add((event.cluster_queue, "preemptions"))
 
     def _evicted(self, event: ev.WorkloadEvicted, seq: int) -> None:
-        by_type = self.events_by_type
-        by_type["workload.evicted"] = by_type.get("workload.evicted", 0) + 1
         key = event.workload
         rec = self.state.workloads.get(key)
-        self._touch_lq(key)
-        if rec is not None and rec.phase is Phase.ADMITTED and rec.admission is not None:
-            cq = rec.admission.cluster_queue
-            label4 = (cq, event.reason, self._preempt_reason.pop(key, ""), priority_class_of(rec.workload))
-            self.evicted[label4] = self.evicted.get(label4, 0) + 1
-            self.counted_queues.add(cq)
-            if rec.workload.queue_name is not None:
-                lq5 = (rec.workload.namespace, rec.workload.queue_name, *label4[1:])
-                self.counted_lqs.add(f"{lq5[0]}/{lq5[1]}")
-                self.lq_evicted[lq5] = self.lq_evicted.get(lq5, 0) + 1
+        if rec is None:
+            return
+        wl = rec.workload
+        queue = wl.queue_name
+        if self.lq_marks and queue is not None:  # `_touch_lq`
+            self.lq_dirty.add(f"{wl.namespace}/{queue}")
+        admission = rec.admission
+        if rec.phase is _ADMITTED and admission is not None:
+            cq = admission.cluster_queue
+            reason, cause = event.reason, self._preempt_reason.pop(key, "")
+            pc = wl.priority_class or wl.pod_priority_class or ""  # `priority_class_of`
+            label4 = (cq, reason, cause, pc)
+            evicted = self.evicted
+            n = evicted.get(label4)
+            if n is None:
+                self.counted_queues.add(cq)
+                n = 0
+            evicted[label4] = n + 1
+            if queue is not None:
+                ns = wl.namespace
+                lq5 = (ns, queue, reason, cause, pc)
+                lq_evicted = self.lq_evicted
+                m = lq_evicted.get(lq5)
+                if m is None:
+                    self.counted_lqs.add(f"{ns}/{queue}")
+                    m = 0
+                lq_evicted[lq5] = m + 1
             self._queued_at[key] = event.at
-            self._touch(cq, "pending", "admitted", "evictions")
+            marks = self._evict_marks.get(cq)
+            if marks is None:
+                marks = self._evict_marks[cq] = ((cq, "pending"), (cq, "admitted"), (cq, "evictions"))
+            self.dirty.update(marks)
 
     def _gone(self, event: ev.JobFinished | ev.JobDeleted, seq: int) -> None:
-        by_type = self.events_by_type
-        by_type[event.TYPE] = by_type.get(event.TYPE, 0) + 1
-        key, at = event.job, event.at
+        t = event.TYPE
+        key = event.job
         rec = self.state.workloads.get(key)
         if rec is not None:
-            cq = self._cq_of(key)
-            self._touch_lq(key)
-            held, admitted_at = rec.admission, rec.admitted_at
-            finished = isinstance(event, ev.JobFinished) and rec.phase is Phase.ADMITTED
-            if finished and held is not None and admitted_at is not None:
-                label = (held.cluster_queue, priority_class_of(rec.workload))
-                if label not in self.finished:
-                    self.priority_classes.setdefault(label[0], set()).add(label[1])
+            wl = rec.workload
+            queue = wl.queue_name
+            held = rec.admission
+            if held is not None:  # `_cq_of`
+                cq: str | None = held.cluster_queue
+            else:
+                lq = self.state.local_queues.get(f"{wl.namespace}/{queue}")
+                cq = lq.cluster_queue if lq is not None else None
+            if self.lq_marks and queue is not None:  # `_touch_lq`
+                self.lq_dirty.add(f"{wl.namespace}/{queue}")
+            admitted_at = rec.admitted_at
+            if held is not None and admitted_at is not None and rec.phase is _ADMITTED and t == _FINISHED:
+                pc = wl.priority_class or wl.pod_priority_class or ""  # `priority_class_of`
+                label = (held.cluster_queue, pc)
+                finished = self.finished
+                n = finished.get(label)
+                if n is None:
+                    self.priority_classes.setdefault(label[0], set()).add(pc)
                     self.counted_queues.add(label[0])
-                self.finished[label] = self.finished.get(label, 0) + 1
-                if rec.workload.queue_name is not None:
-                    lq3 = (rec.workload.namespace, rec.workload.queue_name, label[1])
-                    self.counted_lqs.add(f"{lq3[0]}/{lq3[1]}")
-                    self.lq_finished[lq3] = self.lq_finished.get(lq3, 0) + 1
-                _observe(self.execution, label, max(0, at - admitted_at) / 1000, WAIT_BUCKETS)
+                    self.execution[label] = Hist(WAIT_BUCKETS)
+                    n = 0
+                finished[label] = n + 1
+                if queue is not None:
+                    lq3 = (wl.namespace, queue, pc)
+                    lq_finished = self.lq_finished
+                    m = lq_finished.get(lq3)
+                    if m is None:
+                        self.counted_lqs.add(f"{wl.namespace}/{queue}")
+                        m = 0
+                    lq_finished[lq3] = m + 1
+                self.execution[label].observe(max(0, event.at - admitted_at) / 1000)
             if cq is not None:
-                self._touch(cq, "pending", "admitted", "finishes")
+                marks = self._finish_marks.get(cq)
+                if marks is None:
+                    marks = self._finish_marks[cq] = ((cq, "pending"), (cq, "admitted"), (cq, "finishes"))
+                self.dirty.update(marks)
         self._queued_at.pop(key, None)
         self._preempt_reason.pop(key, None)
 
     def _actuation_failed(self, event: ev.ActuationFailed, seq: int) -> None:
-        by_type = self.events_by_type
-        by_type[event.TYPE] = by_type.get(event.TYPE, 0) + 1
         k = "true" if event.permanent else "false"
         self.actuation_failures[k] = self.actuation_failures.get(k, 0) + 1
 
@@ -370,14 +438,14 @@ class KueueCounters:
         ev.JobFinished: _gone,
         ev.JobDeleted: _gone,
         ev.ActuationFailed: _actuation_failed,
-        # Counted, nothing else: they change no queue's figures.
-        ev.JobUnsuspended: _count,
-        ev.JobSuspended: _count,
-        ev.ChainBreakAccepted: _count,
-        ev.WorkloadEstimated: _count,
-        ev.PriorityClassObserved: _count,
-        ev.PriorityClassDeleted: _count,
-        ev.JobPodsNotCreated: _count,
+        # Counted by type (`apply`, or the feeder: `count_by`), nothing else: they change no queue's figures.
+        ev.JobUnsuspended: None,
+        ev.JobSuspended: None,
+        ev.ChainBreakAccepted: None,
+        ev.WorkloadEstimated: None,
+        ev.PriorityClassObserved: None,
+        ev.PriorityClassDeleted: None,
+        ev.JobPodsNotCreated: None,
         # Queues, cohorts, flavors, namespaces, rejections, and the rest: every queue's figures may change.
         ev.ResourceFlavorObserved: _config,
         ev.ResourceFlavorDeleted: _config,
@@ -396,10 +464,3 @@ class KueueCounters:
         ev.WorkloadRequeued: _config,
         ev.WorkloadActiveChanged: _config,
     }
-
-
-def _observe(hists: dict[Any, Hist], label: Any, seconds: float, buckets: tuple[float, ...]) -> None:
-    h = hists.get(label)
-    if h is None:
-        h = hists[label] = Hist(buckets)
-    h.observe(seconds)

@@ -98,10 +98,14 @@ def meeting_point(state: State, victim_cq: str, preemptor_cq: str | None) -> tup
 class Preemptions:
     """The ledger: every preemption in log order, each with its cost and, once known, the time until it reran."""
 
-    def __init__(self, state: State, *, entries: bool = True) -> None:
-        """`entries=False`: only the per-queue `totals` (the metrics), no entry kept."""
+    def __init__(self, state: State, *, entries: bool = True, totals: bool = True) -> None:
+        """`entries=False`: only the per-queue `totals` (the metrics), no entry kept; `totals=False`: the entries
+        only (the answers' windows, which read no totals: they stay empty)."""
+        if not (entries or totals):
+            raise ValueError("Preemptions: a ledger keeps its entries, its totals or both")
         self.state = state
         self.keep = entries
+        self.count = totals
         self.entries: list[Preemption] = []
         self._ran_from: dict[str, Millis] = {}  # workload -> when its pods were started under its admission
         self._open: dict[str, Preemption] = {}  # victim -> its last preemption not followed by an admission
@@ -158,7 +162,7 @@ class Preemptions:
         admission = rec.admission if rec is not None else None
         ran_from = self._ran_from.pop(key, None)
         ran = max(0, at - ran_from) if ran_from is not None else 0
-        keep = self.keep
+        keep, count = self.keep, self.count
         pods = gpu = 0
         lost: dict[str, int] = {}
         if admission is not None:
@@ -168,15 +172,16 @@ class Preemptions:
                     for resource, amount in ps.usage.items():
                         if keep:
                             lost[resource] = lost.get(resource, 0) + amount * ran
-                        if resource in GPU_RESOURCES:
+                        if count and resource in GPU_RESOURCES:
                             gpu += amount * ran
-        label = (event.cluster_queue, event.reason)
-        t = self.totals.get(label)
-        if t is None:
-            t = self.totals[label] = [0, 0, 0]
-        t[0] += 1
-        t[1] += pods * ran
-        t[2] += gpu
+        if count:
+            label = (event.cluster_queue, event.reason)
+            t = self.totals.get(label)
+            if t is None:
+                t = self.totals[label] = [0, 0, 0]
+            t[0] += 1
+            t[1] += pods * ran
+            t[2] += gpu
         if not keep:
             return  # the totals only (the metrics): no entry, so no meeting point either
         cohort, level = self._meeting_point(event.cluster_queue, event.preemptor_cluster_queue)

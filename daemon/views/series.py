@@ -12,6 +12,7 @@ It reads `state` and `queues` (a `views.queues.Queues` of that state) as of each
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -132,8 +133,18 @@ class QueueSeries:
             self.first_ms = recorded_at
         self.last_ms = recorded_at
 
+    def ticks(self) -> list[Callable[[int], None]]:
+        return [self.tick]
+
+    def counted(self, by_type: Mapping[type[Event], int]) -> None:
+        """It counts no events by type."""
+
     def tables(self) -> list[Table]:
         return [dict(self._table)]
+
+    def clocks(self) -> list[Callable[[int], None]]:
+        """None: it keeps the recorded_at (`tick`), not the events' own times."""
+        return []
 
     def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
         assert self.last_ms is not None  # `tick` came first

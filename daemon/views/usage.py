@@ -28,6 +28,7 @@ from daemon.domain.state import Phase, State
 from daemon.views.dispatch import Spec, Table, bind
 
 Acc = dict[str, int]  # resource -> milli-units x ms
+_EMPTY: dict[FlavorResource, int] = {}  # read, never written
 
 
 @dataclass(slots=True)
@@ -170,7 +171,9 @@ class Usage:
         for ps in admission.pod_sets:
             pods += ps.count
         cq = admission.cluster_queue
-        self._settle_cq(cq, at)
+        tree = self._tree_of.get(cq)
+        if tree is None or at > self._tree_at.get(tree, self.start):  # else settled to `at` already
+            self._settle_cq(cq, at)
         u = self._cq_usage[cq]
         per: dict[str, int] = {}  # `_per_resource`, in the same pass
         for fr, v in usage.items():
@@ -186,8 +189,10 @@ class Usage:
         if h is None:
             return
         cq = h.cluster_queue
-        self._settle_cq(cq, at)
-        dt = at - max(h.since, self.start)
+        tree = self._tree_of.get(cq)
+        if tree is None or at > self._tree_at.get(tree, self.start):  # else settled to `at` already
+            self._settle_cq(cq, at)
+        dt = at - h.since  # since >= start (`_hold`)
         if dt > 0:
             # What it used, charged to its ClusterQueue, LocalQueue and namespace: written out for each (at every
             # release; a loop over the three made a tuple of tuples each time). Per resource, flavors summed: the
@@ -275,31 +280,45 @@ class Usage:
         self._integrate(members, dt, self.borrowed, self.lent)
 
     def _integrate(self, members: list[str], dt: int, borrowed: dict[str, Acc], lent: dict[str, Acc]) -> None:
-        over: dict[FlavorResource, dict[str, int]] = defaultdict(dict)
-        spare: dict[FlavorResource, dict[str, int]] = defaultdict(dict)
+        over: dict[FlavorResource, dict[str, int]] = {}
+        spare: dict[FlavorResource, dict[str, int]] = {}
+        cq_usage, nominal_of = self._cq_usage, self._nominal
         for name in members:
-            usage = self._cq_usage.get(name, {})
-            for fr, (nominal, lending_limit) in self._nominal(name).items():
+            usage = cq_usage.get(name, _EMPTY)
+            nominals = nominal_of(name)
+            for fr, (nominal, lending_limit) in nominals.items():
                 used = usage.get(fr, 0)
                 if used > nominal:
-                    over[fr][name] = used - nominal
+                    got = over.get(fr)
+                    if got is None:
+                        got = over[fr] = {}
+                    got[name] = used - nominal
                 elif used < nominal:
                     unused = nominal - used
-                    spare[fr][name] = unused if lending_limit is None else min(unused, lending_limit)
+                    got = spare.get(fr)
+                    if got is None:
+                        got = spare[fr] = {}
+                    got[name] = unused if lending_limit is None else min(unused, lending_limit)
             for fr, used in usage.items():
-                if used > 0 and fr not in self._nominal(name):
-                    over[fr][name] = used  # usage in a flavor it has no quota of: all borrowed
+                if used > 0 and fr not in nominals:
+                    got = over.get(fr)
+                    if got is None:
+                        got = over[fr] = {}
+                    got[name] = used  # usage in a flavor it has no quota of: all borrowed
         for fr, who in over.items():
             total = sum(who.values())
+            resource = fr[1]
             for name, v in who.items():
-                _add(borrowed.setdefault(name, {}), fr[1], v * dt)
-            pool = spare.get(fr, {})
+                _add(borrowed.setdefault(name, {}), resource, v * dt)
+            pool = spare.get(fr)
+            if not pool:
+                continue
             pool_total = sum(pool.values())
             if pool_total <= 0:
                 continue
             lendable = min(total, pool_total)
             for name, v in pool.items():
-                _add(lent.setdefault(name, {}), fr[1], lendable * v * dt // pool_total)
+                _add(lent.setdefault(name, {}), resource, lendable * v * dt // pool_total)
 
     # --- reading -------------------------------------------------------------------------------------------------
 

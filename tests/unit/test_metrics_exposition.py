@@ -23,7 +23,7 @@ from daemon.metrics.renderer import GROUP_TEXT, _Context
 from daemon.metrics.text import CONTENT_TYPE, esc, num, rename
 from daemon.views.kueue_counters import ADMISSION_WAIT_BUCKETS, WAIT_BUCKETS
 from tests.unit.builders import World, cohort, cq, flavor, job, lq, namespace, taint
-from tests.unit.test_admission import cycle
+from tests.unit.test_admission import NOW, cycle
 
 
 class MetricsWorld(World):
@@ -223,3 +223,38 @@ def test_the_replica_role_follows_the_process_and_every_label_changes_with_it() 
     text = renderer.render(w.fm).decode()
     assert 'replica_role="leader"' not in text and 'replica_role="follower"' in text
     assert text == Renderer("follower").render(w.fm).decode()
+
+
+def test_the_quota_reservation_waits_are_the_admission_waits_in_kueues_14_buckets() -> None:
+    """The counters observe each admission's wait once, in admission_wait's 16 buckets; the quota reservation's
+    histograms (the ClusterQueue's and the LocalQueue's, 14 buckets, the first 14 of those) are the same
+    observations: each bucket counts the waits at most its bound, an edge in the bucket it bounds, a wait above the
+    14th bound (and above the 16th) only in +Inf, the sum and the count."""
+    waits_s = [0.5, 1.0, 2.5, 7.0, 640.0, 10240.0, 10241.0, 40960.0, 50000.0]
+    w = base()
+    w.add(cq("a").flavor("h100", gpu=8 * len(waits_s)))
+    w.add(*(job(f"j{i}").gpus(1).at(NOW - int(s * 1000)) for i, s in enumerate(waits_s)))
+    w.apply(cycle(w))
+    renderer = Renderer(local_queue_metrics=True)
+    got = samples(renderer.render(w.fm).decode())
+    assert value(got, "kueue_admitted_workloads_total", cluster_queue="a", priority_class="") == len(waits_s)
+    for family, buckets, labels in (
+        ("kueue_admission_wait_time_seconds", ADMISSION_WAIT_BUCKETS, {"cluster_queue": "a"}),
+        ("kueue_quota_reserved_wait_time_seconds", WAIT_BUCKETS, {"cluster_queue": "a"}),
+        ("kueue_local_queue_admission_wait_time_seconds", WAIT_BUCKETS, {"name": "q", "namespace": "default"}),
+        ("kueue_local_queue_quota_reserved_wait_time_seconds", WAIT_BUCKETS, {"name": "q", "namespace": "default"}),
+    ):
+
+        def one(metric: str, labels: dict[str, str] = labels, **more: str) -> float:
+            want = set(labels.items()) | set(more.items())
+            found = [v for (n, lab), v in got.items() if n == metric and want <= lab]
+            assert len(found) == 1, (metric, want, found)
+            return found[0]
+
+        for le in buckets:
+            want = sum(1 for s in waits_s if s <= le)
+            assert one(f"{family}_bucket", le=num(le)) == want, (family, le)
+        assert one(f"{family}_bucket", le="+Inf") == len(waits_s), family
+        assert one(f"{family}_count") == len(waits_s), family
+        assert math.isclose(one(f"{family}_sum"), sum(waits_s)), family
+    assert w.fm.counters.qr_wait_of(("a", "")).per == w.fm.counters.wait[("a", "")].per[: len(WAIT_BUCKETS)]

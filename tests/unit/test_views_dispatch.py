@@ -69,19 +69,32 @@ def test_every_event_with_a_time_moves_the_usage_clock() -> None:
 def test_the_windows_take_every_timed_event_through_their_clock() -> None:
     w = Windows(hold=False)
     w.begin(State(pending_indexes=False), 0, whole=True)
-    clock, *parts = w.tables()  # a feeder joins them: the clock first, then the projections
+    parts = w.tables()  # a feeder joins them, and gives each new time of the events to `clocks` first
     assert len(parts) == 3  # the ledger, the usage, the runtimes
+    assert w.clocks() == [w.move_clocks]
     with_at = dispatch.events_with_at()
-    for table in (clock, *parts):
+    for table in parts:
         assert set(table) == set(ev.EVENT_TYPES)
-    for t, h in clock.items():
-        assert h == (w._move_clocks if t in with_at else None), t.__name__
-    assert all(h != w.usage.usage.timed for table in parts for h in table.values())  # moved by `_move_clocks`, once
+    assert all(h != w.usage.usage.timed for table in parts for h in table.values())  # moved by `move_clocks`, once
     for t, h in w._table.items():  # fed on its own (`_Direct`): the same, through one handler per type
         if t in with_at:
             assert h in (w._timed, w._move_clocks), t.__name__
         else:
             assert h is None or getattr(h, "__self__", None) is w.usage.usage, t.__name__  # type: ignore[union-attr]
+
+
+def test_the_windows_clocks_do_nothing_given_the_same_time_again() -> None:
+    """A feeder calls `move_clocks` once per time of the events, not per event: a second call with the time it was
+    last given must leave everything as the first left it (the checkpoints, the clock, the pruning)."""
+    w = Windows(hold=False, bucket_ms=1_000, recent_ms=10_000, coarse_ms=5_000, retention_ms=40_000)
+    w.begin(State(pending_indexes=False), 0, whole=True)
+    assert w.usage is not None
+    for at in (0, 999, 1_000, 3_500, 3_500, 61_000, 61_000, 62_500):
+        w.move_clocks(at)
+        once = (w.figures(), w.usage.due, w.usage.usage.now, w._prune_at, w.ledger_from)
+        w.move_clocks(at)
+        assert (w.figures(), w.usage.due, w.usage.usage.now, w._prune_at, w.ledger_from) == once, at
+    assert w.usage.usage.now == 62_500 and w.usage.due == 63_000
 
 
 def test_a_joined_table_calls_each_projection_in_its_order() -> None:
