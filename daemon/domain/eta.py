@@ -25,6 +25,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from daemon.domain import events as ev
 from daemon.domain.config import EngineConfig
@@ -185,21 +186,38 @@ def estimates(
     *,
     config: EngineConfig | None = None,
 ) -> Mapping[float, dict[str, Millis | None]]:
-    """One forward run per quantile, except where a quantile draws every runtime an earlier one drew the same (a
-    class whose recorded runs are all alike, or one run): that run is the same, so its result is reused."""
-    found: dict[float, dict[str, Millis | None]] = {}
-    runs: list[tuple[dict[str, Millis | None], dict[tuple[Class, Millis], Millis | None]]] = []
+    """Every pending workload's estimated start per quantile: one forward run per quantile (`_per_quantile`)."""
+
+    def run(drawn: Drawn) -> tuple[dict[str, Millis | None], dict[tuple[Class, Millis], Millis | None]]:
+        return _forward(state, now, drawn, config)
+
+    return {q: dict(result) for q, result in _per_quantile(durations, quantiles, run).items()}
+
+
+_T = TypeVar("_T")
+
+
+def _per_quantile(
+    durations: Durations,
+    quantiles: Iterable[float],
+    run: Callable[[Drawn], tuple[_T, dict[tuple[Class, Millis], Millis | None]]],
+) -> dict[float, _T]:
+    """`run` once per quantile, except where a quantile would draw every runtime an earlier run drew the same (a
+    class whose recorded runs are all alike, or one run): that run is deterministic and reads the runtimes only
+    through its draw, so it is the same, and its result is reused."""
+    found: dict[float, _T] = {}
+    runs: list[tuple[_T, dict[tuple[Class, Millis], Millis | None]]] = []
     for q in quantiles:
 
         def drawn(cls: Class, elapsed: Millis, q: float = q) -> Millis | None:
             return remaining(durations(cls), elapsed, q)
 
-        same = next((r for r, d in runs if all(drawn(c, e) == v for (c, e), v in d.items())), None)
-        if same is None:
-            result, draws = _forward(state, now, drawn, config)
+        same = [r for r, d in runs if all(drawn(c, e) == v for (c, e), v in d.items())][:1]  # a result may be None
+        if not same:
+            result, draws = run(drawn)
             runs.append((result, draws))
-            same = result
-        found[q] = dict(same)
+            same = [result]
+        found[q] = same[0]
     return found
 
 
@@ -271,20 +289,11 @@ def _starts_of(
 ) -> dict[float, Millis | None]:
     """`workload`'s estimated start per quantile: each quantile's forward run with it observed at `now`, as
     `estimate` runs it for every workload, but only until it has started (what comes after does not change when it
-    did), and a quantile that draws the very runtimes an earlier one drew in its run reuses that run's answer (as
-    `estimates` does)."""
+    did), a quantile's run reused where it would draw the same (`_per_quantile`)."""
     key = workload.key
-    starts: dict[float, Millis | None] = {}
-    runs: list[tuple[Millis | None, dict[tuple[Class, Millis], Millis | None]]] = []
-    for q in quantiles:
 
-        def drawn(cls: Class, elapsed: Millis, q: float = q) -> Millis | None:
-            return remaining(durations(cls), elapsed, q)
+    def run(drawn: Drawn) -> tuple[Millis | None, dict[tuple[Class, Millis], Millis | None]]:
+        found, draws = _forward(state, now, drawn, config, observe=workload, wanted=key)
+        return found.get(key), draws
 
-        same = [r for r, d in runs if all(drawn(c, e) == v for (c, e), v in d.items())][:1]
-        if not same:
-            found, draws = _forward(state, now, drawn, config, observe=workload, wanted=key)
-            same = [found.get(key)]
-            runs.append((same[0], draws))
-        starts[q] = same[0]
-    return starts
+    return _per_quantile(durations, quantiles, run)

@@ -258,18 +258,12 @@ def _own_queue_targets(p: Preemptor, snap: Snapshot) -> list[Target]:
     if not same:
         return []
     same.sort(key=lambda c: candidate_order(c.wl, p.cq.name))
-    removed: list[_Candidate] = []
-    for c in [*(c for c in same if c.wl.evicting), *(c for c in same if not c.wl.evicting)]:
-        snap.remove_workload(c.wl)
-        removed.append(c)
-        if workload_fits(p, True):
-            kept = _fill_back(p, snap, removed, True)
-            for k in kept:
-                snap.add_workload(k.wl)
-            return [Target(k.wl, REASONS[k.variant], _policy_text(p, k.variant)) for k in kept]
-    for c in removed:
-        snap.add_workload(c.wl)
-    return []
+    return (
+        _remove_until_fits(
+            p, snap, [*(c for c in same if c.wl.evicting), *(c for c in same if not c.wl.evicting)], True
+        )
+        or []
+    )
 
 
 def own_queue_only(p: Preemptor) -> bool:
@@ -297,20 +291,31 @@ def all_candidates_targets(p: Preemptor, snap: Snapshot) -> list[Target]:
     else:
         attempts = [True, False]
     for borrow in attempts:
-        removed: list[_Candidate] = []
-        for c in candidates:
-            if not _valid(p, snap, c, borrow):
-                continue
-            snap.remove_workload(c.wl)
-            removed.append(c)
-            if workload_fits(p, borrow):
-                kept = _fill_back(p, snap, removed, borrow)
-                for k in kept:
-                    snap.add_workload(k.wl)
-                return [Target(k.wl, REASONS[k.variant], _policy_text(p, k.variant)) for k in kept]
-        for c in removed:
-            snap.add_workload(c.wl)
+        # lazy: `_valid` reads the snapshot as the removals before it left it
+        valid = (c for c in candidates if _valid(p, snap, c, borrow))
+        targets = _remove_until_fits(p, snap, valid, borrow)
+        if targets is not None:
+            return targets
     return []
+
+
+def _remove_until_fits(
+    p: Preemptor, snap: Snapshot, candidates: Iterable[_Candidate], borrow: bool
+) -> list[Target] | None:
+    """Remove candidates in order until `p` fits, fill back, and return the victims (the snapshot without them), or
+    None with the snapshot as it was when no prefix of the candidates makes room."""
+    removed: list[_Candidate] = []
+    for c in candidates:
+        snap.remove_workload(c.wl)
+        removed.append(c)
+        if workload_fits(p, borrow):
+            kept = _fill_back(p, snap, removed, borrow)
+            for k in kept:
+                snap.add_workload(k.wl)
+            return [Target(k.wl, REASONS[k.variant], _policy_text(p, k.variant)) for k in kept]
+    for c in removed:
+        snap.add_workload(c.wl)
+    return None
 
 
 def _fill_back(p: Preemptor, snap: Snapshot, removed: list[_Candidate], borrow: bool) -> list[_Candidate]:
