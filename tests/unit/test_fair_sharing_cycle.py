@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from daemon.domain.admission import AdmissionEngine, EngineConfig, decide
 from daemon.domain.events import Event, WorkloadAdmitted, WorkloadPending, WorkloadPreempted
-from daemon.domain.model import PodSet
+from daemon.domain.model import PendingReasonKind, PodSet
 from daemon.stages.admit import Admit
 from tests.unit.builders import JobBuilder, World, cq, flavor, job, lq, namespace, running, world
 
@@ -149,3 +151,63 @@ def test_the_engine_asks_for_the_next_cycle_and_the_admit_stage_runs_it() -> Non
         asyncio.run(stage.step())
     victims = sorted(key for key, aw in w.admitted.items() if aw.evicting)
     assert victims == ["default/cq2-medium-0", "default/cq2-medium-1"]
+
+
+def gpu_job(name: str, ns: str, queue: str, count: int, gpu: int, priority: int, at: int) -> JobBuilder:
+    jb = job(name).ns(ns).queue(queue).priority(priority).at(at)
+    jb.podset("main", count, gpu=gpu)
+    return jb
+
+
+@pytest.mark.timeout(20)
+def test_a_strict_fifo_head_assessed_in_every_pass_writes_its_reason_once_and_the_call_ends() -> None:
+    """Found by the deep-queue property test (a call that never returned). cq0 is StrictFIFO: once j12 and j13
+    are admitted, its head j5 (6 GPUs, 5 left in the cohort) is a holder, offered again in every pass of the call,
+    while the other queues keep the passes going. Its reason differed from the log's last one, so each pass wrote
+    the same new WorkloadPending again; the call ends when a pass changes nothing, and every pass changed the
+    number of events."""
+    w = world(flavor("h100"), flavor("a100"), namespace("default"), namespace("other", team="x"))
+    queues = [
+        cq("cq0").cohort("co").strict_fifo().preempt("LowerPriority", "Any").flavor("a100", gpu=3),
+        cq("cq1")
+        .cohort("co")
+        .preempt("LowerPriority", "LowerPriority")
+        .flavor("h100", gpu=2)
+        .flavor("a100", gpu=1, borrow=1),
+        cq("cq2").cohort("co").preempt("LowerPriority", "Any").flavor("a100", gpu=5),
+    ]
+    for i, b in enumerate(queues):
+        w.add(b, lq("default", f"q{i}", f"cq{i}"), lq("other", f"q{i}", f"cq{i}"))
+    for jb in (
+        gpu_job("j4", "other", "q2", 1, 1, 0, 4),
+        gpu_job("j5", "default", "q0", 2, 3, 0, 5),
+        gpu_job("j6", "default", "q2", 1, 2, 1, 6),
+        gpu_job("j7", "default", "q2", 1, 1, 1, 7),
+        gpu_job("j10", "default", "q0", 2, 3, 1, 10),
+        gpu_job("j11", "default", "q2", 1, 2, 0, 11),
+        gpu_job("j12", "other", "q0", 1, 2, 1, 12),
+    ):
+        w.submit(jb)
+    config = EngineConfig(fair_sharing=True, reserve_without_candidates=True)
+
+    def settle_at(now: int) -> list[Event]:
+        out: list[Event] = []
+        for _ in range(50):
+            events = decide(w.view(), now, config)
+            pending = [(e.workload, e.reason) for e in events if isinstance(e, WorkloadPending)]
+            assert len(pending) == len(set(pending)), f"a reason written twice in one call: {pending}"
+            w.apply(events)
+            out.extend(events)
+            if not any(isinstance(e, WorkloadAdmitted | WorkloadPreempted) for e in events):
+                return out
+        raise AssertionError("no fixpoint")
+
+    settle_at(110)
+    w.submit(gpu_job("j13", "default", "q0", 1, 1, 1, 13))
+    for key in sorted(k for k, aw in w.admitted.items() if not aw.evicting)[:2]:
+        w.finish(key)
+    events = settle_at(120)
+    assert [e.workload for e in events if isinstance(e, WorkloadAdmitted)] == ["other/j12", "default/j13"]
+    reasons = [e.reason for e in events if isinstance(e, WorkloadPending) and e.workload == "default/j5"]
+    assert [r.kind for r in reasons] == [PendingReasonKind.WAITING_FOR_QUOTA]
+    assert reasons[0].shortages[0].requested == 6000

@@ -177,7 +177,8 @@ class Processor:
     def no_fit(self, q: Queue, pw: PendingWorkload, reason: PendingReason) -> None:
         """To keep deep queues from flooding the log, only a queue's first unfitting workload per call is compared
         in full; for the others a change of the `available` figures alone (quota used elsewhere) is not news."""
-        if q.headline_written and pw.last_reason is not None and coarse(pw.last_reason) == coarse(reason):
+        last = self.out.last_reason(pw)
+        if q.headline_written and last is not None and coarse(last) == coarse(reason):
             return
         q.headline_written = True
         q.emitted |= self.out.pending(pw, q.name, reason)
