@@ -261,6 +261,7 @@ class Daemon:
                 burst=opts.status_burst,
                 parallelism=opts.status_parallelism,
                 synced=metrics.status_synced,
+                dropped=metrics.status_event_dropped,
                 queues=Queues.of(state),  # the replayed state's figures, then fed live
             )
             recorder.projections.append(status.queues.apply)

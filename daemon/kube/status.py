@@ -38,7 +38,13 @@ _RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 ROUTINE_SLACK_S = 10.0  # how much older a pending-reason update may be than an admission written before it
 QUEUE_SLACK_S = 5.0  # the same for a queue's status
 _PENDING_WL = "pending-wl:"  # the event id of a Workload's unsent pending Warning: this prefix and the job's key
+# Unsent Events kept at most (Kubernetes Events are lossy; this bounds memory while the API server is behind). When
+# full, the oldest unsent Pending goes first (a waiting Job's reason, on the Job or its Workload: the Workload's
+# status and `admitd explain` keep it), then a new Pending is not queued, and only then the oldest of the others
+# (Admitted, Preempted, Evicted, a rejection): the Events users act on outlive the routine ones. Each drop is counted
+# (`dropped`, admitd_status_events_dropped_total{reason}) and logged, at most once a DROP_LOG_EVERY_S.
 MAX_QUEUED_EVENTS = 10_000
+DROP_LOG_EVERY_S = 60.0
 _DELETIONS = (ev.ClusterQueueDeleted, ev.LocalQueueDeleted, ev.CohortDeleted, ev.ResourceFlavorDeleted)
 
 
@@ -49,7 +55,7 @@ def _identity(e: ev.Event) -> tuple[str, str]:
             return ("LocalQueue", f"{ns}/{name}")
         case ev.ClusterQueueDeleted(name=name) | ev.CohortDeleted(name=name) | ev.ResourceFlavorDeleted(name=name):
             return (type(e).__name__.removesuffix("Deleted"), name)
-    return ("", "")  # beyond this, the oldest unsent Events are dropped (Kubernetes Events are lossy)
+    return ("", "")
 
 
 @dataclass(slots=True)
@@ -100,6 +106,7 @@ class StatusWriter:
         parallelism: int = 4,
         monotonic: Callable[[], float] = time.monotonic,
         synced: Callable[[str, str, float], None] | None = None,
+        dropped: Callable[[str], None] | None = None,
         queues: Queues | None = None,
     ) -> None:
         self.client = client
@@ -118,6 +125,7 @@ class StatusWriter:
         self.stats = WriterStats()
         # (kind, lane, seconds from a change being marked to the cluster showing it), per key drained
         self.synced = synced
+        self.dropped = dropped  # the reason of an unsent Event dropped because MAX_QUEUED_EVENTS were waiting
         self.instance = socket.gethostname()
         # key -> monotonic time first marked; insertion order is drain order. Three lanes. `_urgent`: what users act
         # on (a new Job's Workload, an admission, a preemption or eviction, a finish; the Admitted and Preempted
@@ -142,6 +150,10 @@ class StatusWriter:
         self._warned: dict[tuple[str, str], tuple[str, ...]] = {}  # the same -> the fields it ignores, while so
         self._events: dict[str, so.JobEvent] = {}  # event id -> event, unsent
         self._pending_event: dict[str, str] = {}  # job -> id of its unsent Pending event
+        self._droppable: dict[str, None] = {}  # ids of the unsent Pending Events (Job's and Workload's), oldest first
+        self._drops: dict[str, int] = {}  # Event reason -> dropped since the last log line
+        self._drops_total = 0
+        self._drop_logged_at: float | None = None
         self._event_ids = 0
         self._attempts: dict[Key, int] = {}
         self._round: dict[str, so.QueueCounts] | None = None  # LocalQueue counts, per drain round
@@ -210,8 +222,8 @@ class StatusWriter:
                         job.pending_kind = reason.kind
                         if self.workload_objects:  # and a Warning on its Workload, as Kueue's scheduler sends
                             eid = _PENDING_WL + key  # one per job: a newer one replaces the unsent one
-                            self._events[eid] = so.workload_pending_event(key, job.uid, job.kind, reason, at, seq)
-                            self._mark(("ev", eid), urgent=False)
+                            pending = so.workload_pending_event(key, job.uid, job.kind, reason, at, seq)
+                            self._queue_event(eid, pending, urgent=False)
             case ev.WorkloadEstimated(workload=key):
                 job = self._jobs.get(key)
                 if job is not None and self.workload_objects:
@@ -316,8 +328,7 @@ class StatusWriter:
         )
         self._event_ids += 1
         eid = str(self._event_ids)
-        self._events[eid] = so.rejection_event(kind, namespace, name, errors, kept, self.clock.now(), seq)
-        self._mark(("ev", eid))
+        self._queue_event(eid, so.rejection_event(kind, namespace, name, errors, kept, self.clock.now(), seq))
         if kind == "ClusterQueue":
             self._mark_cq_and_its_lqs(name)
         elif kind == "Cohort":
@@ -334,8 +345,7 @@ class StatusWriter:
             self._warned[(kind, subject)] = warnings
             self._event_ids += 1
             eid = str(self._event_ids)
-            self._events[eid] = so.ignored_spec_event(kind, namespace, name, warnings, self.clock.now(), seq)
-            self._mark(("ev", eid))
+            self._queue_event(eid, so.ignored_spec_event(kind, namespace, name, warnings, self.clock.now(), seq))
         else:
             self._warned.pop((kind, subject), None)
         if kind == "ClusterQueue":
@@ -391,10 +401,12 @@ class StatusWriter:
 
     def _drop_unsent_pending(self, key: str) -> None:
         if self._events.pop(_PENDING_WL + key, None) is not None:
+            self._droppable.pop(_PENDING_WL + key, None)
             self._unmark(("ev", _PENDING_WL + key))
         stale = self._pending_event.pop(key, None)
         if stale is not None:  # an unsent Pending is superseded by what came after it
             self._events.pop(stale, None)
+            self._droppable.pop(stale, None)
             self._unmark(("ev", stale))
             job = self._jobs.get(key)
             if job is not None:
@@ -403,13 +415,9 @@ class StatusWriter:
     def _event(self, key: str, job: _Job, reason: str, message: str, type_: str, at: int, seq: int) -> None:
         namespace, _, name = key.partition("/")
         self._drop_unsent_pending(key)
-        if len(self._events) >= MAX_QUEUED_EVENTS:
-            oldest = next(iter(self._events))
-            self._events.pop(oldest)
-            self._unmark(("ev", oldest))
         self._event_ids += 1
         eid = str(self._event_ids)
-        self._events[eid] = so.JobEvent(
+        event = so.JobEvent(
             namespace=namespace,
             name=name,
             uid=job.uid,
@@ -420,9 +428,53 @@ class StatusWriter:
             at=at,
             seq=seq,
         )
-        if reason == "Pending":
+        if self._queue_event(eid, event, urgent=reason != "Pending") and reason == "Pending":
             self._pending_event[key] = eid
-        self._mark(("ev", eid), urgent=reason != "Pending")
+
+    def _queue_event(self, eid: str, event: so.JobEvent, *, urgent: bool = True) -> bool:
+        """Queue `event` to be sent (`urgent=False`: a Pending, the first to go when MAX_QUEUED_EVENTS wait).
+        False when it was not queued: full of Events that matter more than this Pending."""
+        if eid not in self._events and len(self._events) >= MAX_QUEUED_EVENTS:
+            if self._droppable:
+                self._drop(next(iter(self._droppable)))
+            elif not urgent:
+                self._count_drop(event.reason)
+                return False
+            else:
+                self._drop(next(iter(self._events)))
+        self._events[eid] = event
+        if not urgent:
+            self._droppable.pop(eid, None)  # a replaced Workload Pending: now the newest
+            self._droppable[eid] = None
+        self._mark(("ev", eid), urgent=urgent)
+        return True
+
+    def _drop(self, eid: str) -> None:
+        e = self._events.pop(eid)
+        self._droppable.pop(eid, None)
+        self._unmark(("ev", eid))
+        job = f"{e.namespace}/{e.name}"
+        if self._pending_event.get(job) == eid:
+            del self._pending_event[job]  # its reason stays in the Workload's status; the next kind is told
+        self._count_drop(e.reason)
+
+    def _count_drop(self, reason: str) -> None:
+        self._drops[reason] = self._drops.get(reason, 0) + 1
+        self._drops_total += 1
+        if self.dropped is not None:
+            self.dropped(reason)
+        now = self.monotonic()
+        if self._drop_logged_at is None or now - self._drop_logged_at >= DROP_LOG_EVERY_S:
+            log.warning(
+                "the status writer is behind: unsent Events dropped",
+                dropped=dict(sorted(self._drops.items())),
+                dropped_total=self._drops_total,
+                queued=len(self._events),
+                limit=MAX_QUEUED_EVENTS,
+                since_s=None if self._drop_logged_at is None else round(now - self._drop_logged_at, 1),
+            )
+            self._drops.clear()
+            self._drop_logged_at = now
 
     # --- the writer ---------------------------------------------------------------------------------------------
 
@@ -614,10 +666,12 @@ class StatusWriter:
             pass  # written by an earlier attempt whose answer was lost
         except NotFound:
             pass  # the namespace is gone
-        if self._events.get(eid) is not e:  # replaced while it was being sent (a Workload's Pending): send that too
+        queued = self._events.get(eid)
+        if queued is not None and queued is not e:  # replaced while it was sent (a Workload's Pending): send that too
             self._mark(("ev", eid), urgent=False)
             return
         self._events.pop(eid, None)
+        self._droppable.pop(eid, None)
         if self._pending_event.get(f"{e.namespace}/{e.name}") == eid:
             del self._pending_event[f"{e.namespace}/{e.name}"]
         self.stats.count("event")

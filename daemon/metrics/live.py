@@ -60,6 +60,13 @@ STATUS_SYNC_DELAY = Histogram(
 STATUS_BACKLOG = Gauge(
     "admitd_status_backlog", "Objects and Events marked for the cluster and not yet written", registry=LIVE
 )
+STATUS_EVENTS_DROPPED = Counter(
+    "admitd_status_events_dropped_total",
+    "Events the status writer dropped unsent because MAX_QUEUED_EVENTS (10,000) were waiting, by the Event's "
+    "reason (Pending first; Admitted, Preempted and the rest only when no Pending is left to drop)",
+    ["reason"],
+    registry=LIVE,
+)
 WEBHOOK_REQUESTS = Counter(
     "controller_runtime_webhook_requests_total",
     "Webhook requests answered, by path and HTTP status (controller-runtime's name, as Kueue's webhooks report)",
@@ -124,6 +131,10 @@ def leader_is(is_leader: Callable[[], bool]) -> None:
 
 def status_synced(kind: str, lane: str, seconds: float) -> None:
     STATUS_SYNC_DELAY.labels(kind=kind, lane=lane).observe(seconds)
+
+
+def status_event_dropped(reason: str) -> None:
+    STATUS_EVENTS_DROPPED.labels(reason=reason).inc()
 
 
 def status_backlog_is(backlog: Callable[[], int]) -> None:

@@ -12,6 +12,7 @@ import contextlib
 from typing import Any, cast
 
 import pytest
+from structlog.testing import capture_logs
 
 from daemon.domain import events as ev
 from daemon.domain import reasons
@@ -32,6 +33,7 @@ from daemon.domain.model import (
     Workload,
 )
 from daemon.domain.state import State
+from daemon.kube import status
 from daemon.kube import status_objects as so
 from daemon.kube.client import KubeClient
 from daemon.kube.errors import Temporary
@@ -583,6 +585,71 @@ def test_an_admission_undone_before_it_reached_the_job_does_not_repeat_its_pendi
         "WaitingForQuota: cpu: 2 more needed",
         "BlockedByHead: blocked by research/y",
     ]
+
+
+def test_a_full_event_queue_drops_pending_events_before_those_users_act_on_and_counts_each_drop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With MAX_QUEUED_EVENTS unsent (here 3): the oldest unsent Pending goes first, a new Pending is not queued
+    when only Admitted and Preempted wait, and only then does the oldest of those go. Each drop is counted by the
+    Event's reason and logged."""
+    monkeypatch.setattr(status, "MAX_QUEUED_EVENTS", 3)
+    dropped: list[str] = []
+    state = State()
+    w = StatusWriter(
+        cast(KubeClient, None),
+        state,
+        clock=cast(Any, None),
+        monotonic=lambda: 0.0,
+        workload_objects=False,
+        dropped=dropped.append,
+    )
+
+    def job(name: str) -> str:
+        feed(w, state, ev.JobObserved(workload=wl(name, uid=f"u-{name}")))
+        return f"research/{name}"
+
+    def pending(key: str, at: int) -> ev.WorkloadPending:
+        return ev.WorkloadPending(workload=key, at=at, cluster_queue="team-research", reason=WAITING)
+
+    def admitted(key: str, at: int) -> None:
+        feed(w, state, ev.WorkloadAdmitted(workload=key, at=at, admission=admission()))
+        feed(w, state, ev.JobUnsuspended(job=key, at=at + 50, decision=state.seq, placements=()))
+
+    def queued() -> list[tuple[str, str]]:
+        return [(e.reason, e.name) for e in w._events.values()]
+
+    feed(w, state, ev.ClusterQueueObserved(cluster_queue=cluster_queue()))
+    a, b, c, d, e = (job(n) for n in ("a", "b", "c", "d", "e"))
+    admitted(a, 1_000)
+    feed(w, state, pending(b, 1_100), pending(c, 1_200))
+    assert queued() == [("Admitted", "a"), ("Pending", "b"), ("Pending", "c")]
+    with capture_logs() as logs:
+        preempted = ev.WorkloadPreempted(
+            workload=a,
+            at=1_300,
+            cluster_queue="team-research",
+            preemptor=e,
+            preemptor_cluster_queue="team-research",
+            reason="InClusterQueue",
+            policy="withinClusterQueue=LowerPriority",
+        )
+        feed(w, state, preempted)
+    assert queued() == [("Admitted", "a"), ("Pending", "c"), ("Preempted", "a")], "the oldest Pending went"
+    assert dropped == ["Pending"]
+    assert [(line["log_level"], line["dropped"], line["queued"], line["limit"]) for line in logs] == [
+        ("warning", {"Pending": 1}, 2, 3)
+    ]
+    feed(w, state, pending(d, 1_400))
+    assert queued() == [("Admitted", "a"), ("Preempted", "a"), ("Pending", "d")], "a newer reason for an older one"
+    admitted(b, 1_500)
+    assert queued() == [("Admitted", "a"), ("Preempted", "a"), ("Admitted", "b")]
+    feed(w, state, pending(e, 1_600))
+    assert queued() == [("Admitted", "a"), ("Preempted", "a"), ("Admitted", "b")], "no room for a Pending"
+    admitted(c, 1_700)
+    assert queued() == [("Preempted", "a"), ("Admitted", "b"), ("Admitted", "c")], "none left: the oldest went"
+    assert dropped == ["Pending", "Pending", "Pending", "Pending", "Admitted"]
+    assert w._droppable == {} and w._pending_event == {}
 
 
 # --- the writer's own figures: how long the cluster lags the log, and how much is waiting -----------------------
