@@ -38,7 +38,6 @@ import statistics
 import time
 import tracemalloc
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +80,7 @@ def memory(db: Path, layout: str, ui: bool, trace: bool) -> dict[str, Any]:
                 series.follow(reader)
             kept.append(series)
     else:
-        feed = CatchingUp(db, state, queues, lambda: 0)
+        feed = CatchingUp(db, state, queues)
         assert feed.state is not None and feed.queues is not None
         fed = FedMetrics(db, feed.state, feed.queues, lambda: "leader")
         feed.add(fed)
@@ -125,7 +124,7 @@ def start(db: Path, layout: str) -> dict[str, Any]:
     queues = Queues.of(state)
     gc.collect()
     c0, t0 = time.process_time(), time.perf_counter()
-    feed = CatchingUp(db, state, queues, lambda: 0)
+    feed = CatchingUp(db, state, queues)
     assert feed.state is not None and feed.queues is not None
     fed = FedMetrics(db, feed.state, feed.queues, lambda: "leader")
     feed.add(fed)
@@ -181,11 +180,11 @@ def fold(
     gc.collect()
     state = State()
     queues = Queues(state)
-    now = _Recorded()
     projections: list[Callable[[Event, int], None]] = []
+    ticks: list[Callable[[int], None]] = []
     fed = None
     if views:
-        feed = CatchingUp(Path("unused.db"), state, queues, partial(getattr, now, "recorded_at"))  # as admitd run
+        feed = CatchingUp(Path("unused.db"), state, queues)  # as admitd run: it feeds `queues` too
         assert feed.state is not None and feed.queues is not None
         fed = FedMetrics(Path("unused.db"), feed.state, feed.queues, lambda: "leader")
         feed.add(fed)
@@ -196,23 +195,23 @@ def fold(
         feed.catch_up()  # an empty log: nothing to fold
         feed.hand_over()
         projections.append(feed.apply)
-    projections.append(queues.apply)
+        ticks.append(feed.tick)
+    else:
+        projections.append(queues.apply)
     apply = state.apply
+    last_at: int | None = None
     c0 = time.process_time()
     for i, (seq, at, event) in enumerate(events, 1):
-        now.recorded_at = at
+        if at != last_at:  # a batch of the recorder's: one recorded_at
+            last_at = at
+            for tick in ticks:
+                tick(at)
         for project in projections:
             project(event, seq)
         apply(event, seq)
         if fed is not None and refresh_every and i % refresh_every == 0:
             fed.refresh()
     return time.process_time() - c0
-
-
-class _Recorded:
-    """The recorder's `recorded_at` (of the batch being appended)."""
-
-    recorded_at = 0
 
 
 def second_fold(events: list[tuple[int, int, Event]], refresh_every: int, ui: bool) -> float:

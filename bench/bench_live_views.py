@@ -1,11 +1,11 @@
-"""The recorder's CPU per event with every live view `admitd run` feeds, against without them, in whichever tree is
-imported: this one's or main's (issue 25's "the live views add at most 10% to the recorder's CPU per event, paired
-against today"). `bench_fold cpu` pairs the same inside this tree; main's `bench_fold` does not feed the answers'
-windows (main's recorder fed them as a projection of their own, `Windows.apply`), so this one runs in both.
+"""The recorder's CPU per event with every live view `admitd run` feeds, against without them (issue 25's "the live
+views add at most 10% to the recorder's CPU per event, paired against today").
 
-Off: the state and the status writer's `Queues` (what the recorder folds without views). On: plus the metrics'
-counters and the plots' series (`views.follow.CatchingUp`), and the answers' preemptions and usage windows (here a
-part of the feed, `CatchingUp.add_late`; in main a recorder projection of their own, begun on the empty state).
+Off: the state and the status writer's `Queues` (what the recorder folds without views), one call each an event.
+On: the feed (`views.follow.CatchingUp`) instead of that `Queues` call: the metrics' counters and ledger, the plots'
+series, the answers' preemptions, usage windows and runtimes (`CatchingUp.add_late`), and the status writer's
+`Queues` after them, joined into one lookup an event, each batch's recorded_at given once (`CatchingUp.tick`), as
+`admitd run` wires it. Batches are the runs of one recorded_at in the log.
 
 Two measures, each printing one JSON object:
 - CPU time (default): alternating off and on in one process, `--runs` of each; medians, ratios pair by pair. On a
@@ -20,7 +20,7 @@ Two measures, each printing one JSON object:
 LOG (default bench/out/fold-x0.5.db) is built when missing, as bench/RESULTS.md's "one fold in `admitd run`" says:
 bench_query's `BIG` scaled 0.5, simulated until half its arrivals (195,149 events, ~25 s; git-ignored).
 
-Usage, from the root of either tree (main's: `git archive main | tar -x -C DIR`, then copy this file into DIR/bench):
+Usage, from the root of the tree:
   PYTHONPATH=. python bench/bench_live_views.py [LOG [EVENTS [RUNS]]]          (EVENTS 40000, RUNS 5)
   PYTHONPATH=. python bench/bench_live_views.py --instructions [--no-gc] [LOG [EVENTS]]   (EVENTS 10000)
 """
@@ -38,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,45 +53,49 @@ ROOT = Path(__file__).resolve().parent.parent
 LOG = Path("bench/out/fold-x0.5.db")
 
 
-class Rec:
-    """The recorder's `recorded_at` (of the batch being appended)."""
-
-    recorded_at = 0
+def batches(events: list[tuple[int, int, Any]]) -> list[tuple[int, list[tuple[int, Any]]]]:
+    """The events as the recorder's batches: (recorded_at, [(seq, event), ...]), one per run of one recorded_at."""
+    out: list[tuple[int, list[tuple[int, Any]]]] = []
+    for seq, at, event in events:
+        if not out or out[-1][0] != at:
+            out.append((at, []))
+        out[-1][1].append((seq, event))
+    return out
 
 
 def fold(events: list[tuple[int, int, Any]], views: bool, *, loop: bool = True) -> float:
-    """CPU seconds of the recorder's loop over `events` (`loop=False`: the set-up only, no event folded)."""
+    """CPU seconds of the recorder's loop over `events` (`loop=False`: the set-up only, no event folded): per batch,
+    the feed told its recorded_at (`CatchingUp.tick`), then each event to the projections and the state. Off: the
+    status writer's `Queues` is the one projection; on: the feed, which feeds those queues too (as `admitd run`)."""
     gc.collect()
     state = State()
     queues = Queues(state)
-    now = Rec()
+    grouped = batches(events)
     projections: list[Any] = []
-    new = hasattr(CatchingUp, "add_late")
+    ticks: list[Any] = []
     if views:
-        feed = CatchingUp(
-            Path("unused.db"), state, queues, partial(getattr, now, "recorded_at") if new else (lambda: now.recorded_at)
-        )
+        feed = CatchingUp(Path("unused.db"), state, queues)
+        assert feed.state is not None and feed.queues is not None
         fed = FedMetrics(Path("unused.db"), feed.state, feed.queues, lambda: "leader")
         feed.add(fed)
         feed.add(QueueSeries(feed.state, feed.queues))
-        if new:
-            feed.add_late(Windows(now=lambda: events[0][1]))
+        feed.add_late(Windows(now=lambda: events[0][1]))
         feed.catch_up()
         feed.hand_over()
         projections.append(feed.apply)
-    projections.append(queues.apply)
-    if views and not new:
-        w = Windows(hold=False)
-        w.begin(state, events[0][1], whole=True)  # main: fed by the recorder after the build
-        projections.append(w.apply)
+        ticks.append(feed.tick)
+    else:
+        projections.append(queues.apply)
     apply = state.apply
     c0 = time.process_time()
     if loop:
-        for seq, at, event in events:
-            now.recorded_at = at
-            for p in projections:
-                p(event, seq)
-            apply(event, seq)
+        for at, batch in grouped:
+            for tick in ticks:
+                tick(at)
+            for seq, event in batch:
+                for p in projections:
+                    p(event, seq)
+                apply(event, seq)
     return time.process_time() - c0
 
 
@@ -122,7 +125,6 @@ def cpu(log: Path, n: int, runs: int) -> dict[str, Any]:
         on.append(fold(events, True))
     r = [a / b for a, b in zip(on, off, strict=True)]
     return {
-        "tree": "now" if hasattr(CatchingUp, "add_late") else "main",
         "events": len(events),
         "load": [round(x, 1) for x in os.getloadavg()],
         "off_us": round(statistics.median(off) / len(events) * 1e6, 2),
@@ -162,7 +164,6 @@ def instructions(log: Path, n: int, collector: bool) -> dict[str, Any]:
     off = counts[("off", True)] - counts[("off", False)]
     on = counts[("on", True)] - counts[("on", False)]
     return {
-        "tree": "now" if hasattr(CatchingUp, "add_late") else "main",
         "events": n,
         "collector": "on" if collector else "off",
         "off_loop_M": round(off / 1e6, 1),

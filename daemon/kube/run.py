@@ -264,12 +264,11 @@ class Daemon:
                 dropped=metrics.status_event_dropped,
                 queues=Queues.of(state),  # the replayed state's figures, then fed live
             )
-            recorder.projections.append(status.queues.apply)
             # What counts from the log's first event (Kueue's counters on /metrics; with --ui the plots' series) is
             # folded from the log once, in a worker thread, then fed by the recorder on the daemon's own state and
-            # queue figures: one fold in the process (views.follow.CatchingUp). Fed before the status writer's
-            # queues, so that the series reads the usage as of each event.
-            feed = CatchingUp(opts.db, state, status.queues, partial(getattr, recorder, "recorded_at"))  # no frame
+            # queue figures: one fold in the process (views.follow.CatchingUp). The feed feeds the status writer's
+            # queues too, after its parts, so that the series reads the usage as of each event.
+            feed = CatchingUp(opts.db, state, status.queues)
             assert feed.state is not None and feed.queues is not None
             fed = metrics.FedMetrics(
                 opts.db,
@@ -289,6 +288,7 @@ class Daemon:
                 feed.add_folded(self._timeline.observe)
                 recorder.listeners.insert(0, feed.folded)
             recorder.projections.insert(0, feed.apply)
+            recorder.batches.append(feed.tick)
             self._feed = feed
             metrics.status_backlog_is(status.backlog)
             recorder.listeners.append(status.listener)

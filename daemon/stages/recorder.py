@@ -56,6 +56,9 @@ class Recorder:
         # `daemon.views` projections (their `apply`), the live feeder: each event before the state folds it, so that
         # a projection reads the record as of the event, as it does when it follows the log (`views.follow`).
         self.projections: list[Projection] = []
+        # Told of each batch's recorded_at before its events go to the projections (`views.follow.CatchingUp.tick`:
+        # what keeps a time of its own per batch, not per event).
+        self.batches: list[Callable[[int], None]] = []
         self.appended = 0
         self.recorded_at = 0  # the recorded_at of the batch being appended (the store writes it with each event)
         self._unawaited: dict[int, tuple[asyncio.Future[list[int]], int]] = {}  # first seq -> (future, count)
@@ -77,6 +80,8 @@ class Recorder:
         first = self.store.expected_seq
         self.recorded_at = self.clock.now()  # what the projections fed with each event's time read (`views.follow`)
         future = self.store.submit(items, recorded_at=self.recorded_at)
+        for batch in self.batches:
+            batch(self.recorded_at)
         apply, listeners, projections = self.state.apply, self.listeners, self.projections
         for offset, (event, _) in enumerate(items):
             for project in projections:

@@ -110,8 +110,13 @@ class CatchingUp:
     full replay), and `apply` feeds them as events come. From then on the process holds one fold, not two, and the
     log was read once at the start for all of them. Each event goes only to the handlers its type has
     (`views.dispatch`: one lookup an event, no call for a type no part handles), each event counted by its class
-    (`by_type`, which a part reads through `counted`), each new recorded_at once to every part's `ticks`, each new
-    time of the events (`at`, of an event that has one) once to every part's `clocks`.
+    (`by_type`, which a part reads through `counted`), each new recorded_at once to every part's `ticks` (the
+    feeder calls `tick` once a batch, before its events), each new time of the events (`at`, of an event that has
+    one) once to every part's `clocks`.
+
+    The live feeder's `Queues` (the status writer's, `live_queues`) is fed by `apply` too, after the parts (which
+    read it as of the event): its handlers are joined to theirs once handed over, so that the recorder makes one
+    call and one lookup an event for every view (the feeder does not apply it itself).
 
     Besides the projections (told of an event before the state folds it), readers of the fold told of it after,
     with the state (`add_folded`: the web view's timeline of the records, `daemon.query.moment.Timeline`): with the
@@ -125,13 +130,7 @@ class CatchingUp:
 
     BUFFER_LEFT = 1_000  # `catch_up` returns once fewer events than this wait for it: `hand_over` folds those
 
-    def __init__(
-        self,
-        db: Path,
-        live_state: State,
-        live_queues: Queues,
-        recorded_at: Callable[[], int],
-    ) -> None:
+    def __init__(self, db: Path, live_state: State, live_queues: Queues) -> None:
         self.db = db
         self.live_state = live_state
         self.live_queues = live_queues
@@ -143,7 +142,7 @@ class CatchingUp:
         self.lock = threading.Lock()
         self.live = False
         self.rows_read = 0  # rows of the log decoded by `catch_up` (one fold: each at most once)
-        self._recorded_at = recorded_at
+        self._batch_at: int | None = None  # the recorded_at of the live feeder's batch (`tick`)
         self._kept: list[tuple[Event, int, int]] = []
         self._kept_lock = threading.Lock()
         self._stop = threading.Event()
@@ -151,6 +150,9 @@ class CatchingUp:
         self._starts: list[tuple[int, Late]] = []  # (seq after which it begins, the part), by seq, not yet begun
         # `_joined`'s: per event class, whether its `at` goes to the clocks, and its handlers (none until joined)
         self._table: dict[type[Event], tuple[bool, tuple[Handler, ...]]] = dict.fromkeys(EVENT_TYPES, (False, ()))
+        # The same with the live queues' handlers last, for `apply` once handed over.
+        self._live_table: dict[type[Event], tuple[bool, tuple[Handler, ...]]] = self._table
+        self._queues_table = live_queues.handlers()
         self.by_type: dict[type[Event], int] = dict.fromkeys(EVENT_TYPES, 0)  # every event given, by class
         self._ticks: tuple[Callable[[int], None], ...] = ()
         self._at: int | None = None  # the recorded_at the parts were last told of
@@ -191,31 +193,43 @@ class CatchingUp:
         self._clocks = tuple(c for p in self._begun for c in p.clocks())
         timed = events_with_at() if self._clocks else frozenset()
         # One lookup an event: whether its type's `at` goes to the clocks, and its handlers (none for most types).
-        self._table = {t: (t in timed, hs) for t, hs in join([t for p in self._begun for t in p.tables()]).items()}
+        tables = [t for p in self._begun for t in p.tables()]
+        self._table = {t: (t in timed, hs) for t, hs in join(tables).items()}
+        self._live_table = {t: (t in timed, hs) for t, hs in join([*tables, self._queues_table]).items()}
         self._event_at = None  # the part just begun has been told of no time yet (the others ignore a repeat)
 
+    def tick(self, recorded_at: int) -> None:
+        """The live feeder's, once a batch, before its events: they were recorded at `recorded_at`. The hand-over
+        runs between two batches."""
+        self._batch_at = recorded_at
+        if self.live and recorded_at != self._at:
+            self._at = recorded_at
+            for tick in self._ticks:
+                tick(recorded_at)
+
     def apply(self, event: Event, seq: int) -> None:
-        """The live feeder's: before the hand-over each event is kept for `catch_up`; after it, applied."""
-        at = self._recorded_at()
+        """The live feeder's: before the hand-over each event is kept for `catch_up` (and the live queues take it);
+        after it, applied to the parts and the live queues."""
         if self.live:
-            if at != self._at:
-                self._at = at
-                for tick in self._ticks:
-                    tick(at)
             t = type(event)
             self.by_type[t] += 1
-            timed, handlers = self._table[t]
-            if timed:
-                when: int = event.at  # type: ignore[union-attr]
-                if when != self._event_at:
-                    self._event_at = when
-                    for clock in self._clocks:
-                        clock(when)
-            for h in handlers:
-                h(event, seq)
+            timed, handlers = self._live_table[t]
+            if timed and event.at != self._event_at:  # type: ignore[union-attr]
+                self._move_clocks(event.at)  # type: ignore[union-attr]
+            if handlers:  # most events have none: no iterator made for them
+                for h in handlers:
+                    h(event, seq)
             return
+        self.live_queues.apply(event, seq)
+        at = self._batch_at
+        assert at is not None, "tick before the first batch's events"
         with self._kept_lock:
             self._kept.append((event, seq, at))
+
+    def _move_clocks(self, when: int) -> None:
+        self._event_at = when
+        for clock in self._clocks:
+            clock(when)
 
     def folded(self, event: Event, seq: int) -> None:
         """The live feeder's, after its state folded `event`: the `add_folded` readers told, once handed over (before,
@@ -342,4 +356,9 @@ class CatchingUp:
             for p in self._begun:
                 p.attach(self.live_state, self.live_queues)
             self.live = True
+            batch_at = self._batch_at
+            if batch_at is not None and batch_at != self._at:  # a batch begun (`tick`) and none of its events kept
+                self._at = batch_at
+                for tick in self._ticks:
+                    tick(batch_at)
             self.state = self.queues = None  # the second fold, no longer needed

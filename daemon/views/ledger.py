@@ -161,7 +161,7 @@ class Preemptions:
         rec = self.state.workloads.get(key)
         admission = rec.admission if rec is not None else None
         ran_from = self._ran_from.pop(key, None)
-        ran = max(0, at - ran_from) if ran_from is not None else 0
+        ran = at - ran_from if ran_from is not None and at > ran_from else 0
         keep, count = self.keep, self.count
         pods = gpu = 0
         lost: dict[str, int] = {}

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from daemon.domain import events as ev
 from daemon.domain import reasons
 from daemon.domain.model import ClusterQueue, FlavorResource, Milli, PendingReasonKind, StopPolicy
 from daemon.domain.quota import UNLIMITED, Node, QuotaTree
 from daemon.domain.state import Phase, State
+from daemon.views.dispatch import Spec, Table, bind
 
 _WAITING = PendingReasonKind.WAITING_FOR_PREEMPTED_WORKLOADS  # a preemptor waiting: active, as in Kueue
+_PENDING = Phase.PENDING
+_ADMITTED = Phase.ADMITTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +103,12 @@ class Queues:
 
     def __init__(self, state: State) -> None:
         self.state = state
-        self.seq = state.seq
         self.usage: dict[str, dict[FlavorResource, Milli]] = {}  # ClusterQueue -> (flavor, resource) -> milli
         self.lq_usage: dict[str, dict[FlavorResource, Milli]] = {}  # "ns/name" -> the same, of its admissions
         self.lq_admitted: dict[str, int] = {}  # "ns/name" -> admitted workloads holding quota through it
         self._lq_of: dict[str, str] = {}  # admitted workload -> the LocalQueue it was admitted through
         self._tree: tuple[int, QuotaTree] | None = None  # (config generation, the engine's tree of it)
+        self._table = bind(self, self.ON)
 
     @classmethod
     def of(cls, state: State) -> Queues:
@@ -126,7 +130,7 @@ class Queues:
             self.lq_admitted[lq] = self.lq_admitted.get(lq, 0) + 1
             _add(self.lq_usage.setdefault(lq, {}), usage, 1)
 
-    def _released(self, key: str, cq: str, usage: Mapping[FlavorResource, Milli]) -> None:
+    def _unheld(self, key: str, cq: str, usage: Mapping[FlavorResource, Milli]) -> None:
         _add(self.usage.setdefault(cq, {}), usage, -1)
         lq = self._lq_of.pop(key, None)
         if lq is not None:
@@ -137,20 +141,65 @@ class Queues:
                 del self.lq_admitted[lq]
             _add(self.lq_usage.setdefault(lq, {}), usage, -1)
 
+    @property
+    def seq(self) -> int:
+        """The last event applied: the state's, folded after each (`views.dispatch`)."""
+        return self.state.seq
+
     def apply(self, event: ev.Event, seq: int) -> None:
-        self.seq = seq
-        match event:
-            case ev.WorkloadAdmitted(workload=key, admission=adm) | ev.WorkloadAdopted(workload=key, admission=adm):
-                rec = self.state.workloads.get(key)
-                if rec is not None and rec.phase is Phase.PENDING:
-                    wl = rec.workload
-                    self._held(key, wl.namespace, wl.queue_name, adm.cluster_queue, adm.usage())
-            case ev.WorkloadEvicted(workload=key) | ev.JobFinished(job=key) | ev.JobDeleted(job=key):
-                rec = self.state.workloads.get(key)
-                if rec is not None and rec.phase is Phase.ADMITTED and rec.admission is not None:
-                    self._released(key, rec.admission.cluster_queue, rec.admission.usage())
-            case _:
-                pass
+        h = self._table[type(event)]
+        if h is not None:
+            h(event, seq)
+
+    def handlers(self) -> Table:
+        """Its handler of each event type (`views.dispatch`): for a feeder that joins it with others
+        (`views.follow.CatchingUp` feeds the status writer's this way, one lookup an event for all)."""
+        return dict(self._table)
+
+    def _admitted(self, event: ev.WorkloadAdmitted | ev.WorkloadAdopted, seq: int) -> None:
+        key = event.workload
+        rec = self.state.workloads.get(key)
+        if rec is not None and rec.phase is _PENDING:
+            wl, adm = rec.workload, event.admission
+            self._held(key, wl.namespace, wl.queue_name, adm.cluster_queue, adm.usage())
+
+    def _released(self, event: ev.WorkloadEvicted, seq: int) -> None:
+        self._release(event.workload)
+
+    def _gone(self, event: ev.JobFinished | ev.JobDeleted, seq: int) -> None:
+        self._release(event.job)
+
+    def _release(self, key: str) -> None:
+        rec = self.state.workloads.get(key)
+        if rec is not None and rec.phase is _ADMITTED and rec.admission is not None:
+            self._unheld(key, rec.admission.cluster_queue, rec.admission.usage())
+
+    ON: ClassVar[Spec] = {
+        ev.WorkloadAdmitted: _admitted,
+        ev.WorkloadAdopted: _admitted,
+        ev.WorkloadEvicted: _released,
+        ev.JobFinished: _gone,
+        ev.JobDeleted: _gone,
+        **dict.fromkeys(
+            (
+                *ev.QUEUE_OBJECT_TYPES,
+                ev.JobObserved,
+                ev.JobReady,
+                ev.JobPodsNotCreated,
+                ev.JobTampered,
+                ev.WorkloadPreempted,
+                ev.WorkloadPending,
+                ev.WorkloadTimedOut,
+                ev.WorkloadRequeued,
+                ev.WorkloadActiveChanged,
+                ev.JobUnsuspended,
+                ev.JobSuspended,
+                ev.ActuationFailed,
+                ev.ChainBreakAccepted,
+                ev.WorkloadEstimated,
+            )
+        ),
+    }
 
     def figures(self) -> object:
         def clean(d: Mapping[str, Mapping[FlavorResource, Milli]]) -> dict[str, dict[FlavorResource, Milli]]:

@@ -1,7 +1,8 @@
 """How long runs took, by class: what the start-time estimate (`daemon.sim.eta`) draws runtimes from.
 
 A run is a workload's admission to its job's finish (`job.finished`); a run ended by a preemption, a stop or a
-deletion is no runtime (it did not run to its end). The class of a run is its ClusterQueue, its pod sets' shapes
+deletion is no runtime (it did not run to its end), nor one that was being evicted (preempted, timed out, stopped)
+when its job finished. The class of a run is its ClusterQueue, its pod sets' shapes
 (name, count, requests per pod) and its priority: jobs of one class are usually the same program at the same size.
 """
 
@@ -13,24 +14,25 @@ from typing import ClassVar
 
 from daemon.domain import events as ev
 from daemon.domain.eta import Class, shape_of
-from daemon.domain.model import Millis, Workload
-from daemon.domain.state import State
+from daemon.domain.model import Millis
+from daemon.domain.state import Phase, State
 from daemon.views.dispatch import QUEUE_OBJECTS, Spec, Table, bind
+
+_ADMITTED = Phase.ADMITTED
 
 
 class Runtimes:
-    """Every finished run's duration, kept sorted per class and per ClusterQueue."""
+    """Every finished run's duration, kept sorted per class and per ClusterQueue.
+
+    A run is read from the fold's record when its job finishes (the feeder applies this before the state folds the
+    finish): its admission, since when (`admitted_at`, an adoption's too), the workload and its priority. A run
+    ended otherwise left no admission to find there (an eviction clears it), or left it `evicting` (a preemption,
+    a timeout, a stop under way). Nothing is kept per running workload."""
 
     def __init__(self, state: State) -> None:
         self.state = state
         self.by_class: dict[Class, list[Millis]] = {}
         self.by_queue: dict[str, list[Millis]] = {}
-        # workload -> (its ClusterQueue, the workload as admitted, its priority, its admission time): the class is
-        # made (`shape_of`) when the run finishes, not at each admission (most end otherwise, or not yet).
-        self._running: dict[str, tuple[str, Workload, int, Millis]] = {}
-        for key, rec in state.workloads.items():
-            if rec.admission is not None and rec.admitted_at is not None and not rec.evicting:
-                self._running[key] = (rec.admission.cluster_queue, rec.workload, rec.priority, rec.admitted_at)
         self._table = bind(self, self.ON)
 
     @property
@@ -46,46 +48,34 @@ class Runtimes:
     def handlers(self) -> Table:
         return dict(self._table)
 
-    def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
-        rec = self.state.workloads.get(event.workload)
-        if rec is not None:
-            self._running[event.workload] = (event.admission.cluster_queue, rec.workload, rec.priority, event.at)
-
     def _finished(self, event: ev.JobFinished, seq: int) -> None:
-        run = self._running.pop(event.job, None)
-        if run is not None:
-            cq, wl, priority, since = run
-            cls = (cq, shape_of(wl), priority)
-            bisect.insort(self.by_class.setdefault(cls, []), event.at - since)
-            bisect.insort(self.by_queue.setdefault(cls[0], []), event.at - since)
-
-    def _stopped(self, event: ev.WorkloadPreempted | ev.WorkloadEvicted, seq: int) -> None:
-        self._running.pop(event.workload, None)
-
-    def _deleted(self, event: ev.JobDeleted, seq: int) -> None:
-        self._running.pop(event.job, None)
+        rec = self.state.workloads.get(event.job)
+        if rec is None or rec.phase is not _ADMITTED or rec.evicting:
+            return
+        admission, since = rec.admission, rec.admitted_at
+        if admission is None or since is None:
+            return
+        cq = admission.cluster_queue
+        took = event.at - since
+        bisect.insort(self.by_class.setdefault((cq, shape_of(rec.workload), rec.priority), []), took)
+        bisect.insort(self.by_queue.setdefault(cq, []), took)
 
     def durations(self, cls: Class) -> Sequence[Millis]:
         """The recorded runs of `cls`; of its ClusterQueue when the class has none; empty when neither has any."""
         return self.by_class.get(cls) or self.by_queue.get(cls[0]) or ()
 
     def figures(self) -> object:
-        return (
-            sorted((k, tuple(v)) for k, v in self.by_class.items()),
-            sorted(
-                (k, ((cq, shape_of(wl), priority), since)) for k, (cq, wl, priority, since) in self._running.items()
-            ),
-        )
+        return sorted((k, tuple(v)) for k, v in self.by_class.items())
 
     ON: ClassVar[Spec] = {
-        ev.WorkloadAdmitted: _admitted,
         ev.JobFinished: _finished,
-        ev.WorkloadPreempted: _stopped,
-        ev.WorkloadEvicted: _stopped,
-        ev.JobDeleted: _deleted,
         **dict.fromkeys(
             (
                 *QUEUE_OBJECTS,
+                ev.WorkloadAdmitted,
+                ev.WorkloadPreempted,
+                ev.WorkloadEvicted,
+                ev.JobDeleted,
                 ev.JobObserved,
                 ev.JobReady,
                 ev.JobPodsNotCreated,

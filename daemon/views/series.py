@@ -6,6 +6,8 @@ event's recorded_at (`apply(event, seq, recorded_at)`): fed live by the recorder
 `QueueSeries` keeps, per ClusterQueue, one point per time bucket: the figures as of the last event before the bucket
 ends. When a queue has more than `limit` points the bucket width doubles and neighbours merge (the later one wins),
 so memory and the points a page sends stay bounded however long the log is, and a page never folds the log itself.
+Buckets begin a second wide (`width_ms`): a point per queue at every batch of a new millisecond cost the recorder
+a pass over every ClusterQueue until the width had doubled ten times, for a resolution no plot shows.
 It reads `state` and `queues` (a `views.queues.Queues` of that state) as of each event, and folds neither.
 """
 
@@ -59,7 +61,7 @@ class QueueSeries:
     """The figures of every ClusterQueue over the events applied, reading `state` and `queues` (folded by the
     feeder after this projection)."""
 
-    def __init__(self, state: State, queues: Queues, *, width_ms: int = 1, limit: int = 1024) -> None:
+    def __init__(self, state: State, queues: Queues, *, width_ms: int = 1000, limit: int = 1024) -> None:
         self.state = state
         self.queues = queues
         self.width = width_ms

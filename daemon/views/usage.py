@@ -31,15 +31,20 @@ Acc = dict[str, int]  # resource -> milli-units x ms
 _EMPTY: dict[FlavorResource, int] = {}  # read, never written
 
 
+Holder = tuple[str, str, str]  # (ClusterQueue, LocalQueue "namespace/name", namespace): whom a holding is charged to
+
+
 @dataclass(slots=True)
 class _Holding:
-    cluster_queue: str
-    local_queue: str  # namespace/name
-    namespace: str
+    holder: Holder
     usage: dict[FlavorResource, int]
     pods: int
     since: Millis
     per_resource: tuple[tuple[str, int], ...] = ()  # `usage` with flavors summed, the resources it uses (not 0)
+
+    @property
+    def cluster_queue(self) -> str:
+        return self.holder[0]
 
 
 def _add(acc: Acc, resource: str, v: int) -> None:
@@ -54,8 +59,10 @@ class Usage:
         self.state = state
         self.start = start
         self.holding: dict[str, _Holding] = {}
-        self.used: dict[str, dict[str, Acc]] = {"clusterqueue": {}, "localqueue": {}, "namespace": {}}
-        self.pod_ms: dict[str, dict[str, int]] = {"clusterqueue": {}, "localqueue": {}, "namespace": {}}
+        # What the released holdings used, per holder (summed into its ClusterQueue, LocalQueue and namespace when
+        # read: `used`, `pod_ms`; one sum at each release, not three).
+        self._used_by: dict[Holder, Acc] = {}
+        self._pod_ms_by: dict[Holder, int] = {}
         self.borrowed: dict[str, Acc] = {}
         self.lent: dict[str, Acc] = {}
         self._cq_usage: dict[str, dict[FlavorResource, int]] = defaultdict(dict)
@@ -85,21 +92,24 @@ class Usage:
     def handlers(self) -> Table:
         return dict(self._table)
 
+    # The clock moves with each event's time (compared, not `max`: a builtin's call at every admission and release
+    # cost more than the rest of the clock's work).
+
     def _admitted(self, event: ev.WorkloadAdmitted, seq: int) -> None:
         at, key = event.at, event.workload
-        self.now = max(self.now, at)
+        self.now = at if at > self.now else self.now
         if key in self.holding:
             self._release(key, at)
         self._hold(key, event.admission, at)
 
     def _released(self, event: ev.WorkloadEvicted, seq: int) -> None:
         at = event.at
-        self.now = max(self.now, at)
+        self.now = at if at > self.now else self.now
         self._release(event.workload, at)
 
     def _gone(self, event: ev.JobFinished | ev.JobDeleted, seq: int) -> None:
         at = event.at
-        self.now = max(self.now, at)
+        self.now = at if at > self.now else self.now
         self._release(event.job, at)
 
     def _config(self, event: ev.Event, seq: int) -> None:
@@ -112,7 +122,7 @@ class Usage:
 
     def timed(self, event: ev.JobReady, seq: int) -> None:
         """Any other event with a time: the clock moves (`_config` settles the trees to it)."""
-        self.now = max(self.now, event.at)
+        self.now = event.at if event.at > self.now else self.now
 
     ON: ClassVar[Spec] = {
         ev.WorkloadAdmitted: _admitted,
@@ -158,9 +168,6 @@ class Usage:
         ),
     }
 
-    def _advance(self, at: Millis) -> None:
-        self.now = max(self.now, at)
-
     def _hold(self, key: str, admission: Admission, at: Millis) -> None:
         rec = self.state.workloads.get(key)
         if rec is None:
@@ -181,46 +188,30 @@ class Usage:
             if v:
                 per[fr[1]] = per.get(fr[1], 0) + v
         start = self.start
-        lq = f"{wl.namespace}/{wl.queue_name}"
-        self.holding[key] = _Holding(cq, lq, wl.namespace, usage, pods, max(at, start), (*per.items(),))
+        ns = wl.namespace
+        holder = (cq, f"{ns}/{wl.queue_name}", ns)
+        self.holding[key] = _Holding(holder, usage, pods, at if at > start else start, (*per.items(),))
 
     def _release(self, key: str, at: Millis) -> None:
         h = self.holding.pop(key, None)
         if h is None:
             return
-        cq = h.cluster_queue
+        cq = h.holder[0]
         tree = self._tree_of.get(cq)
         if tree is None or at > self._tree_at.get(tree, self.start):  # else settled to `at` already
             self._settle_cq(cq, at)
         dt = at - h.since  # since >= start (`_hold`)
         if dt > 0:
-            # What it used, charged to its ClusterQueue, LocalQueue and namespace: written out for each (at every
-            # release; a loop over the three made a tuple of tuples each time). Per resource, flavors summed: the
-            # same sums as each flavor's v * dt added in turn (v, dt > 0).
-            used, pod_ms, per, pods = self.used, self.pod_ms, h.per_resource, h.pods * dt
-            groups, by_group = used["clusterqueue"], pod_ms["clusterqueue"]
-            acc = groups.get(cq)
+            # What it used, charged to its holder. Per resource, flavors summed: the same sums as each flavor's
+            # v * dt added in turn (v, dt > 0).
+            holder = h.holder
+            acc = self._used_by.get(holder)
             if acc is None:
-                acc = groups[cq] = {}
-            for resource, v in per:
+                acc = self._used_by[holder] = {}
+            for resource, v in h.per_resource:
                 acc[resource] = acc.get(resource, 0) + v * dt
-            by_group[cq] = by_group.get(cq, 0) + pods
-            lq = h.local_queue
-            groups, by_group = used["localqueue"], pod_ms["localqueue"]
-            acc = groups.get(lq)
-            if acc is None:
-                acc = groups[lq] = {}
-            for resource, v in per:
-                acc[resource] = acc.get(resource, 0) + v * dt
-            by_group[lq] = by_group.get(lq, 0) + pods
-            ns = h.namespace
-            groups, by_group = used["namespace"], pod_ms["namespace"]
-            acc = groups.get(ns)
-            if acc is None:
-                acc = groups[ns] = {}
-            for resource, v in per:
-                acc[resource] = acc.get(resource, 0) + v * dt
-            by_group[ns] = by_group.get(ns, 0) + pods
+            pod_ms = self._pod_ms_by
+            pod_ms[holder] = pod_ms.get(holder, 0) + h.pods * dt
         u = self._cq_usage[cq]
         for fr, v in h.usage.items():
             u[fr] = u.get(fr, 0) - v
@@ -262,7 +253,7 @@ class Usage:
             tree = self._tree_of[cq_name] = self.state.tree_of_cq(cq_name)  # until the next change of the trees
         start, tree_at = self.start, self._tree_at
         since = tree_at.get(tree, start)
-        since = max(since, start)
+        since = since if since > start else start
         if at <= since:
             tree_at[tree] = since
             return
@@ -322,17 +313,34 @@ class Usage:
 
     # --- reading -------------------------------------------------------------------------------------------------
 
+    @property
+    def used(self) -> dict[str, dict[str, Acc]]:
+        """What the released holdings used, per kind (clusterqueue, localqueue, namespace), group and resource."""
+        used: dict[str, dict[str, Acc]] = {"clusterqueue": {}, "localqueue": {}, "namespace": {}}
+        kinds = (used["clusterqueue"], used["localqueue"], used["namespace"])
+        for holder, acc in self._used_by.items():
+            for groups, group in zip(kinds, holder, strict=True):
+                into = groups.setdefault(group, {})
+                for resource, v in acc.items():
+                    into[resource] = into.get(resource, 0) + v
+        return used
+
+    @property
+    def pod_ms(self) -> dict[str, dict[str, int]]:
+        """The released holdings' pods x milliseconds, per kind and group."""
+        pod_ms: dict[str, dict[str, int]] = {"clusterqueue": {}, "localqueue": {}, "namespace": {}}
+        kinds = (pod_ms["clusterqueue"], pod_ms["localqueue"], pod_ms["namespace"])
+        for holder, v in self._pod_ms_by.items():
+            for groups, group in zip(kinds, holder, strict=True):
+                groups[group] = groups.get(group, 0) + v
+        return pod_ms
+
     def totals(self, until: Millis) -> dict[str, object]:
         """Every figure integrated to `until` (the projection itself is left as it is)."""
-        used = {k: {g: dict(a) for g, a in v.items()} for k, v in self.used.items()}
-        pod_ms = {k: dict(v) for k, v in self.pod_ms.items()}
+        used, pod_ms = self.used, self.pod_ms
         for h in self.holding.values():
             dt = max(0, until - max(h.since, self.start))
-            for kind, group in (
-                ("clusterqueue", h.cluster_queue),
-                ("localqueue", h.local_queue),
-                ("namespace", h.namespace),
-            ):
+            for kind, group in zip(("clusterqueue", "localqueue", "namespace"), h.holder, strict=True):
                 acc = used[kind].setdefault(group, {})
                 for (_, resource), v in h.usage.items():
                     _add(acc, resource, v * dt)

@@ -23,7 +23,7 @@ __all__ = ["ADMISSIONS_KEPT", "CHUNK", "Points", "Series"]
 class Series(QueueSeries):
     """The figures of every ClusterQueue over the log, kept as the log grows (`follow`)."""
 
-    def __init__(self, *, width_ms: int = 1, limit: int = 1024, past_budget_bytes: int | None = None) -> None:
+    def __init__(self, *, width_ms: int = 1000, limit: int = 1024, past_budget_bytes: int | None = None) -> None:
         """`past_budget_bytes`: what its `Timeline` may take (default the timeline's, `TIMELINE_BUDGET_BYTES`)."""
         state = State()
         super().__init__(state, Queues(state), width_ms=width_ms, limit=limit)

@@ -158,14 +158,15 @@ async def test_a_window_before_what_the_projections_hold_is_answered_from_the_fi
 
 def _daemon_feed(db: Path, state: State, recorder: Any, windows: Windows) -> CatchingUp:
     """The feed as `admitd run` makes it: the metrics' counters from the log's start, the windows from where their
-    retention begins, one catch-up fold for both, the recorder's projection before the status writer's queues."""
+    retention begins, one catch-up fold for both, the recorder's one projection (it feeds the status writer's queues
+    after its parts), told of each batch's recorded_at."""
     queues = Queues.of(state)
-    recorder.projections.append(queues.apply)
-    feed = CatchingUp(db, state, queues, lambda: recorder.recorded_at)
+    feed = CatchingUp(db, state, queues)
     assert feed.state is not None and feed.queues is not None
     feed.add(FedMetrics(db, feed.state, feed.queues, lambda: "leader"))
     feed.add_late(windows)
     recorder.projections.insert(0, feed.apply)
+    recorder.batches.append(feed.tick)
     return feed
 
 
@@ -233,17 +234,15 @@ def test_windows_begun_mid_fold_equal_the_same_built_on_their_own(reclaim_db: Pa
     for seq, _, event in events[:upto]:
         live.apply(event, seq)
     queues = Queues.of(live)
-    now = [0]
-    feed = CatchingUp(reclaim_db, live, queues, lambda: now[0])
+    feed = CatchingUp(reclaim_db, live, queues)
     windows = Windows(**options)  # type: ignore[arg-type]
     feed.add_late(windows)
     with LogReader(reclaim_db) as reader:
         seq = windows.plan(reader, upto)
     assert 0 < seq <= upto  # it begins inside the fold, not at the log's start
     for seq, at, event in events[upto:]:
-        now[0] = at
-        feed.apply(event, seq)  # kept until the hand-over
-        queues.apply(event, seq)
+        feed.tick(at)  # a batch of one event
+        feed.apply(event, seq)  # kept until the hand-over (the feed feeds `queues` too)
         live.apply(event, seq)
     windows._plan = None  # planned again by the catch-up, as the daemon's does it
     feed.catch_up()

@@ -40,8 +40,9 @@ from tests.integration.test_views_catch_up import timed_events
 
 
 class Recorder:
-    """The recorder's order for each event: the feed (a projection), the status writer's queues, the state, then
-    its listeners (the feed's `folded`)."""
+    """The recorder's order for each event: the feed (a projection, which feeds the status writer's queues too; told
+    of each batch's recorded_at first, here each run of one), the state, then its listeners (the feed's
+    `folded`)."""
 
     def __init__(self, events: list[tuple[int, int, Event]], live: State, queues: Queues) -> None:
         self.events, self.live, self.queues = events, live, queues
@@ -51,9 +52,10 @@ class Recorder:
     def append(self, upto: int) -> None:
         assert self.feed is not None
         for seq, at, event in self.events[self.live.seq : upto]:
-            self.now = at
+            if at != self.now or seq == 1:
+                self.now = at
+                self.feed.tick(at)
             self.feed.apply(event, seq)
-            self.queues.apply(event, seq)
             self.live.apply(event, seq)
             self.feed.folded(event, seq)
 
@@ -68,7 +70,7 @@ class Daemon:
         for seq, _, event in self.events[:start]:
             live.apply(event, seq)
         self.recorder = Recorder(self.events, live, Queues.of(live))
-        feed = self.recorder.feed = CatchingUp(db, live, self.recorder.queues, lambda: self.recorder.now)
+        feed = self.recorder.feed = CatchingUp(db, live, self.recorder.queues)
         assert feed.state is not None and feed.queues is not None
         self.feed = feed
         self.series = QueueSeries(feed.state, feed.queues)

@@ -67,8 +67,8 @@ class Recorder:
         assert self.feed is not None
         for seq, at, event in self.events[self.live.seq : upto]:
             self.now = at
-            self.feed.apply(event, seq)
-            self.queues.apply(event, seq)
+            self.feed.tick(at)  # each event a batch of its own
+            self.feed.apply(event, seq)  # and the status writer's queues: the feed feeds them
             self.live.apply(event, seq)
             if refresh is not None and rng is not None and rng.random() < 0.2:
                 refresh.refresh()  # the daemon's periodic render, between events
@@ -82,7 +82,7 @@ def check_one(db: Path, rng: random.Random, where: str) -> None:
     for seq, _, event in events[:start]:
         live.apply(event, seq)
     recorder = Recorder(events, live, Queues.of(live))
-    feed = recorder.feed = CatchingUp(db, live, recorder.queues, lambda: recorder.now)
+    feed = recorder.feed = CatchingUp(db, live, recorder.queues)
     assert feed.state is not None and feed.queues is not None
     fed = FedMetrics(db, feed.state, feed.queues, lambda: "leader", local_queue_metrics=True)
     series = QueueSeries(feed.state, feed.queues)
@@ -94,6 +94,8 @@ def check_one(db: Path, rng: random.Random, where: str) -> None:
     scratch = weakref.ref(feed.state)
     rest = last - start
     recorder.append(start + rest // 3)  # kept while the catch-up has not begun
+    # The status writer's queues are fed by the feed alone, as the events come (before the hand-over too).
+    assert recorder.queues.figures() == Queues.of(live).figures()
     feed.catch_up()
     fed.refresh()  # the first render, on the catch-up's own state (as `admitd run` does it in the thread)
     recorder.append(start + 2 * rest // 3)  # kept after the catch-up returned: folded by the hand-over
@@ -104,6 +106,7 @@ def check_one(db: Path, rng: random.Random, where: str) -> None:
     assert fed.fm.state is live and fed.fm.queues is recorder.queues and series.state is live
     recorder.append(last, fed, rng)
     assert live.seq == last
+    assert recorder.queues.figures() == Queues.of(live).figures()  # and after it, through the feed's one table
 
     follower = LogMetrics(db, local_queue_metrics=True)
     own = Series()
@@ -133,6 +136,6 @@ def test_a_live_state_ahead_of_the_log_is_an_error(logs: list[Path]) -> None:  #
     for seq, _, event in timed_events(db):
         live.apply(event, seq)
     live.seq += 5  # the live state claims events the log does not have
-    feed = CatchingUp(db, live, Queues.of(live), lambda: 0)
+    feed = CatchingUp(db, live, Queues.of(live))
     with pytest.raises(RuntimeError, match=r"the log ends at seq \d+, the live state was at \d+"):
         feed.catch_up()

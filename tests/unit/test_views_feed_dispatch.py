@@ -72,7 +72,7 @@ def python_calls(feed: CatchingUp, event: Event, seq: int) -> list[str]:
 
 def live_feed(*parts: Any) -> tuple[CatchingUp, State]:
     state = State()
-    feed = CatchingUp(Path("unused.db"), state, Queues(state), int)  # recorded_at: always 0 (`int()`, no frame)
+    feed = CatchingUp(Path("unused.db"), state, Queues(state))  # never ticked: no recorded_at
     for p in parts:
         feed.add(p)
     feed.catch_up()
@@ -89,9 +89,10 @@ def test_a_handler_of_a_type_is_called_for_it_and_not_for_another() -> None:
     assert part.took == [("JobFinished", 1), ("JobFinished", 3)]
     assert part.by_type is feed.by_type
     assert part.by_type[ev.JobFinished] == 2 and part.by_type[ev.JobDeleted] == 1
-    # no handler, no tick, no clock
-    assert python_calls(feed, ev.JobDeleted(job="ns/d", at=1), 4) == ["CatchingUp.apply"]
-    assert python_calls(feed, ev.JobFinished(job="ns/e", at=1), 5) == ["CatchingUp.apply"]  # `_finished`: here
+    # no handler but the status writer's queues' (the feed feeds them, last), no tick, no clock
+    queues = ["Queues._gone", "Queues._release"]
+    assert python_calls(feed, ev.JobDeleted(job="ns/d", at=1), 4) == ["CatchingUp.apply", *queues]
+    assert python_calls(feed, ev.JobFinished(job="ns/e", at=1), 5) == ["CatchingUp.apply", *queues]  # `_finished`
     assert part.took[-1] == ("JobFinished", 5)
 
 
@@ -100,7 +101,7 @@ def test_the_types_no_live_view_handles_call_nothing() -> None:
     priority class (at the time of the event before, so that no clock moves) reach no Python function, and are
     counted."""
     state0 = State()
-    feed = CatchingUp(Path("unused.db"), state0, Queues(state0), int)
+    feed = CatchingUp(Path("unused.db"), state0, Queues(state0))
     assert feed.state is not None and feed.queues is not None
     fed = FedMetrics(Path("unused.db"), feed.state, feed.queues, lambda: "leader")
     feed.add(fed)
@@ -136,7 +137,7 @@ def test_the_counters_count_the_same_fed_by_the_feed_or_by_apply() -> None:
         ev.JobDeleted(job="ns/x", at=9),
     ]
     state0 = State()
-    feed = CatchingUp(Path("unused.db"), state0, Queues(state0), int)
+    feed = CatchingUp(Path("unused.db"), state0, Queues(state0))
     assert feed.state is not None and feed.queues is not None
     fed = FedMetrics(Path("unused.db"), feed.state, feed.queues, lambda: "leader")
     feed.add(fed)

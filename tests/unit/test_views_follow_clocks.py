@@ -53,7 +53,7 @@ def finished(key: str, at: int) -> ev.JobFinished:
 def test_each_new_time_of_the_events_is_given_once_before_its_first_event() -> None:
     state = State()
     log: list[tuple[str, object]] = []
-    feed = CatchingUp(Path("unused.db"), state, Queues(state), lambda: 0)
+    feed = CatchingUp(Path("unused.db"), state, Queues(state))
     feed.add(Part("a", log))
     feed.catch_up()
     feed.hand_over()
@@ -72,3 +72,39 @@ def test_each_new_time_of_the_events_is_given_once_before_its_first_event() -> N
         ("a.clock", 5),  # another time than the last one, though given before
         ("a.event", 5),
     ]
+
+
+def test_each_batch_s_recorded_at_is_given_once_and_a_hand_over_after_a_tick_gives_it_to_the_parts() -> None:
+    """`tick` once a batch: a part's ticks take each new recorded_at once, and none for a repeat. A hand-over between
+    a batch's `tick` and its events (no event of it kept) gives the parts that batch's time, so that its events are
+    not taken as of the last one's."""
+    state = State()
+    log: list[tuple[str, object]] = []
+    feed = CatchingUp(Path("unused.db"), state, Queues(state))
+    feed.add(Part("a", log))
+    feed.tick(100)
+    feed.apply(finished("ns/x", 5), 1)  # kept
+    state.apply(finished("ns/x", 5), 1)
+    feed.catch_up()
+    feed.hand_over()
+    feed.tick(100)  # a second batch of the same millisecond
+    feed.apply(finished("ns/y", 5), 2)
+    state.apply(finished("ns/y", 5), 2)
+    feed.tick(200)
+    feed.apply(finished("ns/z", 5), 3)
+    ticks = [x for x in log if x[0] == "a.tick"]
+    assert ticks == [("a.tick", 100), ("a.tick", 200)]
+
+    state = State()
+    log.clear()
+    feed = CatchingUp(Path("unused.db"), state, Queues(state))
+    feed.add(Part("a", log))
+    feed.tick(100)
+    feed.apply(finished("ns/x", 5), 1)
+    state.apply(finished("ns/x", 5), 1)
+    feed.catch_up()
+    feed.tick(300)  # the next batch begins, then the hand-over runs before its first event
+    feed.hand_over()
+    feed.apply(finished("ns/y", 5), 2)
+    assert [x for x in log if x[0] == "a.tick"] == [("a.tick", 100), ("a.tick", 300)]
+    assert log[-1] == ("a.event", 2) and log[-2] == ("a.tick", 300)
