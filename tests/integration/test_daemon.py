@@ -150,11 +150,12 @@ def test_the_seed_setup_runs_two_4_gpu_jobs_and_the_third_when_one_completes(
     assert sorted(e["payload"]["workload"] for e in admitted) == [f"{ns}/train-a", f"{ns}/train-b", f"{ns}/train-c"]
     unsuspended = of_type(events, "job.unsuspended")
     assert {e["cause"] for e in unsuspended} == {e["seq"] for e in admitted}, "each result points at its decision"
-    # It waited for quota. The Jobs' watch may deliver it before the LocalQueues' watch delivers research-queue
-    # (applied a moment before): its first reason is then LocalQueueNotFound, as in Kueue, until the queue is seen.
+    # It waited for quota. Each kind's watch delivers on its own: the Job may come before research-queue or
+    # team-research (applied a moment before), and its first reasons are then LocalQueueNotFound or
+    # ClusterQueueNotFound, as in Kueue, until the queues are seen.
     kinds = [e["payload"]["reason"]["kind"] for e in of_type(events, "workload.pending", f"{ns}/train-c")]
     assert kinds and kinds[-1] == "WaitingForQuota", kinds
-    assert set(kinds) <= {"WaitingForQuota", "LocalQueueNotFound"}, kinds
+    assert set(kinds) <= {"WaitingForQuota", "LocalQueueNotFound", "ClusterQueueNotFound"}, kinds
     daemon.verify()
 
 
