@@ -60,7 +60,6 @@ class Recorder:
         # what keeps a time of its own per batch, not per event).
         self.batches: list[Callable[[int], None]] = []
         self.appended = 0
-        self.recorded_at = 0  # the recorded_at of the batch being appended (the store writes it with each event)
         self._unawaited: dict[int, tuple[asyncio.Future[list[int]], int]] = {}  # first seq -> (future, count)
         self._snapshotting = False
         self._last_snapshot_seq = state.seq
@@ -78,10 +77,10 @@ class Recorder:
             # other under load may never leave. New batches wait for the ones in flight (and the snapshot).
             await self.catch_up()
         first = self.store.expected_seq
-        self.recorded_at = self.clock.now()  # what the projections fed with each event's time read (`views.follow`)
-        future = self.store.submit(items, recorded_at=self.recorded_at)
+        recorded_at = self.clock.now()  # the store writes it with each event of the batch
+        future = self.store.submit(items, recorded_at=recorded_at)
         for batch in self.batches:
-            batch(self.recorded_at)
+            batch(recorded_at)
         apply, listeners, projections = self.state.apply, self.listeners, self.projections
         for offset, (event, _) in enumerate(items):
             for project in projections:

@@ -202,7 +202,13 @@ class CatchingUp:
         """The live feeder's, once a batch, before its events: they were recorded at `recorded_at`. The hand-over
         runs between two batches."""
         self._batch_at = recorded_at
-        if self.live and recorded_at != self._at:
+        if self.live:
+            self._tell_ticks(recorded_at)
+
+    def _tell_ticks(self, recorded_at: int) -> None:
+        """The parts' ticks told of `recorded_at` when it is not the time they were told last (`_fold` does the same
+        inline, at every event it folds)."""
+        if recorded_at != self._at:
             self._at = recorded_at
             for tick in self._ticks:
                 tick(recorded_at)
@@ -356,9 +362,6 @@ class CatchingUp:
             for p in self._begun:
                 p.attach(self.live_state, self.live_queues)
             self.live = True
-            batch_at = self._batch_at
-            if batch_at is not None and batch_at != self._at:  # a batch begun (`tick`) and none of its events kept
-                self._at = batch_at
-                for tick in self._ticks:
-                    tick(batch_at)
+            if self._batch_at is not None:  # a batch begun (`tick`) with none of its events kept yet: its time
+                self._tell_ticks(self._batch_at)
             self.state = self.queues = None  # the second fold, no longer needed

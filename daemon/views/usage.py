@@ -313,31 +313,24 @@ class Usage:
 
     # --- reading -------------------------------------------------------------------------------------------------
 
-    @property
-    def used(self) -> dict[str, dict[str, Acc]]:
-        """What the released holdings used, per kind (clusterqueue, localqueue, namespace), group and resource."""
-        used: dict[str, dict[str, Acc]] = {"clusterqueue": {}, "localqueue": {}, "namespace": {}}
-        kinds = (used["clusterqueue"], used["localqueue"], used["namespace"])
+    def _released_figures(self) -> tuple[dict[str, dict[str, Acc]], dict[str, dict[str, int]]]:
+        """What the released holdings used and their pods x milliseconds, per kind (clusterqueue, localqueue,
+        namespace) and group: each holder's sums added into its three groups (fresh dicts, the caller's to change)."""
+        kinds = ("clusterqueue", "localqueue", "namespace")
+        used: dict[str, dict[str, Acc]] = {k: {} for k in kinds}
+        pod_ms: dict[str, dict[str, int]] = {k: {} for k in kinds}
+        pods_of = self._pod_ms_by
         for holder, acc in self._used_by.items():
-            for groups, group in zip(kinds, holder, strict=True):
-                into = groups.setdefault(group, {})
+            for kind, group in zip(kinds, holder, strict=True):
+                into = used[kind].setdefault(group, {})
                 for resource, v in acc.items():
                     into[resource] = into.get(resource, 0) + v
-        return used
-
-    @property
-    def pod_ms(self) -> dict[str, dict[str, int]]:
-        """The released holdings' pods x milliseconds, per kind and group."""
-        pod_ms: dict[str, dict[str, int]] = {"clusterqueue": {}, "localqueue": {}, "namespace": {}}
-        kinds = (pod_ms["clusterqueue"], pod_ms["localqueue"], pod_ms["namespace"])
-        for holder, v in self._pod_ms_by.items():
-            for groups, group in zip(kinds, holder, strict=True):
-                groups[group] = groups.get(group, 0) + v
-        return pod_ms
+                pod_ms[kind][group] = pod_ms[kind].get(group, 0) + pods_of[holder]
+        return used, pod_ms
 
     def totals(self, until: Millis) -> dict[str, object]:
         """Every figure integrated to `until` (the projection itself is left as it is)."""
-        used, pod_ms = self.used, self.pod_ms
+        used, pod_ms = self._released_figures()
         for h in self.holding.values():
             dt = max(0, until - max(h.since, self.start))
             for kind, group in zip(("clusterqueue", "localqueue", "namespace"), h.holder, strict=True):
@@ -354,10 +347,11 @@ class Usage:
         return {"used": used, "pod_ms": pod_ms, "borrowed": borrowed, "lent": lent}
 
     def figures(self) -> object:
+        used, pod_ms = self._released_figures()
         return (
             sorted((k, h.cluster_queue, h.since, sorted(h.usage.items())) for k, h in self.holding.items()),
-            {k: sorted((g, sorted(a.items())) for g, a in v.items()) for k, v in self.used.items()},
-            {k: sorted(v.items()) for k, v in self.pod_ms.items()},
+            {k: sorted((g, sorted(a.items())) for g, a in v.items()) for k, v in used.items()},
+            {k: sorted(v.items()) for k, v in pod_ms.items()},
             sorted((k, sorted(v.items())) for k, v in self.borrowed.items()),
             sorted((k, sorted(v.items())) for k, v in self.lent.items()),
         )
